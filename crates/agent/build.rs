@@ -1,0 +1,17 @@
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = [
+        "proto/authapi/auth.proto",
+        "proto/versionapi/version.proto",
+        "proto/cloudevents/cloudevent.proto",
+        "proto/eventstreamapi/eventstream.proto",
+    ];
+    for f in &files {
+        println!("cargo:rerun-if-changed={f}");
+    }
+    let fds = protox::compile(files, ["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

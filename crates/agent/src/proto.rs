@@ -1,0 +1,19 @@
+//! Generated gRPC/protobuf code, packages exactly as argocd-agent's.
+#![allow(clippy::all, missing_docs)]
+
+pub mod authapi {
+    tonic::include_proto!("authapi");
+}
+pub mod versionapi {
+    tonic::include_proto!("versionapi");
+}
+pub mod eventstreamapi {
+    tonic::include_proto!("eventstreamapi");
+}
+pub mod io {
+    pub mod cloudevents {
+        pub mod v1 {
+            tonic::include_proto!("io.cloudevents.v1");
+        }
+    }
+}

@@ -1,0 +1,485 @@
+//! The per-peer send queue (I/O free apart from a `Notify`).
+//!
+//! Invariants:
+//! * per resource key at most one event is in flight (sent, not yet ACKed);
+//! * events of one key are sent in the order they were pushed (after coalescing);
+//! * a queued `spec-update`/`status-update` is replaced in place by a newer one of the same type;
+//!   a `spec-update` pushed behind an unsent `create` refreshes the create's payload;
+//! * a `delete` clears everything queued (not in flight) for its key;
+//! * at most `capacity` events are queued (in flight not counted). A push that would exceed it is
+//!   never dropped: the key is *deferred* and the owner's regenerate callback rebuilds the key's
+//!   current events once there is room again (explicit backpressure, counted in a metric);
+//! * an in-flight event is resent with backoff (5 s, ×4, capped at 2 min) until it is ACKed, or
+//!   answered with an `error` event (then it is dropped, loudly: counted and logged).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::event::{Event, EventType};
+
+/// Resend backoff parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub factor: u32,
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self { initial: Duration::from_secs(5), factor: 4, max: Duration::from_secs(120) }
+    }
+}
+
+impl Backoff {
+    /// Delay before resend number `attempt` (1-based: the delay after the first send).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let mut d = self.initial;
+        for _ in 1..attempt {
+            d = d.saturating_mul(self.factor);
+            if d >= self.max {
+                return self.max;
+            }
+        }
+        d.min(self.max)
+    }
+}
+
+/// Outcome of a push.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    /// Appended to the key's queue.
+    Queued,
+    /// Merged into an already queued event.
+    Coalesced,
+    /// The queue was full: the key is marked for regeneration once there is room.
+    Deferred,
+}
+
+/// Rebuilds the current events of a deferred key (e.g. from the owner's object cache).
+pub type Regenerate = Arc<dyn Fn(&str) -> Vec<Event> + Send + Sync>;
+
+#[derive(Default)]
+struct Slot {
+    inflight: Option<InFlight>,
+    pending: VecDeque<Event>,
+    recent_ids: VecDeque<String>,
+}
+
+struct InFlight {
+    ev: Event,
+    attempts: u32,
+    deadline: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    slots: HashMap<String, Slot>,
+    /// keys with pending events and nothing in flight, in FIFO order
+    ready: VecDeque<String>,
+    ready_set: HashSet<String>,
+    deferred: VecDeque<String>,
+    deferred_set: HashSet<String>,
+    pending: usize,
+    inflight: usize,
+    /// sent but connection went away: resend at once on the next session
+    seq: u64,
+}
+
+/// Counters the queue keeps (exported as metrics by the owner).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct QueueStats {
+    pub pending: usize,
+    pub inflight: usize,
+    pub deferred: usize,
+}
+
+/// Something to put on the wire.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    pub key: String,
+    pub event: Event,
+    /// 1 for the first send.
+    pub attempt: u32,
+}
+
+/// Result of an ACK or error answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answered {
+    Acked(Event),
+    Unknown,
+}
+
+/// The per-peer send queue.
+pub struct SendQueue {
+    state: Mutex<State>,
+    capacity: usize,
+    backoff: Backoff,
+    regenerate: Mutex<Option<Regenerate>>,
+    notify: Notify,
+}
+
+impl SendQueue {
+    pub fn new(capacity: usize, backoff: Backoff) -> Self {
+        Self {
+            state: Mutex::new(State::default()),
+            capacity: capacity.max(1),
+            backoff,
+            regenerate: Mutex::new(None),
+            notify: Notify::new(),
+        }
+    }
+
+    /// Sets the callback that rebuilds a deferred key's events.
+    pub fn set_regenerate(&self, f: Regenerate) {
+        *self.regenerate.lock().expect("poisoned") = Some(f);
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn stats(&self) -> QueueStats {
+        let s = self.state.lock().expect("poisoned");
+        QueueStats { pending: s.pending, inflight: s.inflight, deferred: s.deferred.len() }
+    }
+
+    /// Whether nothing is queued, in flight or deferred.
+    pub fn is_idle(&self) -> bool {
+        let s = self.stats();
+        s.pending == 0 && s.inflight == 0 && s.deferred == 0
+    }
+
+    /// Wakes a sender waiting in [`SendQueue::next`].
+    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.notify.notified()
+    }
+
+    /// Pushes an event for resource `key`.
+    pub fn push(&self, key: &str, ev: Event) -> Pushed {
+        let r = {
+            let mut s = self.state.lock().expect("poisoned");
+            Self::push_locked(&mut s, self.capacity, key, ev)
+        };
+        self.notify.notify_one();
+        r
+    }
+
+    fn push_locked(s: &mut State, capacity: usize, key: &str, mut ev: Event) -> Pushed {
+        if s.deferred_set.contains(key) {
+            // the key's state will be regenerated anyway
+            return Pushed::Deferred;
+        }
+        s.seq += 1;
+        let slot = s.slots.entry(key.to_string()).or_default();
+        match ev.ty {
+            EventType::Delete => {
+                let cleared = slot.pending.len();
+                slot.pending.clear();
+                let _ = slot;
+                s.pending -= cleared;
+            }
+            EventType::SpecUpdate | EventType::StatusUpdate => {
+                if let Some(q) = slot.pending.iter_mut().rev().find(|q| q.ty == ev.ty) {
+                    ev.id = q.id.clone();
+                    *q = ev;
+                    return Pushed::Coalesced;
+                }
+                if ev.ty == EventType::SpecUpdate
+                    && let Some(q) = slot.pending.iter_mut().rev().find(|q| q.ty == EventType::Create)
+                {
+                    q.data = ev.data;
+                    q.event_id = ev.event_id;
+                    return Pushed::Coalesced;
+                }
+            }
+            _ => {}
+        }
+        let slot = s.slots.get_mut(key).expect("slot exists");
+        let slot_empty = slot.pending.is_empty() && slot.inflight.is_none();
+        if s.pending >= capacity {
+            if slot_empty {
+                s.slots.remove(key);
+            }
+            s.deferred.push_back(key.to_string());
+            s.deferred_set.insert(key.to_string());
+            return Pushed::Deferred;
+        }
+        let slot = s.slots.get_mut(key).expect("slot exists");
+        slot.pending.push_back(ev);
+        s.pending += 1;
+        if slot.inflight.is_none() && !s.ready_set.contains(key) {
+            s.ready.push_back(key.to_string());
+            s.ready_set.insert(key.to_string());
+        }
+        Pushed::Queued
+    }
+
+    /// Next event to send now (a due resend first, then a ready key), or `Err(deadline)` with the
+    /// instant of the next resend (`None`: nothing scheduled; wait for [`SendQueue::notified`]).
+    pub fn next(&self, now: Instant) -> Result<Outgoing, Option<Instant>> {
+        self.refill_deferred();
+        let mut s = self.state.lock().expect("poisoned");
+        // due resends
+        let mut earliest: Option<Instant> = None;
+        let mut due: Option<String> = None;
+        for (k, slot) in &s.slots {
+            if let Some(f) = &slot.inflight {
+                if f.deadline <= now {
+                    due = Some(k.clone());
+                    break;
+                }
+                earliest = Some(earliest.map_or(f.deadline, |e: Instant| e.min(f.deadline)));
+            }
+        }
+        if let Some(k) = due {
+            let slot = s.slots.get_mut(&k).expect("slot");
+            let f = slot.inflight.as_mut().expect("inflight");
+            f.attempts += 1;
+            f.deadline = now + self.backoff.delay(f.attempts);
+            return Ok(Outgoing { key: k, event: f.ev.clone(), attempt: f.attempts });
+        }
+        while let Some(k) = s.ready.pop_front() {
+            s.ready_set.remove(&k);
+            let Some(slot) = s.slots.get_mut(&k) else { continue };
+            if slot.inflight.is_some() {
+                continue;
+            }
+            let Some(mut ev) = slot.pending.pop_front() else { continue };
+            if slot.recent_ids.contains(&ev.event_id) {
+                // keep ACK matching unambiguous for a later event of the same object version
+                let seq = s.seq;
+                s.seq += 1;
+                ev.event_id = format!("{}.{}", ev.event_id, seq);
+            }
+            let slot = s.slots.get_mut(&k).expect("slot");
+            slot.inflight = Some(InFlight { ev: ev.clone(), attempts: 1, deadline: now + self.backoff.delay(1) });
+            s.pending -= 1;
+            s.inflight += 1;
+            drop(s);
+            self.notify.notify_one();
+            return Ok(Outgoing { key: k, event: ev, attempt: 1 });
+        }
+        Err(earliest)
+    }
+
+    /// Marks every in-flight event as due now (a new session resends pending events at once).
+    pub fn resend_all_now(&self) {
+        let now = Instant::now();
+        let mut s = self.state.lock().expect("poisoned");
+        for slot in s.slots.values_mut() {
+            if let Some(f) = &mut slot.inflight {
+                f.deadline = now;
+                // a reconnect is not a failed attempt: restart the backoff
+                f.attempts = 0;
+            }
+        }
+        drop(s);
+        self.notify.notify_one();
+    }
+
+    /// Handles an ACK (`processed`) or `error` answer for `event_id`.
+    pub fn answer(&self, resource_id: &str, event_id: &str) -> Answered {
+        let mut s = self.state.lock().expect("poisoned");
+        let key = s
+            .slots
+            .iter()
+            .find(|(_, slot)| {
+                slot.inflight
+                    .as_ref()
+                    .is_some_and(|f| f.ev.event_id == event_id && (resource_id.is_empty() || f.ev.resource_id == resource_id))
+            })
+            .map(|(k, _)| k.clone());
+        let Some(key) = key else { return Answered::Unknown };
+        let slot = s.slots.get_mut(&key).expect("slot");
+        let f = slot.inflight.take().expect("inflight");
+        slot.recent_ids.push_back(f.ev.event_id.clone());
+        if slot.recent_ids.len() > 4 {
+            slot.recent_ids.pop_front();
+        }
+        let has_pending = !slot.pending.is_empty();
+        if !has_pending {
+            s.slots.remove(&key);
+        } else if !s.ready_set.contains(&key) {
+            s.ready.push_back(key.clone());
+            s.ready_set.insert(key);
+        }
+        s.inflight -= 1;
+        drop(s);
+        self.notify.notify_one();
+        Answered::Acked(f.ev)
+    }
+
+    /// Drops whatever is queued or in flight for `key` that an `error` answered (not resendable).
+    fn refill_deferred(&self) {
+        let regen = self.regenerate.lock().expect("poisoned").clone();
+        let Some(regen) = regen else { return };
+        loop {
+            let key = {
+                let mut s = self.state.lock().expect("poisoned");
+                if s.pending >= self.capacity {
+                    return;
+                }
+                let Some(k) = s.deferred.pop_front() else { return };
+                s.deferred_set.remove(&k);
+                k
+            };
+            let events = regen(&key);
+            let mut s = self.state.lock().expect("poisoned");
+            for ev in events {
+                // may exceed capacity by the few events of one key: bounded by the key's event count
+                let slot = s.slots.entry(key.clone()).or_default();
+                if ev.ty == EventType::Delete {
+                    let n = slot.pending.len();
+                    slot.pending.clear();
+                    s.pending -= n;
+                }
+                let slot = s.slots.get_mut(&key).expect("slot");
+                slot.pending.push_back(ev);
+                let idle = slot.inflight.is_none();
+                s.pending += 1;
+                if idle && !s.ready_set.contains(&key) {
+                    s.ready.push_back(key.clone());
+                    s.ready_set.insert(key.clone());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Target;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn ev(ty: EventType, name: &str, rv: u64) -> Event {
+        Event::for_object(
+            "t",
+            ty,
+            Target::Application,
+            &json!({"metadata": {"name": name, "namespace": "n", "uid": "u", "resourceVersion": rv.to_string()}}),
+        )
+    }
+
+    fn q() -> SendQueue {
+        SendQueue::new(100, Backoff::default())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_in_flight_per_resource_and_ack_releases_next() {
+        let q = q();
+        q.push("a", ev(EventType::Create, "a", 1));
+        q.push("a", ev(EventType::SetOperation, "a", 1));
+        q.push("b", ev(EventType::Create, "b", 1));
+        let now = Instant::now();
+        let x = q.next(now).unwrap();
+        assert_eq!((x.key.as_str(), x.event.ty), ("a", EventType::Create));
+        let y = q.next(now).unwrap();
+        assert_eq!(y.key, "b", "a is blocked behind its in-flight create");
+        assert!(q.next(now).is_err());
+        assert!(matches!(q.answer(&x.event.resource_id, &x.event.event_id), Answered::Acked(_)));
+        let z = q.next(now).unwrap();
+        assert_eq!(z.event.ty, EventType::SetOperation);
+        assert_ne!(z.event.event_id, x.event.event_id, "same object version gets a distinct event id");
+        // the stale ACK of the first event does not ACK the second
+        assert_eq!(q.answer(&x.event.resource_id, &x.event.event_id), Answered::Unknown);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn superseded_updates_coalesce_and_delete_clears() {
+        let q = q();
+        q.push("a", ev(EventType::Create, "a", 1));
+        let now = Instant::now();
+        let _first = q.next(now).unwrap();
+        assert_eq!(q.push("a", ev(EventType::SpecUpdate, "a", 2)), Pushed::Queued);
+        assert_eq!(q.push("a", ev(EventType::SpecUpdate, "a", 3)), Pushed::Coalesced);
+        assert_eq!(q.push("a", ev(EventType::StatusUpdate, "a", 3)), Pushed::Queued);
+        assert_eq!(q.stats().pending, 2);
+        q.push("a", ev(EventType::Delete, "a", 4));
+        assert_eq!(q.stats().pending, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn resend_with_backoff_until_acked() {
+        let q = q();
+        q.push("a", ev(EventType::Create, "a", 1));
+        let t0 = Instant::now();
+        let x = q.next(t0).unwrap();
+        assert_eq!(q.next(t0).unwrap_err(), Some(t0 + Duration::from_secs(5)));
+        let r = q.next(t0 + Duration::from_secs(5)).unwrap();
+        assert_eq!((r.attempt, r.event.event_id.as_str()), (2, x.event.event_id.as_str()));
+        assert_eq!(q.next(t0 + Duration::from_secs(5)).unwrap_err(), Some(t0 + Duration::from_secs(25)));
+        assert_eq!(Backoff::default().delay(10), Duration::from_secs(120));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn full_queue_defers_and_regenerates_never_drops() {
+        let q = SendQueue::new(2, Backoff::default());
+        q.set_regenerate(Arc::new(|k: &str| vec![ev(EventType::SpecUpdate, k, 9)]));
+        assert_eq!(q.push("a", ev(EventType::Create, "a", 1)), Pushed::Queued);
+        assert_eq!(q.push("b", ev(EventType::Create, "b", 1)), Pushed::Queued);
+        assert_eq!(q.push("c", ev(EventType::Create, "c", 1)), Pushed::Deferred);
+        assert_eq!(q.stats().deferred, 1);
+        let now = Instant::now();
+        let mut sent = vec![];
+        while let Ok(o) = q.next(now) {
+            q.answer(&o.event.resource_id, &o.event.event_id);
+            sent.push(o.key);
+        }
+        assert_eq!(sent, vec!["a", "b", "c"]);
+        assert!(q.is_idle());
+    }
+
+    proptest! {
+        #[test]
+        fn queue_invariants(ops in proptest::collection::vec((0u8..4, 0u8..6, any::<bool>()), 1..200)) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+            rt.block_on(async {
+                let q = SendQueue::new(8, Backoff::default());
+                q.set_regenerate(Arc::new(|k: &str| vec![ev(EventType::SpecUpdate, k, 1000)]));
+                let mut inflight: HashMap<String, Event> = HashMap::new();
+                // last pushed kind per key, to check the final state reaches the receiver
+                let mut delivered_last: HashMap<String, EventType> = HashMap::new();
+                let now = Instant::now();
+                for (i, (key, op, ack)) in ops.into_iter().enumerate() {
+                    let key = format!("k{key}");
+                    let ty = [EventType::SpecUpdate, EventType::StatusUpdate, EventType::SetOperation, EventType::Delete, EventType::Create, EventType::SpecUpdate][op as usize];
+                    q.push(&key, ev(ty, &key, i as u64));
+                    if ack {
+                        while let Ok(o) = q.next(now) {
+                            prop_assert!(!inflight.contains_key(&o.key) || o.attempt > 1, "two in flight for one key");
+                            inflight.insert(o.key.clone(), o.event);
+                        }
+                        for (k, e) in inflight.drain() {
+                            prop_assert!(matches!(q.answer(&e.resource_id, &e.event_id), Answered::Acked(_)));
+                            delivered_last.insert(k, e.ty);
+                        }
+                    }
+                    let st = q.stats();
+                    prop_assert!(st.pending <= 8 + 1, "bounded");
+                }
+                // drain everything
+                loop {
+                    let mut progressed = false;
+                    while let Ok(o) = q.next(now) {
+                        inflight.insert(o.key.clone(), o.event);
+                        progressed = true;
+                    }
+                    for (_, e) in inflight.drain() {
+                        q.answer(&e.resource_id, &e.event_id);
+                        progressed = true;
+                    }
+                    if !progressed { break; }
+                }
+                prop_assert!(q.is_idle(), "everything delivered: {:?}", q.stats());
+                Ok(())
+            })?;
+        }
+    }
+}
