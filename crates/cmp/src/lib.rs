@@ -1,1 +1,379 @@
-//! placeholder
+//! `argocd-pull cmp`: an Argo CD Config Management Plugin that wraps an application's manifests
+//! in OCM `ManifestWork`s (one per target cluster) or a `ManifestWorkReplicaSet` (a Placement).
+//!
+//! The library is a pipeline of pure steps — [`source`] (discover and parse input) →
+//! [`manifest::prepare`] (validate, default namespaces, order) → [`plan`] (name and split works
+//! under a byte budget) → [`render`] (deterministic JSON documents) — plus [`install`] (what to
+//! apply to enable the plugin) and a thin [`cli`] layer. See the crate README for the design.
+
+pub mod cli;
+pub mod error;
+pub mod feedback;
+pub mod install;
+pub mod manifest;
+pub mod source;
+
+use std::path::PathBuf;
+
+use serde_json::{Map, Value, json};
+
+pub use error::{CmpError, Origin};
+use manifest::Manifest;
+use source::{DirectoryOptions, Document};
+
+/// Default per-work byte budget: 500 KiB of compact JSON, a third of etcd's default 1.5 MiB
+/// request limit (room for status, managed fields and server-side metadata).
+pub const DEFAULT_MAX_WORK_BYTES: usize = 500 * 1024;
+
+/// `apiVersion` of ManifestWork / ManifestWorkReplicaSet.
+pub const WORK_API_VERSION: &str = "work.open-cluster-management.io/v1";
+pub const REPLICASET_API_VERSION: &str = "work.open-cluster-management.io/v1alpha1";
+
+/// Hub Application identity (same keys the basic pull model uses).
+pub const ANNOTATION_HUB_APPLICATION_NAME: &str =
+    "apps.open-cluster-management.io/hub-application-name";
+pub const ANNOTATION_HUB_APPLICATION_NAMESPACE: &str =
+    "apps.open-cluster-management.io/hub-application-namespace";
+/// Marks generated works (`app.kubernetes.io/managed-by`).
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "argocd-pull-cmp";
+/// Per-resource Argo CD sync option: works are applied server-side (a client-side apply stores
+/// the whole object in an annotation, limited to 256 KiB — a large work could not be applied).
+pub const ANNOTATION_SYNC_OPTIONS: &str = "argocd.argoproj.io/sync-options";
+
+/// Where the manifests come from.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// A source directory (Argo CD runs the plugin in the application's source directory).
+    Directory {
+        path: PathBuf,
+        options: DirectoryOptions,
+    },
+    /// A rendered stream (e.g. `helm template` or `kustomize build` output), named in messages.
+    Stream { name: String, text: String },
+}
+
+/// Where the works go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// One ManifestWork per managed cluster, in the cluster's namespace.
+    Clusters(Vec<String>),
+    /// One ManifestWorkReplicaSet in the Placement's namespace.
+    Placement { namespace: String, name: String },
+}
+
+/// Everything `generate` needs besides the input.
+#[derive(Debug, Clone)]
+pub struct GenerateOptions {
+    /// Base name of the works (the Argo CD application name unless overridden).
+    pub work_name: String,
+    /// Hub Application name and namespace, recorded in annotations on every work.
+    pub app_name: String,
+    pub app_namespace: String,
+    pub target: Target,
+    /// Per-work budget in bytes of compact JSON.
+    pub max_work_bytes: usize,
+    /// Namespace given to namespaced manifests that have none.
+    pub default_namespace: Option<String>,
+    /// Print nothing (instead of failing) when the input holds no manifest.
+    pub allow_empty: bool,
+    /// Prefix for file names in messages (the app's source path in the repository).
+    pub display_prefix: Option<String>,
+}
+
+/// A planned set of works: the same parts go to every target namespace.
+#[derive(Debug)]
+pub struct Plan {
+    pub manifests: Vec<Manifest>,
+    /// Each part is a range into `manifests`.
+    pub parts: Vec<std::ops::Range<usize>>,
+    /// Per-manifest `manifestConfigs` entry.
+    pub configs: Vec<Option<Value>>,
+}
+
+/// Reads and parses the input into documents.
+pub fn read_input(input: &Input, display_prefix: Option<&str>) -> Result<Vec<Document>, CmpError> {
+    let mut docs = match input {
+        Input::Directory { path, options } => source::read_directory(path, options)?,
+        Input::Stream { name, text } => {
+            let mut docs = Vec::new();
+            source::parse_yaml_stream(name, text, &mut docs)?;
+            docs
+        }
+    };
+    if let (Some(prefix), Input::Directory { .. }) = (display_prefix, input) {
+        let prefix = prefix.trim_end_matches('/');
+        if !prefix.is_empty() && prefix != "." {
+            for d in &mut docs {
+                d.origin.file = format!("{prefix}/{}", d.origin.file);
+            }
+        }
+    }
+    Ok(docs)
+}
+
+/// The whole pipeline: returns the output text (empty only with `allow_empty`).
+pub fn generate(input: &Input, options: &GenerateOptions) -> Result<String, CmpError> {
+    validate_options(options)?;
+    let docs = read_input(input, options.display_prefix.as_deref())?;
+    let manifests = manifest::prepare(docs, options.default_namespace.as_deref())?;
+    if manifests.is_empty() {
+        if options.allow_empty {
+            return Ok(String::new());
+        }
+        let where_ = match input {
+            Input::Directory { path, options: d } => {
+                let mut s = format!(" in {}", path.display());
+                if !d.include.is_empty() {
+                    s.push_str(&format!(" (include: {})", d.include.join(",")));
+                }
+                if !d.exclude.is_empty() {
+                    s.push_str(&format!(" (exclude: {})", d.exclude.join(",")));
+                }
+                s
+            }
+            Input::Stream { name, .. } => format!(" in {name}"),
+        };
+        return Err(CmpError::NoManifests(format!(
+            "{where_}; set ARGOCD_ENV_ALLOW_EMPTY=true (--allow-empty) to print no work"
+        )));
+    }
+    let plan = plan(manifests, options)?;
+    Ok(render(&plan, options))
+}
+
+/// Checks a DNS-1123 subdomain (`max` ≤ 253) or, with `label`, a DNS-1123 label (≤ 63).
+pub fn check_dns1123(what: &str, value: &str, label: bool) -> Result<(), CmpError> {
+    let max = if label { 63 } else { 253 };
+    let part_ok = |p: &str| {
+        !p.is_empty()
+            && p.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !p.starts_with('-')
+            && !p.ends_with('-')
+    };
+    let ok = value.len() <= max
+        && if label {
+            part_ok(value)
+        } else {
+            value.split('.').all(part_ok)
+        };
+    if ok {
+        Ok(())
+    } else {
+        let kind = if label {
+            "DNS-1123 label"
+        } else {
+            "DNS-1123 subdomain"
+        };
+        Err(CmpError::Config(format!(
+            "{what} {value:?} is not a valid {kind} (lowercase letters, digits and '-'{}, at most {max} characters)",
+            if label { "" } else { " in '.'-separated parts" }
+        )))
+    }
+}
+
+fn validate_options(o: &GenerateOptions) -> Result<(), CmpError> {
+    check_dns1123("work name", &o.work_name, false)?;
+    match &o.target {
+        Target::Clusters(clusters) => {
+            if clusters.is_empty() {
+                return Err(CmpError::Config(
+                    "no target: set ARGOCD_ENV_TARGET_CLUSTER (comma-separated cluster names) or ARGOCD_ENV_PLACEMENT".into(),
+                ));
+            }
+            for c in clusters {
+                check_dns1123("target cluster", c, true)?;
+            }
+        }
+        Target::Placement { namespace, name } => {
+            check_dns1123("placement namespace", namespace, true)?;
+            check_dns1123("placement name", name, false)?;
+        }
+    }
+    if let Some(ns) = &o.default_namespace {
+        check_dns1123("default namespace", ns, true)?;
+    }
+    Ok(())
+}
+
+fn part_name(base: &str, index: usize) -> String {
+    if index == 0 {
+        base.to_string()
+    } else {
+        format!("{base}-part-{}", index + 1)
+    }
+}
+
+/// The work (or replica set) around the manifests, with an empty manifest list.
+fn envelope(options: &GenerateOptions, name: &str, namespace: &str, configs: Vec<Value>) -> Value {
+    let mut workload = Map::new();
+    workload.insert("manifests".into(), Value::Array(Vec::new()));
+    let mut work_spec = Map::new();
+    work_spec.insert("workload".into(), Value::Object(workload));
+    if !configs.is_empty() {
+        work_spec.insert("manifestConfigs".into(), Value::Array(configs));
+    }
+    let metadata = json!({
+        "name": name,
+        "namespace": namespace,
+        "labels": { LABEL_MANAGED_BY: MANAGED_BY },
+        "annotations": {
+            ANNOTATION_HUB_APPLICATION_NAME: options.app_name,
+            ANNOTATION_HUB_APPLICATION_NAMESPACE: options.app_namespace,
+            ANNOTATION_SYNC_OPTIONS: "ServerSideApply=true",
+        },
+    });
+    match &options.target {
+        Target::Clusters(_) => json!({
+            "apiVersion": WORK_API_VERSION,
+            "kind": "ManifestWork",
+            "metadata": metadata,
+            "spec": Value::Object(work_spec),
+        }),
+        Target::Placement {
+            name: placement, ..
+        } => json!({
+            "apiVersion": REPLICASET_API_VERSION,
+            "kind": "ManifestWorkReplicaSet",
+            "metadata": metadata,
+            "spec": {
+                "placementRefs": [{ "name": placement, "rolloutStrategy": { "type": "All" } }],
+                "manifestWorkTemplate": Value::Object(work_spec),
+            },
+        }),
+    }
+}
+
+fn target_namespaces(options: &GenerateOptions) -> Vec<String> {
+    match &options.target {
+        Target::Clusters(c) => {
+            let mut c = c.clone();
+            c.sort();
+            c.dedup();
+            c
+        }
+        Target::Placement { namespace, .. } => vec![namespace.clone()],
+    }
+}
+
+/// Assigns manifests to parts: greedy in the canonical order, a new part whenever the next
+/// manifest would push the work's compact JSON size over the budget.
+pub fn plan(manifests: Vec<Manifest>, options: &GenerateOptions) -> Result<Plan, CmpError> {
+    let budget = options.max_work_bytes;
+    let configs: Vec<Option<Value>> = manifests.iter().map(feedback::manifest_config).collect();
+    let longest_ns = target_namespaces(options)
+        .into_iter()
+        .max_by_key(String::len)
+        .unwrap_or_default();
+    // Upper bound of the envelope size: longest namespace, a part suffix, an empty config list.
+    let widest_name = format!("{}-part-{}", options.work_name, manifests.len().max(1));
+    check_dns1123("work name", &widest_name, false).map_err(|_| {
+        CmpError::Config(format!(
+            "work name {:?} is too long to add a part suffix (\"-part-N\"); set ARGOCD_ENV_WORK_NAME to a shorter name",
+            options.work_name
+        ))
+    })?;
+    let base = manifest::compact_len(&envelope(
+        options,
+        &widest_name,
+        &longest_ns,
+        vec![json!({})],
+    ));
+    if base >= budget {
+        return Err(CmpError::Config(format!(
+            "max work bytes {budget} is smaller than an empty work ({base} bytes)"
+        )));
+    }
+    let mut parts = Vec::new();
+    let mut start = 0;
+    let mut used = base;
+    for (i, m) in manifests.iter().enumerate() {
+        let cost = m.compact_len
+            + 1
+            + configs[i]
+                .as_ref()
+                .map_or(0, |c| manifest::compact_len(c) + 1);
+        if base + cost > budget {
+            return Err(CmpError::ObjectTooLarge {
+                origin: m.origin.clone(),
+                kind: m.kind.clone(),
+                name: m.name.clone(),
+                size: m.compact_len,
+                budget,
+            });
+        }
+        if used + cost > budget && i > start {
+            parts.push(start..i);
+            start = i;
+            used = base;
+        }
+        used += cost;
+    }
+    parts.push(start..manifests.len());
+    Ok(Plan {
+        manifests,
+        parts,
+        configs,
+    })
+}
+
+const MARKER: &str = "\u{1}argocd-pull-manifests\u{1}";
+
+/// Renders the plan: pretty JSON documents separated by `---` lines, per target namespace
+/// (sorted) then per part. Byte-identical for identical input.
+pub fn render(plan: &Plan, options: &GenerateOptions) -> String {
+    let total: usize = plan.manifests.iter().map(|m| m.pretty.len() + 64).sum();
+    let namespaces = target_namespaces(options);
+    let mut out = String::with_capacity(total * namespaces.len() + 4096);
+    let marker_json = serde_json::to_string(MARKER).expect("string serializes");
+    let mut first = true;
+    for ns in &namespaces {
+        for (index, range) in plan.parts.iter().enumerate() {
+            let configs: Vec<Value> = plan.configs[range.clone()]
+                .iter()
+                .flatten()
+                .cloned()
+                .collect();
+            let mut env = envelope(options, &part_name(&options.work_name, index), ns, configs);
+            let manifests_slot = match &options.target {
+                Target::Clusters(_) => env.pointer_mut("/spec/workload/manifests"),
+                Target::Placement { .. } => {
+                    env.pointer_mut("/spec/manifestWorkTemplate/workload/manifests")
+                }
+            };
+            *manifests_slot.expect("envelope has a manifest list") = Value::String(MARKER.into());
+            let text = serde_json::to_string_pretty(&env).expect("JSON value serializes");
+            let needle = format!("\"manifests\": {marker_json}");
+            let at = text.find(&needle).expect("marker is rendered");
+            let line_start = text[..at].rfind('\n').map_or(0, |p| p + 1);
+            let indent = &text[line_start..at];
+            let item_indent = format!("{indent}  ");
+            if !first {
+                out.push_str("---\n");
+            }
+            first = false;
+            out.push_str(&text[..at]);
+            out.push_str("\"manifests\": [\n");
+            for (k, m) in plan.manifests[range.clone()].iter().enumerate() {
+                if k > 0 {
+                    out.push_str(",\n");
+                }
+                out.push_str(&item_indent);
+                let mut rest = m.pretty.as_str();
+                while let Some(p) = rest.find('\n') {
+                    out.push_str(&rest[..=p]);
+                    out.push_str(&item_indent);
+                    rest = &rest[p + 1..];
+                }
+                out.push_str(rest);
+            }
+            out.push('\n');
+            out.push_str(indent);
+            out.push(']');
+            out.push_str(&text[at + needle.len()..]);
+            out.push('\n');
+        }
+    }
+    out
+}

@@ -1,0 +1,360 @@
+//! Validation of parsed documents, resource identity, namespace defaulting and the stable
+//! order in which manifests are placed into works.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::Value;
+
+use crate::error::{CmpError, Origin};
+use crate::source::Document;
+
+/// A validated manifest, already serialized (the parsed tree is dropped to keep memory low).
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    pub origin: Origin,
+    pub api_version: String,
+    /// API group (`""` for the core group).
+    pub group: String,
+    pub kind: String,
+    pub name: String,
+    /// `metadata.namespace` after defaulting, if any.
+    pub namespace: Option<String>,
+    /// `argocd.argoproj.io/sync-wave` (0 when absent).
+    pub wave: i64,
+    /// Pretty JSON (2-space indent, no trailing newline) at nesting depth 0.
+    pub pretty: String,
+    /// Length of the compact JSON serialization (what the API server stores).
+    pub compact_len: usize,
+}
+
+impl Manifest {
+    /// `group/kind namespace/name`, for messages.
+    pub fn identity(&self) -> String {
+        let gk = if self.group.is_empty() {
+            self.kind.clone()
+        } else {
+            format!("{}.{}", self.kind, self.group)
+        };
+        match &self.namespace {
+            Some(ns) => format!("{gk} {ns}/{}", self.name),
+            None => format!("{gk} {}", self.name),
+        }
+    }
+}
+
+/// Apply order of well-known kinds: Argo CD's (gitops-engine) kind order, which is Helm's
+/// install order. Unknown kinds (custom resources, webhooks) come after all of these.
+const KIND_ORDER: &[&str] = &[
+    "Namespace",
+    "NetworkPolicy",
+    "ResourceQuota",
+    "LimitRange",
+    "PodSecurityPolicy",
+    "PodDisruptionBudget",
+    "ServiceAccount",
+    "Secret",
+    "SecretList",
+    "ConfigMap",
+    "StorageClass",
+    "PersistentVolume",
+    "PersistentVolumeClaim",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleList",
+    "ClusterRoleBinding",
+    "ClusterRoleBindingList",
+    "Role",
+    "RoleList",
+    "RoleBinding",
+    "RoleBindingList",
+    "Service",
+    "DaemonSet",
+    "Pod",
+    "ReplicationController",
+    "ReplicaSet",
+    "Deployment",
+    "HorizontalPodAutoscaler",
+    "StatefulSet",
+    "Job",
+    "CronJob",
+    "IngressClass",
+    "Ingress",
+    "APIService",
+];
+
+fn kind_rank(kind: &str) -> usize {
+    KIND_ORDER
+        .iter()
+        .position(|k| *k == kind)
+        .unwrap_or(KIND_ORDER.len())
+}
+
+/// Built-in cluster-scoped kinds (group, kind); never given a default namespace.
+const CLUSTER_SCOPED: &[(&str, &str)] = &[
+    ("", "Namespace"),
+    ("", "Node"),
+    ("", "PersistentVolume"),
+    ("", "ComponentStatus"),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"),
+    ("apiregistration.k8s.io", "APIService"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("storage.k8s.io", "StorageClass"),
+    ("storage.k8s.io", "CSIDriver"),
+    ("storage.k8s.io", "CSINode"),
+    ("storage.k8s.io", "VolumeAttachment"),
+    ("storage.k8s.io", "VolumeAttributesClass"),
+    ("scheduling.k8s.io", "PriorityClass"),
+    ("networking.k8s.io", "IngressClass"),
+    ("networking.k8s.io", "IPAddress"),
+    ("networking.k8s.io", "ServiceCIDR"),
+    ("node.k8s.io", "RuntimeClass"),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingWebhookConfiguration",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+    ),
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingAdmissionPolicyBinding",
+    ),
+    ("admissionregistration.k8s.io", "MutatingAdmissionPolicy"),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingAdmissionPolicyBinding",
+    ),
+    ("certificates.k8s.io", "CertificateSigningRequest"),
+    ("certificates.k8s.io", "ClusterTrustBundle"),
+    ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
+    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
+    ("resource.k8s.io", "DeviceClass"),
+];
+
+/// API group of an `apiVersion` (`apps/v1` → `apps`, `v1` → ``).
+pub fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+fn required_str<'a>(value: &'a Value, field: &str, origin: &Origin) -> Result<&'a str, CmpError> {
+    match value.get(field) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s),
+        Some(Value::String(_)) | None | Some(Value::Null) => Err(CmpError::InvalidManifest {
+            origin: origin.clone(),
+            message: format!("missing {field}"),
+        }),
+        Some(other) => Err(CmpError::InvalidManifest {
+            origin: origin.clone(),
+            message: format!("{field} must be a string, found {}", type_name(other)),
+        }),
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+/// Validates documents and turns them into [`Manifest`]s, in canonical order:
+/// sync wave, then kind order, then kind, group, namespace, name. Duplicates are errors.
+pub fn prepare(
+    docs: Vec<Document>,
+    default_namespace: Option<&str>,
+) -> Result<Vec<Manifest>, CmpError> {
+    // Kinds declared cluster-scoped by CRDs in the input.
+    let mut crd_cluster_scoped: HashSet<(String, String)> = HashSet::new();
+    for doc in &docs {
+        let v = &doc.value;
+        if v.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition")
+            && v.pointer("/spec/scope").and_then(Value::as_str) == Some("Cluster")
+        {
+            if let (Some(g), Some(k)) = (
+                v.pointer("/spec/group").and_then(Value::as_str),
+                v.pointer("/spec/names/kind").and_then(Value::as_str),
+            ) {
+                crd_cluster_scoped.insert((g.to_string(), k.to_string()));
+            }
+        }
+    }
+
+    let mut out = Vec::with_capacity(docs.len());
+    for doc in docs {
+        let Document { origin, mut value } = doc;
+        if !value.is_object() {
+            return Err(CmpError::InvalidManifest {
+                origin,
+                message: format!("a manifest must be a mapping, found {}", type_name(&value)),
+            });
+        }
+        let api_version = required_str(&value, "apiVersion", &origin)?.to_string();
+        let kind = required_str(&value, "kind", &origin)?.to_string();
+        let metadata = match value.get("metadata") {
+            Some(m @ Value::Object(_)) => m,
+            None | Some(Value::Null) => {
+                return Err(CmpError::InvalidManifest {
+                    origin,
+                    message: "missing metadata.name".into(),
+                });
+            }
+            Some(other) => {
+                return Err(CmpError::InvalidManifest {
+                    origin,
+                    message: format!("metadata must be a mapping, found {}", type_name(other)),
+                });
+            }
+        };
+        let name = match metadata.get("name") {
+            Some(Value::String(s)) if !s.is_empty() => s.clone(),
+            Some(Value::String(_)) | None | Some(Value::Null) => {
+                return Err(CmpError::InvalidManifest {
+                    origin,
+                    message: "missing metadata.name".into(),
+                });
+            }
+            Some(other) => {
+                return Err(CmpError::InvalidManifest {
+                    origin,
+                    message: format!("metadata.name must be a string, found {}", type_name(other)),
+                });
+            }
+        };
+        let mut namespace = match metadata.get("namespace") {
+            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+            Some(Value::String(_)) | None | Some(Value::Null) => None,
+            Some(other) => {
+                return Err(CmpError::InvalidManifest {
+                    origin,
+                    message: format!(
+                        "metadata.namespace must be a string, found {}",
+                        type_name(other)
+                    ),
+                });
+            }
+        };
+        let wave = match metadata.pointer("/annotations/argocd.argoproj.io~1sync-wave") {
+            None | Some(Value::Null) => 0,
+            Some(Value::String(s)) => s.trim().parse::<i64>().map_err(|_| {
+                CmpError::InvalidManifest {
+                    origin: origin.clone(),
+                    message: format!(
+                        "annotation argocd.argoproj.io/sync-wave must be an integer, found {s:?}"
+                    ),
+                }
+            })?,
+            Some(other) => {
+                return Err(CmpError::InvalidManifest {
+                    origin,
+                    message: format!(
+                        "annotation argocd.argoproj.io/sync-wave must be a string, found {}",
+                        type_name(other)
+                    ),
+                });
+            }
+        };
+        let group = group_of(&api_version).to_string();
+        if namespace.is_none() {
+            if let Some(ns) = default_namespace {
+                let cluster_scoped = CLUSTER_SCOPED
+                    .iter()
+                    .any(|(g, k)| *g == group && *k == kind)
+                    || crd_cluster_scoped.contains(&(group.clone(), kind.clone()));
+                if !cluster_scoped {
+                    if let Some(Value::Object(m)) = value.get_mut("metadata") {
+                        m.insert("namespace".into(), Value::String(ns.to_string()));
+                    }
+                    namespace = Some(ns.to_string());
+                }
+            }
+        }
+        let compact_len = compact_len(&value);
+        let pretty = serde_json::to_string_pretty(&value).expect("a JSON value always serializes");
+        out.push(Manifest {
+            origin,
+            api_version,
+            group,
+            kind,
+            name,
+            namespace,
+            wave,
+            pretty,
+            compact_len,
+        });
+    }
+
+    out.sort_by(|a, b| {
+        (
+            a.wave,
+            kind_rank(&a.kind),
+            &a.kind,
+            &a.group,
+            &a.namespace,
+            &a.name,
+        )
+            .cmp(&(
+                b.wave,
+                kind_rank(&b.kind),
+                &b.kind,
+                &b.group,
+                &b.namespace,
+                &b.name,
+            ))
+    });
+    let mut seen: HashMap<(&str, &str, Option<&str>, &str), usize> =
+        HashMap::with_capacity(out.len());
+    for (i, m) in out.iter().enumerate() {
+        let key = (
+            m.group.as_str(),
+            m.kind.as_str(),
+            m.namespace.as_deref(),
+            m.name.as_str(),
+        );
+        if let Some(&j) = seen.get(&key) {
+            let (first, second) = if out[j].origin_key() <= m.origin_key() {
+                (j, i)
+            } else {
+                (i, j)
+            };
+            return Err(CmpError::Duplicate {
+                identity: m.identity(),
+                first: out[first].origin.clone(),
+                second: out[second].origin.clone(),
+            });
+        }
+        seen.insert(key, i);
+    }
+    Ok(out)
+}
+
+impl Manifest {
+    fn origin_key(&self) -> (&str, usize) {
+        (&self.origin.file, self.origin.document)
+    }
+}
+
+struct Counter(usize);
+
+impl std::io::Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Bytes of the compact JSON serialization of `value`.
+pub fn compact_len(value: &Value) -> usize {
+    let mut counter = Counter(0);
+    serde_json::to_writer(&mut counter, value).expect("a JSON value always serializes");
+    counter.0
+}
