@@ -1,1 +1,27 @@
-//! placeholder
+//! Pure domain rules of the basic pull model: no I/O, no clock, no Kubernetes client.
+//!
+//! Given the hub objects, these functions say what should exist:
+//!
+//! * [`select`] — is an Application propagated, and to which cluster;
+//! * [`work`] — the ManifestWork for an Application (name, labels, annotations, payload,
+//!   `manifestConfigs`, optional ACM extras), whether an existing work differs, and the merge patch
+//!   that brings it in line;
+//! * [`status`] — the hub Application status patch computed from ManifestWork feedback;
+//! * [`sweep`] — which pull-labelled ManifestWorks are orphaned;
+//! * [`json`] — JSON helpers (RFC 7386 merge-patch diff).
+//!
+//! The behaviour is specified in `spec/basic-pull-model.md`; every rule has a table-driven test.
+
+pub mod json;
+pub mod select;
+pub mod status;
+pub mod sweep;
+pub mod work;
+
+pub use select::{is_pull_labelled, selected_cluster};
+pub use status::{FeedbackValues, StatusPlan, application_identifier, status_patch};
+pub use sweep::{HubAppRef, hub_app_ref, is_orphan};
+pub use work::{
+    DEFAULT_FEEDBACK_PATHS, WorkError, WorkOptions, appset_hash, desired_work, payload,
+    payload_namespace, work_differs, work_name, work_update_patch,
+};

@@ -1,1 +1,32 @@
-//! placeholder
+//! Shared operability for argocd-pull's long-running commands (controller, principal, agent).
+//!
+//! * [`logging::init`] — `tracing` to stderr, text or JSON, filtered by `RUST_LOG`;
+//! * [`metrics::Registry`] — a `prometheus-client` registry to register metrics into;
+//! * [`admin::serve`] — an axum server with `/metrics`, `/healthz` and `/readyz`;
+//!   [`admin::Readiness`] is flipped by the component once it is ready (e.g. after its first
+//!   full list);
+//! * [`shutdown::on_signal`] — a `CancellationToken` cancelled on SIGTERM or Ctrl-C;
+//! * [`leader`] — leader election on a `coordination.k8s.io/v1` Lease (kube-lease-manager).
+//!
+//! A typical `main`:
+//!
+//! ```no_run
+//! # async fn run() -> anyhow::Result<()> {
+//! use argocd_pull_ops::{admin, logging, shutdown};
+//! logging::init(logging::LogFormat::Text)?;
+//! let token = shutdown::on_signal();
+//! let mut registry = argocd_pull_ops::metrics::Registry::default();
+//! let ready = admin::Readiness::default();
+//! let server = admin::serve("0.0.0.0:8080".parse()?, registry.into(), ready.clone(), token.clone());
+//! // … start the component, call ready.set(true) once it has listed everything …
+//! server.await?;
+//! # Ok(()) }
+//! ```
+
+pub mod admin;
+pub mod leader;
+pub mod logging;
+pub mod metrics;
+pub mod shutdown;
+
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,151 @@
+//! Which pull-labelled ManifestWorks no longer have a reason to exist.
+
+use argocd_pull_api::argocd::Application;
+use argocd_pull_api::names::{
+    ANNOTATION_HUB_APPLICATION_NAME, ANNOTATION_HUB_APPLICATION_NAMESPACE,
+};
+use argocd_pull_api::ocm::work::ManifestWork;
+
+use crate::select::{is_pull_labelled, selected_cluster};
+use crate::work::work_name;
+
+/// The hub Application a work was made for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HubAppRef<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+}
+
+/// The hub Application named by a pull-labelled work's two annotations (`None` when the work is not
+/// pull-labelled or either annotation is missing or empty: such a work is not ours).
+pub fn hub_app_ref(work: &ManifestWork) -> Option<HubAppRef<'_>> {
+    if !is_pull_labelled(work.metadata.labels.as_ref()) {
+        return None;
+    }
+    let ann = work.metadata.annotations.as_ref()?;
+    let namespace = ann.get(ANNOTATION_HUB_APPLICATION_NAMESPACE)?;
+    let name = ann.get(ANNOTATION_HUB_APPLICATION_NAME)?;
+    if namespace.is_empty() || name.is_empty() {
+        return None;
+    }
+    Some(HubAppRef { namespace, name })
+}
+
+/// Whether `work` should be deleted, given the hub Application its annotations name (`app`, `None`
+/// when it does not exist):
+///
+/// * not ours (no pull label or annotations) or already being deleted → no;
+/// * the Application is gone, or no longer selected → yes;
+/// * the Application now targets another cluster, or was re-created (another uid, so another work
+///   name) → yes, this work is stale;
+/// * otherwise no.
+pub fn is_orphan(work: &ManifestWork, app: Option<&Application>) -> bool {
+    if hub_app_ref(work).is_none() || work.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let Some(app) = app else { return true };
+    let Some(cluster) = selected_cluster(app) else {
+        return true;
+    };
+    let (Some(name), Some(uid)) = (app.metadata.name.as_deref(), app.metadata.uid.as_deref())
+    else {
+        return false;
+    };
+    work.metadata.namespace.as_deref() != Some(cluster)
+        || work.metadata.name.as_deref() != Some(work_name(name, uid).as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use argocd_pull_api::names::{ANNOTATION_OCM_MANAGED_CLUSTER, LABEL_PULL_TO_OCM};
+    use serde_json::json;
+
+    fn work(ns: &str, name: &str, labelled: bool, annotated: bool, deleting: bool) -> ManifestWork {
+        let mut meta = json!({"name": name, "namespace": ns});
+        if labelled {
+            meta["labels"] = json!({LABEL_PULL_TO_OCM: "true"});
+        }
+        if annotated {
+            meta["annotations"] = json!({
+                ANNOTATION_HUB_APPLICATION_NAMESPACE: "argocd",
+                ANNOTATION_HUB_APPLICATION_NAME: "app1",
+            });
+        }
+        if deleting {
+            meta["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+            "metadata": meta, "spec": {}
+        }))
+        .unwrap()
+    }
+
+    fn app(label: &str, cluster: &str, uid: &str) -> Application {
+        serde_json::from_value(json!({"metadata": {
+            "name": "app1", "namespace": "argocd", "uid": uid,
+            "labels": {LABEL_PULL_TO_OCM: label},
+            "annotations": {ANNOTATION_OCM_MANAGED_CLUSTER: cluster}
+        }}))
+        .unwrap()
+    }
+
+    #[test]
+    fn orphan_table() {
+        let live = app("true", "c1", "abcdefgh");
+        let cases = [
+            (
+                "current work",
+                work("c1", "app1-abcde", true, true, false),
+                Some(live.clone()),
+                false,
+            ),
+            (
+                "app gone",
+                work("c1", "app1-abcde", true, true, false),
+                None,
+                true,
+            ),
+            (
+                "app unselected",
+                work("c1", "app1-abcde", true, true, false),
+                Some(app("false", "c1", "abcdefgh")),
+                true,
+            ),
+            (
+                "app moved cluster",
+                work("c1", "app1-abcde", true, true, false),
+                Some(app("true", "c2", "abcdefgh")),
+                true,
+            ),
+            (
+                "app re-created",
+                work("c1", "app1-abcde", true, true, false),
+                Some(app("true", "c1", "zzzzzzz")),
+                true,
+            ),
+            (
+                "not pull-labelled",
+                work("c1", "app1-abcde", false, true, false),
+                None,
+                false,
+            ),
+            (
+                "not annotated",
+                work("c1", "app1-abcde", true, false, false),
+                None,
+                false,
+            ),
+            (
+                "already deleting",
+                work("c1", "app1-abcde", true, true, true),
+                None,
+                false,
+            ),
+        ];
+        for (name, w, a, want) in cases {
+            assert_eq!(is_orphan(&w, a.as_ref()), want, "{name}");
+        }
+    }
+}

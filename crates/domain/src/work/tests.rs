@@ -1,0 +1,521 @@
+use super::*;
+use serde_json::json;
+
+fn app(v: Value) -> Application {
+    serde_json::from_value(v).unwrap()
+}
+
+fn base() -> Value {
+    json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Application",
+        "metadata": {
+            "name": "app1",
+            "namespace": "argocd",
+            "uid": "abcdefghijk",
+            "resourceVersion": "42",
+            "generation": 3,
+            "creationTimestamp": "2024-01-01T00:00:00Z",
+            "managedFields": [{"manager": "kubectl", "operation": "Update"}],
+            "labels": {LABEL_PULL_TO_OCM: "true", "team": "a"},
+            "annotations": {
+                ANNOTATION_OCM_MANAGED_CLUSTER: "cluster1",
+                ANNOTATION_SKIP_RECONCILE: "true",
+                ANNOTATION_LAST_APPLIED: "{\"leak\": true}",
+                "note": "kept"
+            },
+            "finalizers": ["resources-finalizer.argocd.argoproj.io"]
+        },
+        "spec": {
+            "project": "default",
+            "destination": {"server": "https://hub.example:6443", "namespace": "guestbook"},
+            "source": {"repoURL": "https://github.com/argoproj/argocd-example-apps", "path": "guestbook"},
+            "syncPolicy": {"automated": {"prune": true}}
+        },
+        "status": {"health": {"status": "Healthy"}}
+    })
+}
+
+#[test]
+fn work_name_table() {
+    for (name, uid, want) in [
+        ("app1", "abcdefghijk", "app1-abcde"),
+        ("app1", "abc", "app1-abc"),
+        ("x", "0123456789", "x-01234"),
+    ] {
+        assert_eq!(work_name(name, uid), want);
+    }
+}
+
+#[test]
+fn payload_namespace_precedence() {
+    let cases = [
+        (Some("spoke-ns"), Some("hub-ns"), "spoke-ns"),
+        (Some(""), Some("hub-ns"), "hub-ns"),
+        (None, Some("hub-ns"), "hub-ns"),
+        (None, None, "argocd"),
+        (Some(""), Some(""), "argocd"),
+    ];
+    for (annotation, namespace, want) in cases {
+        let mut a = app(base());
+        a.metadata.namespace = namespace.map(Into::into);
+        if let Some(ns) = annotation {
+            a.metadata.annotations.as_mut().unwrap().insert(
+                ANNOTATION_OCM_MANAGED_CLUSTER_APP_NAMESPACE.into(),
+                ns.into(),
+            );
+        }
+        assert_eq!(payload_namespace(&a), want, "{annotation:?} {namespace:?}");
+    }
+}
+
+#[test]
+fn desired_work_shape() {
+    let w = desired_work(&app(base()), &WorkOptions::default()).unwrap();
+    let got = serde_json::to_value(&w).unwrap();
+    let want = json!({
+        "apiVersion": "work.open-cluster-management.io/v1",
+        "kind": "ManifestWork",
+        "metadata": {
+            "name": "app1-abcde",
+            "namespace": "cluster1",
+            "labels": {LABEL_PULL_TO_OCM: "true"},
+            "annotations": {
+                ANNOTATION_HUB_APPLICATION_NAME: "app1",
+                ANNOTATION_HUB_APPLICATION_NAMESPACE: "argocd"
+            }
+        },
+        "spec": {
+            "workload": {"manifests": [{
+                "apiVersion": "argoproj.io/v1alpha1",
+                "kind": "Application",
+                "metadata": {
+                    "name": "app1",
+                    "namespace": "argocd",
+                    "labels": {"team": "a"},
+                    "annotations": {"note": "kept"},
+                    "finalizers": ["resources-finalizer.argocd.argoproj.io"]
+                },
+                "spec": {
+                    "destination": {"server": IN_CLUSTER_SERVER, "name": "", "namespace": "guestbook"},
+                    "project": "default",
+                    "source": {"repoURL": "https://github.com/argoproj/argocd-example-apps", "path": "guestbook"},
+                    "syncPolicy": {"automated": {"prune": true}}
+                }
+            }]},
+            "manifestConfigs": [{
+                "resourceIdentifier": {"group": "argoproj.io", "resource": "applications", "namespace": "argocd", "name": "app1"},
+                "feedbackRules": [{"type": "JSONPaths", "jsonPaths": [
+                    {"name": "healthStatus", "path": ".status.health.status"},
+                    {"name": "syncStatus", "path": ".status.sync.status"},
+                    {"name": "operationStateStartedAt", "path": ".status.operationState.startedAt"},
+                    {"name": "operationStatePhase", "path": ".status.operationState.phase"},
+                    {"name": "syncRevision", "path": ".status.sync.revision"}
+                ]}],
+                "updateStrategy": {"type": "ServerSideApply", "serverSideApply": {
+                    "force": true,
+                    "fieldManager": "work-agent",
+                    "ignoreFields": [{"condition": "OnSpokeChange", "jsonPaths": [
+                        ".operation",
+                        ".metadata.annotations[\"argocd.argoproj.io/refresh\"]"
+                    ]}]
+                }},
+                "feedbackScrapeType": "Poll"
+            }]
+        }
+    });
+    assert_eq!(got, want);
+}
+
+#[test]
+fn appset_owned_application() {
+    let mut v = base();
+    v["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet", "name": "guestbook-set", "uid": "u1"
+    }]);
+    let w = desired_work(&app(v), &WorkOptions::default()).unwrap();
+    let labels = w.metadata.labels.as_ref().unwrap();
+    assert_eq!(labels[LABEL_APPLICATION_SET], "true");
+    assert_eq!(
+        labels[LABEL_APPLICATION_SET_HASH],
+        appset_hash("argocd", "guestbook-set")
+    );
+    assert_eq!(
+        w.metadata.annotations.as_ref().unwrap()[HOSTING_APPLICATIONSET],
+        "argocd/guestbook-set"
+    );
+    let payload = &w.spec.workload.manifests[0];
+    assert_eq!(
+        payload["metadata"]["labels"],
+        json!({LABEL_APPLICATION_SET: "true", "team": "a"})
+    );
+    assert_eq!(
+        payload["metadata"]["annotations"],
+        json!({HOSTING_APPLICATIONSET: "argocd/guestbook-set", "note": "kept"})
+    );
+    assert!(payload["metadata"].get("ownerReferences").is_none());
+}
+
+#[test]
+fn appset_hash_is_sha1_of_namespace_and_name() {
+    // sha1("argocd/guestbook-set")
+    assert_eq!(appset_hash("argocd", "guestbook-set").len(), 40);
+    assert_eq!(
+        appset_hash("a", "b"),
+        "3ec69c85a4ff96830024afeef2d4e512181c8f7b"
+    );
+    assert_ne!(appset_hash("a", "b"), appset_hash("a", "c"));
+}
+
+#[test]
+fn payload_drops_server_fields_and_status() {
+    let p = payload(&app(base()));
+    let meta = p["metadata"].as_object().unwrap();
+    let keys: Vec<&str> = meta.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        ["name", "namespace", "labels", "annotations", "finalizers"]
+    );
+    let top: Vec<&str> = p.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(top, ["apiVersion", "kind", "metadata", "spec"]);
+}
+
+#[test]
+fn payload_annotation_filtering_table() {
+    let stripped = [
+        ANNOTATION_OCM_MANAGED_CLUSTER,
+        ANNOTATION_OCM_MANAGED_CLUSTER_APP_NAMESPACE,
+        ANNOTATION_SKIP_RECONCILE,
+        ANNOTATION_DESTINATION_NAME,
+        ANNOTATION_DESTINATION_SERVER,
+        ANNOTATION_LAST_APPLIED,
+    ];
+    for key in stripped {
+        let mut v = base();
+        v["metadata"]["annotations"][key] = json!("x");
+        let p = payload(&app(v));
+        assert!(
+            p["metadata"]["annotations"].get(key).is_none(),
+            "{key} leaked"
+        );
+    }
+    for key in [
+        ANNOTATION_REFRESH,
+        "example.com/other",
+        HOSTING_APPLICATIONSET,
+    ] {
+        let mut v = base();
+        v["metadata"]["annotations"][key] = json!("x");
+        let p = payload(&app(v));
+        assert_eq!(p["metadata"]["annotations"][key], "x", "{key} dropped");
+    }
+    // the pull label is the only label removed
+    let p = payload(&app(base()));
+    assert_eq!(p["metadata"]["labels"], json!({"team": "a"}));
+}
+
+#[test]
+fn payload_without_labels_annotations_or_finalizers_omits_them() {
+    let a = app(json!({
+        "metadata": {"name": "a", "namespace": "argocd", "uid": "u",
+            "labels": {LABEL_PULL_TO_OCM: "true"},
+            "annotations": {ANNOTATION_OCM_MANAGED_CLUSTER: "c"}},
+        "spec": {}
+    }));
+    let p = payload(&a);
+    assert_eq!(p["metadata"], json!({"name": "a", "namespace": "argocd"}));
+}
+
+#[test]
+fn destination_rewrite_table() {
+    let cases = [
+        (None, None, json!({"name": "", "server": IN_CLUSTER_SERVER})),
+        (Some("spoke"), None, json!({"name": "spoke", "server": ""})),
+        (
+            None,
+            Some("https://x:6443"),
+            json!({"name": "", "server": "https://x:6443"}),
+        ),
+        (
+            Some("spoke"),
+            Some("https://x:6443"),
+            json!({"name": "spoke", "server": "https://x:6443"}),
+        ),
+        (
+            Some(""),
+            Some(""),
+            json!({"name": "", "server": IN_CLUSTER_SERVER}),
+        ),
+    ];
+    for (name, server, want) in cases {
+        let mut v = base();
+        v["spec"]["destination"]["name"] = json!("hub-name");
+        if let Some(n) = name {
+            v["metadata"]["annotations"][ANNOTATION_DESTINATION_NAME] = json!(n);
+        }
+        if let Some(s) = server {
+            v["metadata"]["annotations"][ANNOTATION_DESTINATION_SERVER] = json!(s);
+        }
+        let a = app(v);
+        let p = payload(&a);
+        let d = &p["spec"]["destination"];
+        assert_eq!(d["name"], want["name"], "{name:?} {server:?}");
+        assert_eq!(d["server"], want["server"], "{name:?} {server:?}");
+        assert_eq!(d["namespace"], "guestbook");
+        // the hub object is never modified
+        assert_eq!(
+            a.spec.destination.server.as_deref(),
+            Some("https://hub.example:6443")
+        );
+        assert_eq!(a.spec.destination.name.as_deref(), Some("hub-name"));
+    }
+}
+
+#[test]
+fn operation_is_copied() {
+    let mut v = base();
+    v["operation"] = json!({"sync": {"revision": "HEAD"}, "initiatedBy": {"username": "me"}});
+    let p = payload(&app(v));
+    assert_eq!(
+        p["operation"],
+        json!({"sync": {"revision": "HEAD"}, "initiatedBy": {"username": "me"}})
+    );
+}
+
+#[test]
+fn errors_name_what_is_missing() {
+    let mut v = base();
+    v["metadata"]["labels"][LABEL_PULL_TO_OCM] = json!("false");
+    assert_eq!(
+        desired_work(&app(v), &WorkOptions::default()).unwrap_err(),
+        WorkError::NotSelected
+    );
+    let mut v = base();
+    v["metadata"].as_object_mut().unwrap().remove("uid");
+    let err = desired_work(&app(v), &WorkOptions::default()).unwrap_err();
+    assert_eq!(err, WorkError::MissingUid("app1".into()));
+    assert!(err.to_string().contains("metadata.uid"));
+}
+
+#[test]
+fn extra_feedback_rules_are_appended() {
+    let opts = WorkOptions {
+        extra_feedback: vec![
+            JsonPath {
+                name: "conditions".into(),
+                path: ".status.conditions".into(),
+                version: None,
+            },
+            JsonPath {
+                name: "healthStatus".into(),
+                path: ".bogus".into(),
+                version: None,
+            },
+        ],
+        ..Default::default()
+    };
+    let w = desired_work(&app(base()), &opts).unwrap();
+    let paths = &w.spec.manifest_configs[0].feedback_rules[0].json_paths;
+    let names: Vec<&str> = paths.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "healthStatus",
+            "syncStatus",
+            "operationStateStartedAt",
+            "operationStatePhase",
+            "syncRevision",
+            "conditions"
+        ]
+    );
+    assert_eq!(paths[0].path, ".status.health.status");
+}
+
+#[test]
+fn acm_extras() {
+    let opts = WorkOptions {
+        acm_extras: true,
+        ..Default::default()
+    };
+    let w = desired_work(&app(base()), &opts).unwrap();
+    let kinds: Vec<&str> = w
+        .spec
+        .workload
+        .manifests
+        .iter()
+        .map(|m| m["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["Namespace", "AppProject", "Application"]);
+    assert_eq!(
+        w.spec.workload.manifests[0]["metadata"]["name"],
+        "guestbook"
+    );
+    assert_eq!(
+        w.spec.workload.manifests[1]["metadata"],
+        json!({"name": "default", "namespace": "argocd"})
+    );
+    let delete = serde_json::to_value(w.spec.delete_option.as_ref().unwrap()).unwrap();
+    assert_eq!(
+        delete,
+        json!({
+            "propagationPolicy": "SelectivelyOrphan",
+            "selectivelyOrphans": {"orphaningRules": [
+                {"resource": "namespaces", "name": "guestbook"},
+                {"group": "argoproj.io", "resource": "appprojects", "namespace": "argocd", "name": "default"}
+            ]}
+        })
+    );
+    // the feedback still targets the Application
+    assert_eq!(w.spec.manifest_configs.len(), 1);
+    assert_eq!(
+        w.spec.manifest_configs[0].resource_identifier.resource,
+        "applications"
+    );
+}
+
+fn stored(mut desired: ManifestWork) -> ManifestWork {
+    desired.metadata.resource_version = Some("7".into());
+    desired.metadata.uid = Some("w-uid".into());
+    desired.metadata.generation = Some(1);
+    desired
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("other.io/x".into(), "y".into());
+    desired
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("other.io/a".into(), "b".into());
+    desired.status = Some(Default::default());
+    desired
+}
+
+#[test]
+fn identical_work_does_not_differ() {
+    let d = desired_work(&app(base()), &WorkOptions::default()).unwrap();
+    let existing = stored(d.clone());
+    assert!(!work_differs(&existing, &d));
+    assert_eq!(work_update_patch(&existing, &d), None);
+}
+
+#[test]
+fn work_written_without_crd_defaults_does_not_differ() {
+    // e.g. made by the Go controller on an API server that did not apply schema defaults
+    let d = desired_work(&app(base()), &WorkOptions::default()).unwrap();
+    let mut existing = stored(d.clone());
+    let cfg = &mut existing.spec.manifest_configs[0];
+    cfg.feedback_scrape_type = None;
+    cfg.update_strategy
+        .as_mut()
+        .unwrap()
+        .server_side_apply
+        .as_mut()
+        .unwrap()
+        .field_manager = None;
+    assert!(!work_differs(&existing, &d));
+}
+
+#[test]
+fn differences_table() {
+    let d = desired_work(&app(base()), &WorkOptions::default()).unwrap();
+    type Mutate = fn(&mut ManifestWork);
+    let cases: Vec<(&str, Mutate, Value)> = vec![
+        (
+            "label missing",
+            |w| {
+                w.metadata
+                    .labels
+                    .as_mut()
+                    .unwrap()
+                    .remove(LABEL_PULL_TO_OCM);
+            },
+            json!({"metadata": {"labels": {LABEL_PULL_TO_OCM: "true"}}}),
+        ),
+        (
+            "annotation changed",
+            |w| {
+                w.metadata
+                    .annotations
+                    .as_mut()
+                    .unwrap()
+                    .insert(ANNOTATION_HUB_APPLICATION_NAME.into(), "x".into());
+            },
+            json!({"metadata": {"annotations": {ANNOTATION_HUB_APPLICATION_NAME: "app1"}}}),
+        ),
+        (
+            "payload changed",
+            |w| {
+                w.spec.workload.manifests[0]["spec"]["project"] = json!("other");
+            },
+            json!({"spec": {"workload": {"manifests": [payload(&app(base()))]}}}),
+        ),
+        (
+            "foreign delete option",
+            |w| {
+                w.spec.delete_option = Some(DeleteOption {
+                    propagation_policy: Some("Orphan".into()),
+                    ..Default::default()
+                });
+            },
+            json!({"spec": {"deleteOption": null}}),
+        ),
+        (
+            "refresh path lost (upstream HEAD)",
+            |w| {
+                w.spec.manifest_configs[0]
+                    .update_strategy
+                    .as_mut()
+                    .unwrap()
+                    .server_side_apply
+                    .as_mut()
+                    .unwrap()
+                    .ignore_fields[0]
+                    .json_paths
+                    .pop();
+            },
+            json!({"spec": {"manifestConfigs": serde_json::to_value(&desired_work(&app(base()), &WorkOptions::default()).unwrap().spec.manifest_configs).unwrap()}}),
+        ),
+    ];
+    for (name, mutate, want) in cases {
+        let mut existing = stored(d.clone());
+        mutate(&mut existing);
+        assert!(work_differs(&existing, &d), "{name}");
+        assert_eq!(work_update_patch(&existing, &d), Some(want), "{name}");
+    }
+}
+
+#[test]
+fn payload_key_order_does_not_matter() {
+    let d = desired_work(&app(base()), &WorkOptions::default()).unwrap();
+    let mut existing = stored(d.clone());
+    // as an API server might serialize it: keys sorted
+    let sorted: Value = serde_json::from_str(
+        &serde_json::to_string(
+            &serde_json::from_value::<std::collections::BTreeMap<String, Value>>(
+                existing.spec.workload.manifests[0].clone(),
+            )
+            .unwrap(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    existing.spec.workload.manifests[0] = sorted;
+    assert!(!work_differs(&existing, &d));
+}
+
+#[test]
+fn payload_identifier_matches_by_name() {
+    let d = desired_work(
+        &app(base()),
+        &WorkOptions {
+            acm_extras: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let id = payload_identifier(&d, "app1").unwrap();
+    assert_eq!(id, application_resource_identifier(&app(base())));
+}

@@ -1,0 +1,178 @@
+//! The admin HTTP server: `/metrics`, `/healthz`, `/readyz`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// A readiness flag: false until the component says it is ready (e.g. its caches are filled).
+#[derive(Clone, Debug)]
+pub struct Readiness {
+    tx: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Readiness {
+            tx: Arc::new(watch::channel(false).0),
+        }
+    }
+}
+
+impl Readiness {
+    pub fn set(&self, ready: bool) {
+        self.tx.send_replace(ready);
+    }
+    pub fn get(&self) -> bool {
+        *self.tx.borrow()
+    }
+    /// Resolves once the flag is true.
+    pub async fn wait(&self) {
+        let mut rx = self.tx.subscribe();
+        // the sender lives in `self`, so the channel cannot close while we wait
+        let _ = rx.wait_for(|r| *r).await;
+    }
+}
+
+#[derive(Clone)]
+struct AdminState {
+    registry: Arc<Registry>,
+    ready: Readiness,
+}
+
+/// The admin routes, to mount elsewhere or serve with [`serve`].
+pub fn router(registry: Arc<Registry>, ready: Readiness) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(AdminState { registry, ready })
+}
+
+async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        crate::metrics::render(&s.registry),
+    )
+}
+
+async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
+    if s.ready.get() {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}
+
+/// Binds `addr` and serves the admin routes until `shutdown` is cancelled.
+/// Returns the bound address (useful with port 0) and the server future.
+pub async fn bind(
+    addr: SocketAddr,
+    registry: Arc<Registry>,
+    ready: Readiness,
+    shutdown: CancellationToken,
+) -> anyhow::Result<(SocketAddr, impl Future<Output = anyhow::Result<()>>)> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot bind the admin server to {addr}: {e}"))?;
+    let local = listener.local_addr()?;
+    tracing::info!(addr = %local, "admin server (/metrics, /healthz, /readyz) listening");
+    let app = router(registry, ready);
+    let fut = async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await
+            .map_err(anyhow::Error::from)
+    };
+    Ok((local, fut))
+}
+
+/// Binds and serves the admin routes until `shutdown` is cancelled.
+pub async fn serve(
+    addr: SocketAddr,
+    registry: Arc<Registry>,
+    ready: Readiness,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let (_, fut) = bind(addr, registry, ready, shutdown).await?;
+    fut.await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use http_body_util::BodyExt;
+    use prometheus_client::metrics::counter::Counter;
+    use tower::ServiceExt;
+
+    async fn get(app: Router, path: &str) -> (StatusCode, String) {
+        let res = app
+            .oneshot(axum::http::Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = res.status();
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn readiness_flips_and_metrics_render() {
+        let mut registry = Registry::default();
+        let c = Counter::<u64>::default();
+        registry.register("things", "Things done", c.clone());
+        c.inc();
+        let ready = Readiness::default();
+        let app = router(Arc::new(registry), ready.clone());
+        assert_eq!(get(app.clone(), "/healthz").await.0, StatusCode::OK);
+        assert_eq!(
+            get(app.clone(), "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        ready.set(true);
+        ready.wait().await;
+        assert_eq!(get(app.clone(), "/readyz").await.0, StatusCode::OK);
+        let (status, body) = get(app, "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("things_total 1"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn server_stops_on_cancel() {
+        let token = CancellationToken::new();
+        let (addr, fut) = bind(
+            "127.0.0.1:0".parse().unwrap(),
+            Arc::new(Registry::default()),
+            Readiness::default(),
+            token.clone(),
+        )
+        .await
+        .unwrap();
+        let task = tokio::spawn(fut);
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = String::new();
+        stream.read_to_string(&mut buf).await.unwrap();
+        assert!(buf.starts_with("HTTP/1.1 200"), "{buf}");
+        token.cancel();
+        tokio::time::timeout(std::time::Duration::from_secs(5), task)
+            .await
+            .expect("server stops after cancel")
+            .unwrap()
+            .unwrap();
+    }
+}
