@@ -59,6 +59,22 @@ fn check_name(what: &str, v: &str) -> Result<(), crate::CmpError> {
     crate::check_dns1123(what, v, what.contains("namespace"))
 }
 
+fn parameter_title(p: &str) -> &'static str {
+    match p {
+        "target-cluster" => "Managed clusters (one ManifestWork each)",
+        "placement" => "Placement [namespace/]name (one ManifestWorkReplicaSet)",
+        "include" => "Include globs (comma-separated)",
+        "exclude" => "Exclude globs (comma-separated)",
+        "recurse" => "Read subdirectories (true/false)",
+        "max-work-bytes" => "Byte budget per work (e.g. 500Ki)",
+        "default-namespace" => "Namespace for manifests without one",
+        "work-name" => "Base name of the works (default: application name)",
+        "application-namespace" => "Namespace of the hub Application",
+        "allow-empty" => "Print no work when there is no manifest (true/false)",
+        _ => "",
+    }
+}
+
 fn plugin(a: &InstallArgs) -> String {
     let params: String = crate::cli::PARAMETERS
         .iter()
@@ -69,7 +85,7 @@ fn plugin(a: &InstallArgs) -> String {
             } else {
                 ""
             };
-            format!("- name: {p}{array}\n")
+            format!("- name: {p}\n  title: {}{array}\n", parameter_title(p))
         })
         .collect();
     format!(

@@ -243,7 +243,10 @@ fn yaml_error(e: &serde_saphyr::Error, line_offset: usize) -> String {
         snippets: serde_saphyr::SnippetMode::Off,
         line_offset: line_offset as u64,
     };
-    e.render_with_options(options).trim().to_string()
+    e.render_with_options(options)
+        .replace(", set DuplicateKeyPolicy in Options if acceptable", "")
+        .trim()
+        .to_string()
 }
 
 /// Parses a YAML (or JSON-as-YAML) stream; empty and comment-only documents are skipped.
@@ -277,7 +280,8 @@ pub fn parse_json_stream(file: &str, text: &str, out: &mut Vec<Document>) -> Res
     let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
     let mut index = 0;
     loop {
-        let offset = stream.byte_offset();
+        let rest = &text[stream.byte_offset()..];
+        let offset = text.len() - rest.trim_start().len();
         let line = text[..offset].matches('\n').count() + 1;
         let origin = Origin {
             file: file.to_string(),

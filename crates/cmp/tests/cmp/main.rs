@@ -1,0 +1,9 @@
+//! Integration tests of `argocd-pull cmp` (one test binary: see docs/dev/parallel-work.md).
+
+mod support;
+
+mod cli;
+mod errors;
+mod golden;
+mod real_cluster;
+mod split;
