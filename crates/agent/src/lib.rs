@@ -1,5 +1,59 @@
-//! Agent-based pull model: principal and agent over mTLS gRPC streams.
+//! Agent-based pull model: principal and agent over mTLS gRPC streams, wire-compatible with
+//! argoproj-labs/argocd-agent. See `README.md` for the design and every deviation from the peer.
+pub mod auth;
 pub mod checksum;
 pub mod event;
+pub mod metrics;
 pub mod proto;
 pub mod queue;
+pub mod session;
+pub mod store;
+pub mod tls;
+
+/// Agent mode of operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Mode {
+    /// The principal is the source of truth.
+    Managed,
+    /// The agent is the source of truth.
+    Autonomous,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Managed => "managed",
+            Mode::Autonomous => "autonomous",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "managed" => Some(Mode::Managed),
+            "autonomous" => Some(Mode::Autonomous),
+            _ => None,
+        }
+    }
+}
+
+pub mod agent;
+pub mod objects;
+pub mod principal;
+
+/// This implementation's protocol version (reported by `versionapi.Version`).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// Default largest event (encoded bytes).
+pub const DEFAULT_MAX_EVENT_SIZE: usize = 4 * 1024 * 1024;
+/// Default per-peer queue capacity (queued events; in flight not counted).
+pub const DEFAULT_QUEUE_CAPACITY: usize = 10_000;
+/// Default number of received events processed concurrently per stream.
+pub const DEFAULT_CONCURRENCY: usize = 64;
+
+/// Compatible versions: same major.minor (instead of the peer's exact match).
+pub fn version_compatible(other: &str) -> bool {
+    fn mm(v: &str) -> Option<(String, String)> {
+        let v = v.trim_start_matches('v');
+        let mut it = v.split('.');
+        Some((it.next()?.to_string(), it.next()?.to_string()))
+    }
+    mm(other).is_some() && mm(other) == mm(VERSION)
+}

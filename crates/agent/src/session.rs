@@ -1,0 +1,287 @@
+//! One live event stream, the same on both sides: sends the queue (one in flight per resource,
+//! resend with backoff), ACKs, error replies and requests; receives, dispatches resource events to
+//! concurrent handlers (different resources in parallel; one resource is never in flight twice
+//! because the peer's queue holds it back until the ACK) and matches ACKs.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::{Stream, StreamExt};
+use prost::Message;
+use tokio::sync::{Semaphore, mpsc};
+
+use crate::event::{Event, EventType, raw_ids};
+use crate::metrics::Metrics;
+use crate::proto::eventstreamapi;
+use crate::queue::{Answered, SendQueue};
+
+/// How a handler failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HandleError {
+    /// Try again later: no ACK is sent, the peer resends.
+    #[error("retryable: {0}")]
+    Retryable(String),
+    /// Bad event: answered with an `error` event, never retried.
+    #[error("{0}")]
+    Permanent(String),
+}
+
+impl From<crate::store::StoreError> for HandleError {
+    fn from(e: crate::store::StoreError) -> Self {
+        if e.is_retryable() { HandleError::Retryable(e.to_string()) } else { HandleError::Permanent(e.to_string()) }
+    }
+}
+
+/// Direct (un-queued, un-ACKed) events: ACKs, errors, requests and responses.
+#[derive(Clone)]
+pub struct Outbox {
+    tx: mpsc::Sender<Event>,
+}
+
+impl Outbox {
+    pub async fn send(&self, ev: Event) {
+        let _ = self.tx.send(ev).await;
+    }
+}
+
+/// The side-specific behaviour.
+#[async_trait]
+pub trait Handler: Send + Sync + 'static {
+    /// Applies a received event (resource change or request).
+    async fn handle(&self, ev: Event, out: &Outbox) -> Result<(), HandleError>;
+    /// Called once the stream is up (resync requests go here).
+    async fn on_connect(&self, out: &Outbox);
+}
+
+/// Stream parameters.
+#[derive(Clone)]
+pub struct SessionCtx {
+    pub source: String,
+    pub queue: Arc<SendQueue>,
+    pub metrics: Arc<Metrics>,
+    /// Largest event (encoded) accepted or sent; larger ones get a clear error, never a retry.
+    pub max_event_size: usize,
+    /// Received events processed concurrently.
+    pub concurrency: usize,
+}
+
+/// Why a session ended.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionEnd {
+    #[error("stream closed by peer")]
+    Closed,
+    #[error("stream error: {0}")]
+    Status(#[from] tonic::Status),
+    #[error("outbound stream closed")]
+    OutboundClosed,
+}
+
+fn update_gauges(ctx: &SessionCtx) {
+    let s = ctx.queue.stats();
+    ctx.metrics.queue_pending.set(s.pending as i64);
+    ctx.metrics.queue_inflight.set(s.inflight as i64);
+    ctx.metrics.queue_deferred.set(s.deferred as i64);
+}
+
+/// Encodes, enforces the size limit, counts.
+fn to_wire_checked(ctx: &SessionCtx, ev: &Event) -> Result<eventstreamapi::Event, usize> {
+    let mut e = ev.clone();
+    e.sent_at = Some(crate::event::now_rfc3339());
+    let w = e.to_wire();
+    let n = w.encoded_len();
+    if n > ctx.max_event_size { Err(n) } else { Ok(w) }
+}
+
+/// Runs the session until the stream ends. `wire` carries outbound events.
+pub async fn run<S>(ctx: SessionCtx, handler: Arc<dyn Handler>, mut inbound: S, wire: mpsc::Sender<eventstreamapi::Event>) -> SessionEnd
+where
+    S: Stream<Item = Result<eventstreamapi::Event, tonic::Status>> + Unpin + Send,
+{
+    let (direct_tx, mut direct_rx) = mpsc::channel::<Event>(4096);
+    let out = Outbox { tx: direct_tx };
+    ctx.queue.resend_all_now();
+
+    // sender
+    let sctx = ctx.clone();
+    let sender = tokio::spawn(async move {
+        let ctx = sctx;
+        loop {
+            // direct events first: ACKs never wait behind queued traffic
+            while let Ok(ev) = direct_rx.try_recv() {
+                match to_wire_checked(&ctx, &ev) {
+                    Ok(w) => {
+                        if wire.send(w).await.is_err() {
+                            return;
+                        }
+                        ctx.metrics.sent(ev.ty.short());
+                    }
+                    Err(n) => {
+                        tracing::error!(r#type = ev.ty.short(), size = n, limit = ctx.max_event_size, "direct event exceeds the message size limit, not sent");
+                        ctx.metrics.failed("oversized");
+                    }
+                }
+            }
+            let notified = ctx.queue.notified();
+            match ctx.queue.next(tokio::time::Instant::now()) {
+                Ok(o) => {
+                    match to_wire_checked(&ctx, &o.event) {
+                        Ok(w) => {
+                            if wire.send(w).await.is_err() {
+                                return;
+                            }
+                            ctx.metrics.sent(o.event.ty.short());
+                            if o.attempt > 1 {
+                                ctx.metrics.events_resent.inc();
+                            }
+                        }
+                        Err(n) => {
+                            tracing::error!(
+                                r#type = o.event.ty.short(), subject = %o.event.subject, size = n, limit = ctx.max_event_size,
+                                "event exceeds the message size limit; dropped from the queue (not retried)"
+                            );
+                            ctx.metrics.failed("oversized");
+                            ctx.queue.answer(&o.event.resource_id, &o.event.event_id);
+                        }
+                    }
+                    update_gauges(&ctx);
+                }
+                Err(deadline) => {
+                    update_gauges(&ctx);
+                    let sleep = async {
+                        match deadline {
+                            Some(d) => tokio::time::sleep_until(d).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = sleep => {}
+                        ev = direct_rx.recv() => {
+                            let Some(ev) = ev else { return };
+                            if let Ok(w) = to_wire_checked(&ctx, &ev) {
+                                if wire.send(w).await.is_err() { return; }
+                                ctx.metrics.sent(ev.ty.short());
+                            } else {
+                                ctx.metrics.failed("oversized");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+
+    let h = handler.clone();
+    let o2 = out.clone();
+    let connect = tokio::spawn(async move { h.on_connect(&o2).await });
+    let _guards = (AbortOnDrop(sender.abort_handle()), AbortOnDrop(connect.abort_handle()));
+
+    let sem = Arc::new(Semaphore::new(ctx.concurrency.max(1)));
+    let end = loop {
+        let msg = match inbound.next().await {
+            None => break SessionEnd::Closed,
+            Some(Err(s)) => break SessionEnd::Status(s),
+            Some(Ok(m)) => m,
+        };
+        if sender.is_finished() {
+            break SessionEnd::OutboundClosed;
+        }
+        let size = msg.encoded_len();
+        if size > ctx.max_event_size {
+            let (rid, eid) = raw_ids(&msg);
+            tracing::warn!(size, limit = ctx.max_event_size, "received oversized event; answered with an error event");
+            ctx.metrics.error_reply("oversized");
+            out.send(Event::error_reply(
+                &ctx.source,
+                &rid,
+                &eid,
+                "oversized",
+                &format!("event of {size} bytes exceeds the limit of {} bytes", ctx.max_event_size),
+            ))
+            .await;
+            continue;
+        }
+        let ev = match Event::from_wire(&msg) {
+            Ok(e) => e,
+            Err(e) => {
+                let (rid, eid) = raw_ids(&msg);
+                tracing::warn!(error = %e, "received malformed event; answered with an error event");
+                ctx.metrics.error_reply("malformed");
+                out.send(Event::error_reply(&ctx.source, &rid, &eid, "malformed", &e.to_string())).await;
+                continue;
+            }
+        };
+        ctx.metrics.received(ev.ty.short());
+        if let Some(sent) = ev.sent_at.as_deref().and_then(|s| s.parse::<jiff::Timestamp>().ok()) {
+            let lat = jiff::Timestamp::now().duration_since(sent).as_secs_f64();
+            if lat >= 0.0 {
+                ctx.metrics.propagation_latency.observe(lat);
+            }
+        }
+        match ev.ty {
+            EventType::Processed => {
+                if let Answered::Acked(_) = ctx.queue.answer(&ev.resource_id, &ev.event_id) {
+                    ctx.metrics.events_acked.inc();
+                }
+                continue;
+            }
+            EventType::Error => {
+                if let Answered::Acked(orig) = ctx.queue.answer(&ev.resource_id, &ev.event_id) {
+                    tracing::error!(r#type = orig.ty.short(), subject = %orig.subject, answer = %ev.data, "peer rejected event; not retried");
+                    ctx.metrics.failed("peer-error");
+                } else {
+                    tracing::warn!(answer = %ev.data, "peer sent an error event");
+                }
+                continue;
+            }
+            EventType::Ping => {
+                let mut p = Event::request(&ctx.source, EventType::Pong, crate::event::Target::Heartbeat, serde_json::Value::Null);
+                p.resource_id = ev.resource_id.clone();
+                p.event_id = ev.event_id.clone();
+                out.send(p).await;
+                continue;
+            }
+            EventType::Pong => continue,
+            _ => {}
+        }
+        let permit = match sem.clone().acquire_owned().await {
+            Ok(p) => p,
+            Err(_) => break SessionEnd::Closed,
+        };
+        let h = handler.clone();
+        let out = out.clone();
+        let ctx2 = ctx.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let is_change = ev.ty.is_resource_change();
+            let (rid, eid, ty) = (ev.resource_id.clone(), ev.event_id.clone(), ev.ty);
+            let ack = if is_change { Some(ev.ack(&ctx2.source)) } else { None };
+            match h.handle(ev, &out).await {
+                Ok(()) => {
+                    if let Some(a) = ack {
+                        ctx2.metrics.events_processed.inc();
+                        out.send(a).await;
+                    }
+                }
+                Err(HandleError::Retryable(e)) => {
+                    tracing::warn!(r#type = ty.short(), resource = %rid, error = %e, "event not applied yet; the peer will resend");
+                    ctx2.metrics.events_retry_later.inc();
+                }
+                Err(HandleError::Permanent(e)) => {
+                    tracing::warn!(r#type = ty.short(), resource = %rid, error = %e, "event rejected");
+                    ctx2.metrics.error_reply("rejected");
+                    out.send(Event::error_reply(&ctx2.source, &rid, &eid, "rejected", &e)).await;
+                }
+            }
+        });
+    };
+    end
+}
+
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -1,0 +1,403 @@
+//! Backends: where Applications and AppProjects live.
+//!
+//! Objects are handled as full JSON (`serde_json::Value`) so no unknown field of a foreign object
+//! is ever dropped: writes replace only the fields this crate owns on top of the current object.
+//! [`KubeStore`] serves real clusters and the embedded hub (which exposes a `kube::Client`);
+//! [`MemStore`] is an in-process store for unit tests and benchmarks.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use futures::{StreamExt, stream::BoxStream};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+/// The kinds this crate synchronises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Application,
+    AppProject,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Application => "Application",
+            Kind::AppProject => "AppProject",
+        }
+    }
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::Application => "applications",
+            Kind::AppProject => "appprojects",
+        }
+    }
+    pub fn api_resource(self) -> ApiResource {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("argoproj.io", "v1alpha1", self.as_str()),
+            self.plural(),
+        )
+    }
+    pub fn parse(s: &str) -> Option<Kind> {
+        match s {
+            "Application" => Some(Kind::Application),
+            "AppProject" => Some(Kind::AppProject),
+            _ => None,
+        }
+    }
+}
+
+/// A change seen by a watch.
+#[derive(Debug, Clone)]
+pub enum StoreEvent {
+    Applied(Value),
+    Deleted(Value),
+    /// The watch (re)started: this is the complete current list.
+    Restarted(Vec<Value>),
+}
+
+/// Backend errors.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("not found")]
+    NotFound,
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("already exists")]
+    AlreadyExists,
+    #[error("invalid: {0}")]
+    Invalid(String),
+    #[error("backend: {0}")]
+    Other(String),
+}
+
+impl StoreError {
+    /// Whether retrying later may succeed (the receiver then sends no ACK and the sender resends).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Conflict(_) | StoreError::Other(_) | StoreError::AlreadyExists)
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A namespaced object store with watches.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    async fn list(&self, kind: Kind, ns: Option<&str>) -> StoreResult<Vec<Value>>;
+    async fn get(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<Option<Value>>;
+    /// Creates `obj` (namespace from its metadata).
+    async fn create(&self, kind: Kind, obj: Value) -> StoreResult<Value>;
+    /// Replaces `obj`; its `metadata.resourceVersion` must be current (else `Conflict`).
+    async fn replace(&self, kind: Kind, obj: Value) -> StoreResult<Value>;
+    /// JSON merge patch (RFC 7386).
+    async fn merge_patch(&self, kind: Kind, ns: &str, name: &str, patch: Value) -> StoreResult<Value>;
+    /// Deletes; `NotFound` is success.
+    async fn delete(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<()>;
+    /// Ensures a namespace exists.
+    async fn ensure_namespace(&self, ns: &str) -> StoreResult<()>;
+    /// Watches `kind` in `ns` (all namespaces for `None`); starts with `Restarted`.
+    fn watch(&self, kind: Kind, ns: Option<&str>) -> BoxStream<'static, StoreResult<StoreEvent>>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kubernetes
+
+/// A `kube::Client`-based store (real clusters and the embedded hub).
+#[derive(Clone)]
+pub struct KubeStore {
+    client: kube::Client,
+}
+
+impl KubeStore {
+    pub fn new(client: kube::Client) -> Self {
+        Self { client }
+    }
+
+    fn api(&self, kind: Kind, ns: Option<&str>) -> Api<DynamicObject> {
+        let ar = kind.api_resource();
+        match ns {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        }
+    }
+}
+
+fn kube_err(e: kube::Error) -> StoreError {
+    match &e {
+        kube::Error::Api(s) if s.code == 404 => StoreError::NotFound,
+        kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists" => StoreError::AlreadyExists,
+        kube::Error::Api(s) if s.code == 409 => StoreError::Conflict(s.message.clone()),
+        kube::Error::Api(s) if s.code == 422 || s.code == 400 => StoreError::Invalid(s.message.clone()),
+        _ => StoreError::Other(e.to_string()),
+    }
+}
+
+fn to_value(o: &DynamicObject) -> Value {
+    serde_json::to_value(o).expect("objects serialise")
+}
+
+fn from_value(kind: Kind, mut v: Value) -> StoreResult<DynamicObject> {
+    v["apiVersion"] = json!("argoproj.io/v1alpha1");
+    v["kind"] = json!(kind.as_str());
+    serde_json::from_value(v).map_err(|e| StoreError::Invalid(e.to_string()))
+}
+
+fn ns_name(v: &Value) -> (String, String) {
+    let m = &v["metadata"];
+    (
+        m["namespace"].as_str().unwrap_or_default().to_string(),
+        m["name"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+#[async_trait]
+impl Store for KubeStore {
+    async fn list(&self, kind: Kind, ns: Option<&str>) -> StoreResult<Vec<Value>> {
+        let l = self.api(kind, ns).list(&Default::default()).await.map_err(kube_err)?;
+        Ok(l.items.iter().map(to_value).collect())
+    }
+    async fn get(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<Option<Value>> {
+        Ok(self.api(kind, Some(ns)).get_opt(name).await.map_err(kube_err)?.as_ref().map(to_value))
+    }
+    async fn create(&self, kind: Kind, obj: Value) -> StoreResult<Value> {
+        let (ns, _) = ns_name(&obj);
+        let o = from_value(kind, obj)?;
+        let r = self.api(kind, Some(&ns)).create(&PostParams::default(), &o).await.map_err(kube_err)?;
+        Ok(to_value(&r))
+    }
+    async fn replace(&self, kind: Kind, obj: Value) -> StoreResult<Value> {
+        let (ns, name) = ns_name(&obj);
+        let o = from_value(kind, obj)?;
+        let r = self
+            .api(kind, Some(&ns))
+            .replace(&name, &PostParams::default(), &o)
+            .await
+            .map_err(kube_err)?;
+        Ok(to_value(&r))
+    }
+    async fn merge_patch(&self, kind: Kind, ns: &str, name: &str, patch: Value) -> StoreResult<Value> {
+        let r = self
+            .api(kind, Some(ns))
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(kube_err)?;
+        Ok(to_value(&r))
+    }
+    async fn delete(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<()> {
+        match self.api(kind, Some(ns)).delete(name, &DeleteParams::foreground()).await {
+            Ok(_) => Ok(()),
+            Err(e) => match kube_err(e) {
+                StoreError::NotFound => Ok(()),
+                e => Err(e),
+            },
+        }
+    }
+    async fn ensure_namespace(&self, ns: &str) -> StoreResult<()> {
+        use k8s_openapi::api::core::v1::Namespace;
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        if api.get_opt(ns).await.map_err(kube_err)?.is_some() {
+            return Ok(());
+        }
+        let n: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
+        match api.create(&PostParams::default(), &n).await {
+            Ok(_) => Ok(()),
+            Err(e) => match kube_err(e) {
+                StoreError::AlreadyExists => Ok(()),
+                e => Err(e),
+            },
+        }
+    }
+    fn watch(&self, kind: Kind, ns: Option<&str>) -> BoxStream<'static, StoreResult<StoreEvent>> {
+        use kube::runtime::watcher::{self, Event as W};
+        let api = self.api(kind, ns);
+        let mut init: Vec<Value> = Vec::new();
+        watcher::watcher(api, watcher::Config::default())
+            .filter_map(move |e| {
+                let out = match e {
+                    Ok(W::Apply(o)) => Some(Ok(StoreEvent::Applied(to_value(&o)))),
+                    Ok(W::Delete(o)) => Some(Ok(StoreEvent::Deleted(to_value(&o)))),
+                    Ok(W::Init) => {
+                        init.clear();
+                        None
+                    }
+                    Ok(W::InitApply(o)) => {
+                        init.push(to_value(&o));
+                        None
+                    }
+                    Ok(W::InitDone) => Some(Ok(StoreEvent::Restarted(std::mem::take(&mut init)))),
+                    Err(e) => Some(Err(StoreError::Other(e.to_string()))),
+                };
+                futures::future::ready(out)
+            })
+            .boxed()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// In memory
+
+type Key = (Kind, String, String);
+
+struct MemInner {
+    objects: BTreeMap<Key, Value>,
+    rv: u64,
+}
+
+/// An in-memory store with watches (tests, benchmarks).
+#[derive(Clone)]
+pub struct MemStore {
+    inner: Arc<Mutex<MemInner>>,
+    tx: broadcast::Sender<(Kind, StoreEvent)>,
+}
+
+impl Default for MemStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemStore {
+    pub fn new() -> Self {
+        let (tx, _) = broadcast::channel(65536);
+        Self { inner: Arc::new(Mutex::new(MemInner { objects: BTreeMap::new(), rv: 0 })), tx }
+    }
+
+    fn write(&self, kind: Kind, mut obj: Value, is_create: bool, check_rv: bool) -> StoreResult<Value> {
+        let (ns, name) = ns_name(&obj);
+        if name.is_empty() || ns.is_empty() {
+            return Err(StoreError::Invalid("metadata.name and metadata.namespace are required".into()));
+        }
+        let mut g = self.inner.lock().expect("poisoned");
+        let key = (kind, ns, name);
+        let existing = g.objects.get(&key).cloned();
+        match (&existing, is_create) {
+            (Some(_), true) => return Err(StoreError::AlreadyExists),
+            (None, false) => return Err(StoreError::NotFound),
+            _ => {}
+        }
+        if let Some(old) = &existing {
+            if check_rv {
+                let want = obj["metadata"]["resourceVersion"].as_str().unwrap_or_default();
+                if !want.is_empty() && want != old["metadata"]["resourceVersion"].as_str().unwrap_or_default() {
+                    return Err(StoreError::Conflict("resourceVersion is stale".into()));
+                }
+            }
+            obj["metadata"]["uid"] = old["metadata"]["uid"].clone();
+            obj["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
+            if old == &obj {
+                return Ok(obj);
+            }
+        } else {
+            obj["metadata"]["uid"] = json!(uuid::Uuid::new_v4().to_string());
+            obj["metadata"]["creationTimestamp"] = json!(jiff::Timestamp::now().to_string());
+        }
+        g.rv += 1;
+        obj["metadata"]["resourceVersion"] = json!(g.rv.to_string());
+        obj["apiVersion"] = json!("argoproj.io/v1alpha1");
+        obj["kind"] = json!(kind.as_str());
+        g.objects.insert(key, obj.clone());
+        let _ = self.tx.send((kind, StoreEvent::Applied(obj.clone())));
+        Ok(obj)
+    }
+
+    fn list_sync(&self, kind: Kind, ns: Option<&str>) -> Vec<Value> {
+        let g = self.inner.lock().expect("poisoned");
+        g.objects
+            .iter()
+            .filter(|((k, n, _), _)| *k == kind && ns.is_none_or(|x| x == n))
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+}
+
+/// RFC 7386 merge.
+pub fn merge_json(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = Value::Object(Default::default());
+            }
+            let t = target.as_object_mut().expect("object");
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge_json(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+#[async_trait]
+impl Store for MemStore {
+    async fn list(&self, kind: Kind, ns: Option<&str>) -> StoreResult<Vec<Value>> {
+        Ok(self.list_sync(kind, ns))
+    }
+    async fn get(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<Option<Value>> {
+        let g = self.inner.lock().expect("poisoned");
+        Ok(g.objects.get(&(kind, ns.to_string(), name.to_string())).cloned())
+    }
+    async fn create(&self, kind: Kind, obj: Value) -> StoreResult<Value> {
+        self.write(kind, obj, true, false)
+    }
+    async fn replace(&self, kind: Kind, obj: Value) -> StoreResult<Value> {
+        self.write(kind, obj, false, true)
+    }
+    async fn merge_patch(&self, kind: Kind, ns: &str, name: &str, patch: Value) -> StoreResult<Value> {
+        let mut cur = self.get(kind, ns, name).await?.ok_or(StoreError::NotFound)?;
+        merge_json(&mut cur, &patch);
+        self.write(kind, cur, false, false)
+    }
+    async fn delete(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<()> {
+        let old = self
+            .inner
+            .lock()
+            .expect("poisoned")
+            .objects
+            .remove(&(kind, ns.to_string(), name.to_string()));
+        if let Some(o) = old {
+            let _ = self.tx.send((kind, StoreEvent::Deleted(o)));
+        }
+        Ok(())
+    }
+    async fn ensure_namespace(&self, _ns: &str) -> StoreResult<()> {
+        Ok(())
+    }
+    fn watch(&self, kind: Kind, ns: Option<&str>) -> BoxStream<'static, StoreResult<StoreEvent>> {
+        let rx = self.tx.subscribe();
+        let initial = self.list_sync(kind, ns);
+        let me = self.clone();
+        let ns = ns.map(str::to_string);
+        let rest = futures::stream::unfold(rx, move |mut rx| {
+            let me = me.clone();
+            let ns = ns.clone();
+            async move {
+                loop {
+                    match rx.recv().await {
+                        Ok((k, ev)) if k == kind => {
+                            let obj = match &ev {
+                                StoreEvent::Applied(o) | StoreEvent::Deleted(o) => o,
+                                StoreEvent::Restarted(_) => continue,
+                            };
+                            if ns.as_deref().is_none_or(|n| obj["metadata"]["namespace"] == n) {
+                                return Some((Ok(ev), rx));
+                            }
+                        }
+                        Ok(_) => continue,
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            let l = me.list_sync(kind, ns.as_deref());
+                            return Some((Ok(StoreEvent::Restarted(l)), rx));
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            }
+        });
+        futures::stream::once(async move { Ok(StoreEvent::Restarted(initial)) }).chain(rest).boxed()
+    }
+}
