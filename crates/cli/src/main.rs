@@ -24,6 +24,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Config Management Plugin mode: wrap rendered manifests in ManifestWorks (run by Argo CD's cmp-server).
+    Cmp(argocd_pull_cmp::cli::CmpArgs),
     /// Print the CustomResourceDefinitions argocd-pull serves (GitOpsCluster, MulticlusterApplicationSetReport).
     Crds(crds::CrdsArgs),
     /// Print the version.
@@ -33,6 +35,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Cmp(args) => argocd_pull_cmp::cli::run(args),
         Command::Crds(args) => crds::run(&args),
         Command::Version => {
             println!("argocd-pull {}", env!("CARGO_PKG_VERSION"));
