@@ -1,0 +1,114 @@
+//! Basic mode of the upstream Go controller: every ManagedCluster → Secret `<cluster>-secret`
+//! (`server: https://<cluster>-control-plane:6443`) in one namespace. The Secret has the
+//! ManagedCluster as owner, so it goes when the cluster goes; label changes are written at once.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use argocd_pull_api::ocm::cluster::ManagedCluster;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::FIELD_MANAGER;
+use crate::metrics::Metrics;
+use crate::secrets::{self, LABEL_BASIC_MODE};
+
+const CONTROLLER: &str = "basic-cluster-secrets";
+
+struct Ctx {
+    client: Client,
+    namespace: String,
+    metrics: Metrics,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("writing Secret {0}: {1}")]
+pub struct Error(String, #[source] kube::Error);
+
+pub(crate) async fn run(
+    client: Client,
+    namespace: String,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        namespace,
+        metrics,
+    });
+    Controller::new(
+        Api::<ManagedCluster>::all(client),
+        watcher::Config::default(),
+    )
+    .owns(
+        secrets,
+        watcher::Config::default().labels(&format!("{LABEL_BASIC_MODE}=true")),
+    )
+    .graceful_shutdown_on(async move { shutdown.cancelled().await })
+    .run(
+        |mc, ctx: Arc<Ctx>| async move {
+            let started = Instant::now();
+            let r = reconcile(mc, &ctx).await;
+            ctx.metrics
+                .reconciled(CONTROLLER, started.elapsed().as_secs_f64(), r.is_ok());
+            r
+        },
+        |_mc, err: &Error, _ctx| {
+            tracing::warn!(error = %err, "basic cluster secret reconcile failed");
+            Action::requeue(Duration::from_secs(5))
+        },
+        ctx,
+    )
+    .for_each(|_| async {})
+    .await;
+}
+
+async fn reconcile(mc: Arc<ManagedCluster>, ctx: &Ctx) -> Result<Action, Error> {
+    if mc.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let mut desired = secrets::basic_secret(&mc, &ctx.namespace);
+    if let Some(owner) = mc.controller_owner_ref(&()) {
+        let mut owner = owner;
+        owner.block_owner_deletion = None;
+        desired.metadata.owner_references = Some(vec![owner]);
+    }
+    let name = desired.name_any();
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let existing = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| Error(name.clone(), e))?;
+    match existing {
+        Some(cur)
+            if secrets::secret_up_to_date(&cur, &desired)
+                && secrets::stale_labels(&cur, &desired).is_empty()
+                && cur.owner_references() == desired.owner_references() => {}
+        Some(cur) => {
+            desired.metadata.resource_version = cur.resource_version();
+            api.replace(&name, &pp, &desired)
+                .await
+                .map_err(|e| Error(name.clone(), e))?;
+            ctx.metrics.write(CONTROLLER, "Secret", "update");
+            tracing::info!(secret = %name, "basic cluster secret updated");
+        }
+        None => {
+            api.create(&pp, &desired)
+                .await
+                .map_err(|e| Error(name.clone(), e))?;
+            ctx.metrics.write(CONTROLLER, "Secret", "create");
+            tracing::info!(secret = %name, "basic cluster secret created");
+        }
+    }
+    Ok(Action::await_change())
+}

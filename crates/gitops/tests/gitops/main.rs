@@ -1,0 +1,1 @@
+//! GitOpsCluster and report controller tests on the embedded hub.
