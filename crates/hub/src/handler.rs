@@ -128,7 +128,7 @@ fn decode(s: &str) -> String {
     while i < b.len() {
         match b[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() + 0 && i + 2 <= b.len() - 1 => {
+            b'%' if i + 2 < b.len() => {
                 let h = std::str::from_utf8(&b[i + 1..i + 3])
                     .ok()
                     .and_then(|h| u8::from_str_radix(h, 16).ok());
@@ -177,7 +177,7 @@ fn version_priority(v: &str) -> (u8, u32, u32) {
 
 fn sorted_versions(rt: &ResourceType) -> Vec<String> {
     let mut v: Vec<String> = rt.versions.iter().map(|x| x.name.clone()).collect();
-    v.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+    v.sort_by_key(|b| std::cmp::Reverse(version_priority(b)));
     v
 }
 
@@ -302,6 +302,9 @@ pub(crate) fn handle(
         }
         ["api", v] => return resource_list(&lock(inner), "", v),
         ["apis", g, v] => return resource_list(&lock(inner), g, v),
+        ["openapi", "v3"] => return json_response(200, &openapi_root(&lock(inner))),
+        ["openapi", "v3", "api", v] => return openapi_gv(&lock(inner), "", v),
+        ["openapi", "v3", "apis", g, v] => return openapi_gv(&lock(inner), g, v),
         ["openapi", ..] | ["swagger.json"] => return error_response(&ApiError::no_resource()),
         _ => {}
     }
@@ -376,7 +379,7 @@ fn group_list(st: &State) -> Value {
         .iter()
         .map(|g| {
             let mut vs = groups[g].clone();
-            vs.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+            vs.sort_by_key(|b| std::cmp::Reverse(version_priority(b)));
             let versions: Vec<Value> = vs
                 .iter()
                 .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
@@ -385,6 +388,71 @@ fn group_list(st: &State) -> Value {
         })
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": arr})
+}
+
+/// `/openapi/v3`: the group-version index kubectl reads to learn that the server validates
+/// fields itself (`fieldValidation`), so it skips client-side schema validation.
+fn openapi_root(st: &State) -> Value {
+    let mut paths = serde_json::Map::new();
+    for s in st.stores.values() {
+        for v in &s.rt.versions {
+            let gv = if s.rt.group.is_empty() {
+                format!("api/{}", v.name)
+            } else {
+                format!("apis/{}/{}", s.rt.group, v.name)
+            };
+            paths.insert(
+                gv.clone(),
+                json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={}", st.rv)}),
+            );
+        }
+    }
+    json!({"paths": paths})
+}
+
+/// A minimal OpenAPI v3 document of one group-version: the PATCH operations with their query
+/// parameters and GVK extension (no schemas).
+fn openapi_gv(st: &State, group: &str, version: &str) -> Response<HubBody> {
+    let mut paths = serde_json::Map::new();
+    let params = json!([
+        {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+        {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+        {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+        {"name": "force", "in": "query", "schema": {"type": "boolean", "uniqueItems": true}}
+    ]);
+    let mut found = false;
+    for s in st.stores.values() {
+        let rt = &s.rt;
+        if rt.group != group || rt.version(version).is_none() {
+            continue;
+        }
+        found = true;
+        let prefix = if group.is_empty() {
+            format!("/api/{version}")
+        } else {
+            format!("/apis/{group}/{version}")
+        };
+        let p = if rt.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", rt.plural)
+        } else {
+            format!("{prefix}/{}/{{name}}", rt.plural)
+        };
+        let gvk = json!({"group": group, "version": version, "kind": rt.kind});
+        paths.insert(
+            p,
+            json!({"patch": {"operationId": format!("patch{}", rt.kind), "parameters": params,
+                "x-kubernetes-action": "patch", "x-kubernetes-group-version-kind": gvk,
+                "responses": {"200": {"description": "OK"}}}}),
+        );
+    }
+    if !found {
+        return error_response(&ApiError::no_resource());
+    }
+    json_response(
+        200,
+        &json!({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.37.0"},
+            "paths": paths, "components": {"schemas": {}}}),
+    )
 }
 
 fn resource_list(st: &State, group: &str, version: &str) -> Response<HubBody> {

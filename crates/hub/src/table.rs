@@ -157,7 +157,9 @@ pub(crate) fn eval(root: &Value, path: &str) -> Option<Value> {
                         .filter(|it| {
                             it.get(&k).is_some_and(|x| match x {
                                 Value::String(s) => *s == v,
-                                other => other.to_string() == v,
+                                other => {
+                                    serde_json::from_str::<Value>(&v).ok().as_ref() == Some(other)
+                                }
                             })
                         })
                         .collect();

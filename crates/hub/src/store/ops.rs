@@ -133,7 +133,7 @@ fn validate_meta(rt: &ResourceType, name: &str, val: &Value) -> ApiResult<()> {
                             .is_err()
                         {
                             causes.push((
-                                format!("metadata.labels"),
+                                "metadata.labels".to_string(),
                                 format!("Invalid value: \"{}\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character", v.as_str().unwrap_or("")),
                             ));
                         }
@@ -273,10 +273,11 @@ pub(crate) fn create(
     ] {
         m.remove(f);
     }
-    if rt.has_status() && rt.key() != CRD_KEY {
-        if let Some(o) = val.as_object_mut() {
-            o.remove("status");
-        }
+    if rt.has_status()
+        && rt.key() != CRD_KEY
+        && let Some(o) = val.as_object_mut()
+    {
+        o.remove("status");
     }
     type_side_effects_on_write(rt, &mut val, &name)?;
     if let Some(mgr) = &opts.field_manager {

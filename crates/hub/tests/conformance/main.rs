@@ -4,3 +4,6 @@
 mod common;
 
 mod basic;
+mod discovery;
+mod list;
+mod watch;
