@@ -82,6 +82,7 @@ struct Inner {
     /// local objects by name (kept by the local watcher)
     cache: Mutex<HashMap<String, Value>>,
     connected: AtomicBool,
+    locks: o::KeyedLocks,
     last_error: Mutex<Option<String>>,
     connected_tx: tokio::sync::watch::Sender<u64>,
 }
@@ -107,16 +108,23 @@ impl Agent {
             sent: Mutex::new(HashMap::new()),
             cache: Mutex::new(HashMap::new()),
             connected: AtomicBool::new(false),
+            locks: o::KeyedLocks::default(),
             last_error: Mutex::new(None),
             connected_tx: tokio::sync::watch::channel(0).0,
         });
         let me = Arc::downgrade(&inner);
-        queue.set_regenerate(Arc::new(move |key: &str| me.upgrade().map(|m| m.regenerate(key)).unwrap_or_default()));
+        queue.set_regenerate(Arc::new(move |key: &str| {
+            me.upgrade().map(|m| m.regenerate(key)).unwrap_or_default()
+        }));
         if cfg.mode == Mode::Managed {
             // what the principal last gave us survives an agent restart in the local objects
             for obj in inner.store.list(Kind::Application, Some(&cfg.namespace)).await? {
                 if !o::source_uid(&obj).is_empty() {
-                    inner.copies.lock().expect("poisoned").insert(o::name(&obj).to_string(), strip_local(&obj));
+                    inner
+                        .copies
+                        .lock()
+                        .expect("poisoned")
+                        .insert(o::name(&obj).to_string(), strip_local(&obj));
                 }
             }
         }
@@ -215,7 +223,11 @@ fn strip_local(obj: &Value) -> Value {
 /// Hash of what an autonomous agent reports: spec, status, operation, labels, annotations.
 fn report_hash(obj: &Value) -> String {
     crate::checksum::hash_value(&json!([
-        obj["spec"], obj["status"], obj["operation"], obj["metadata"]["labels"], obj["metadata"]["annotations"]
+        obj["spec"],
+        obj["status"],
+        obj["operation"],
+        obj["metadata"]["labels"],
+        obj["metadata"]["annotations"]
     ]))
 }
 
@@ -243,11 +255,21 @@ impl Inner {
         let src = self.source();
         let obj = self.cache.lock().expect("poisoned").get(name).cloned();
         match (self.cfg.mode, obj) {
-            (Mode::Managed, Some(obj)) => vec![Event::for_object(&src, EventType::StatusUpdate, Target::Application, &status_payload(&obj))],
+            (Mode::Managed, Some(obj)) => vec![Event::for_object(
+                &src,
+                EventType::StatusUpdate,
+                Target::Application,
+                &status_payload(&obj),
+            )],
             (Mode::Managed, None) => vec![],
             (Mode::Autonomous, Some(obj)) => vec![Event::for_object(&src, EventType::SpecUpdate, Target::Application, &obj)],
             (Mode::Autonomous, None) => {
-                vec![Event::for_object(&src, EventType::Delete, Target::Application, &o::stub(name, &self.cfg.namespace, ""))]
+                vec![Event::for_object(
+                    &src,
+                    EventType::Delete,
+                    Target::Application,
+                    &o::stub(name, &self.cfg.namespace, ""),
+                )]
             }
         }
     }
@@ -322,6 +344,10 @@ impl Inner {
         self.metrics.local_edits_reverted.inc();
         let me = self.clone();
         tokio::spawn(async move {
+            let _g = me.locks.lock(o::name(&copy)).await;
+            // the principal may have deleted it meanwhile: then the deletion wins
+            let current = me.copies.lock().expect("poisoned").get(o::name(&copy)).cloned();
+            let Some(copy) = current else { return };
             if let Err(e) = me.upsert_local(&copy, false).await {
                 tracing::warn!(error = %e, "reverting a local edit failed");
             }
@@ -393,7 +419,11 @@ impl Inner {
                     if with_op && let Some(op) = want.get("operation").filter(|v| !v.is_null()) {
                         n["operation"] = op.clone();
                     }
-                    if n == cur { Ok(()) } else { self.store.replace(Kind::Application, n).await.map(|_| ()) }
+                    if n == cur {
+                        Ok(())
+                    } else {
+                        self.store.replace(Kind::Application, n).await.map(|_| ())
+                    }
                 }
             };
             match r {
@@ -405,6 +435,11 @@ impl Inner {
     }
 
     async fn handle_event(self: &Arc<Self>, ev: Event, out: &Outbox) -> Result<(), HandleError> {
+        let _g = if ev.ty.is_resource_change() {
+            Some(self.locks.lock(ev.name()).await)
+        } else {
+            None
+        };
         let ns = self.cfg.namespace.clone();
         if ev.ty.is_resource_change() && ev.target != Target::Application {
             return Err(HandleError::Permanent(format!("unsupported target {:?}", ev.target.as_str())));
@@ -433,7 +468,11 @@ impl Inner {
                 if op.is_null() {
                     return Err(HandleError::Permanent("set-operation without .operation".into()));
                 }
-                match self.store.merge_patch(Kind::Application, &ns, ev.name(), json!({"operation": op})).await {
+                match self
+                    .store
+                    .merge_patch(Kind::Application, &ns, ev.name(), json!({"operation": op}))
+                    .await
+                {
                     Err(StoreError::NotFound) => Err(HandleError::Permanent(format!("application {} not found", ev.name()))),
                     r => r.map(|_| ()).map_err(Into::into),
                 }
@@ -441,7 +480,12 @@ impl Inner {
             (_, EventType::TerminateOperation) => {
                 match self
                     .store
-                    .merge_patch(Kind::Application, &ns, ev.name(), json!({"status": {"operationState": {"phase": "Terminating"}}}))
+                    .merge_patch(
+                        Kind::Application,
+                        &ns,
+                        ev.name(),
+                        json!({"status": {"operationState": {"phase": "Terminating"}}}),
+                    )
                     .await
                 {
                     Err(StoreError::NotFound) => Err(HandleError::Permanent(format!("application {} not found", ev.name()))),
@@ -456,7 +500,14 @@ impl Inner {
                 let name = ev.data["name"].as_str().unwrap_or_default();
                 if !self.copies.lock().expect("poisoned").contains_key(name) {
                     let pns = ev.data["namespace"].as_str().unwrap_or_default();
-                    out.send(o::request_update(&self.source(), name, pns, ev.data["uid"].as_str().unwrap_or_default(), "")).await;
+                    out.send(o::request_update(
+                        &self.source(),
+                        name,
+                        pns,
+                        ev.data["uid"].as_str().unwrap_or_default(),
+                        "",
+                    ))
+                    .await;
                 }
                 Ok(())
             }
@@ -494,7 +545,11 @@ impl Inner {
                 Ok(())
             }
             (Mode::Autonomous, EventType::RequestResourceResync) => Ok(()),
-            (m, t) => Err(HandleError::Permanent(format!("event type {} is not valid for a {} agent", t.short(), m.as_str()))),
+            (m, t) => Err(HandleError::Permanent(format!(
+                "event type {} is not valid for a {} agent",
+                t.short(),
+                m.as_str()
+            ))),
         }
     }
 
@@ -506,7 +561,8 @@ impl Inner {
         for c in &copies {
             let suid = o::source_uid(c);
             items.push(set_item("Application", o::name(c), suid));
-            out.send(o::request_update(&src, o::name(c), &self.cfg.namespace, suid, &spec_checksum(c))).await;
+            out.send(o::request_update(&src, o::name(c), &self.cfg.namespace, suid, &spec_checksum(c)))
+                .await;
         }
         out.send(o::request_synced_list(&src, &set_checksum(items))).await;
     }
@@ -534,7 +590,11 @@ impl Inner {
         }
     }
 
-    async fn connect_once(self: &Arc<Self>, client_tls: &Arc<rustls::ClientConfig>, refresh: &mut Option<String>) -> anyhow::Result<session::SessionEnd> {
+    async fn connect_once(
+        self: &Arc<Self>,
+        client_tls: &Arc<rustls::ClientConfig>,
+        refresh: &mut Option<String>,
+    ) -> anyhow::Result<session::SessionEnd> {
         let endpoint = Endpoint::from_shared(format!("http://{}", self.cfg.principal))?
             .http2_keep_alive_interval(self.cfg.keepalive_interval)
             .keep_alive_timeout(Duration::from_secs(20))
@@ -545,14 +605,20 @@ impl Inner {
             .connect_with_connector(tls::connector(client_tls.clone(), self.cfg.principal, self.cfg.server_name.clone()))
             .await
             .map_err(|e| anyhow::anyhow!("connecting to {}: {e:?}", self.cfg.principal))?;
-        let v = VersionClient::new(channel.clone()).version(versionapi::VersionRequest {}).await?.into_inner();
+        let v = VersionClient::new(channel.clone())
+            .version(versionapi::VersionRequest {})
+            .await?
+            .into_inner();
         if !crate::version_compatible(&v.version) {
             anyhow::bail!("principal version {} is not compatible with agent version {VERSION}", v.version);
         }
         let mut auth = AuthenticationClient::new(channel.clone());
         let mut resp = None;
         if let Some(r) = refresh.as_ref() {
-            resp = auth.refresh_token(authapi::RefreshTokenRequest { refresh_token: r.clone() }).await.ok();
+            resp = auth
+                .refresh_token(authapi::RefreshTokenRequest { refresh_token: r.clone() })
+                .await
+                .ok();
         }
         let resp = match resp {
             Some(r) => r.into_inner(),

@@ -50,7 +50,10 @@ impl TokenIssuer {
     /// From an RSA PKCS#8 PEM private key.
     pub fn from_pem(pem: &str) -> anyhow::Result<Self> {
         let key = rsa::RsaPrivateKey::from_pkcs8_pem(pem).context("JWT signing key must be an RSA PKCS#8 PEM key")?;
-        let public = key.to_public_key().to_public_key_pem(LineEnding::LF).context("encoding public key")?;
+        let public = key
+            .to_public_key()
+            .to_public_key_pem(LineEnding::LF)
+            .context("encoding public key")?;
         Ok(Self {
             enc: EncodingKey::from_rsa_pem(pem.as_bytes()).context("JWT signing key")?,
             dec: DecodingKey::from_rsa_pem(public.as_bytes()).context("JWT verification key")?,
@@ -61,7 +64,10 @@ impl TokenIssuer {
 
     fn issue(&self, agent: &str, mode: Mode, aud: &str, ttl: Duration) -> anyhow::Result<String> {
         let now = jsonwebtoken::get_current_timestamp();
-        let sub = serde_json::to_string(&Subject { client_id: agent.into(), mode: mode.as_str().into() })?;
+        let sub = serde_json::to_string(&Subject {
+            client_id: agent.into(),
+            mode: mode.as_str().into(),
+        })?;
         let claims = Claims {
             iss: ISSUER.into(),
             sub,

@@ -96,12 +96,7 @@ impl EventType {
     pub fn is_resource_change(self) -> bool {
         matches!(
             self,
-            Self::Create
-                | Self::Delete
-                | Self::SpecUpdate
-                | Self::StatusUpdate
-                | Self::SetOperation
-                | Self::TerminateOperation
+            Self::Create | Self::Delete | Self::SpecUpdate | Self::StatusUpdate | Self::SetOperation | Self::TerminateOperation
         )
     }
 }
@@ -293,9 +288,7 @@ impl Event {
         let data = if self.data.is_null() {
             None
         } else {
-            Some(Data::BinaryData(
-                serde_json::to_vec(&self.data).expect("JSON values serialise"),
-            ))
+            Some(Data::BinaryData(serde_json::to_vec(&self.data).expect("JSON values serialise")))
         };
         eventstreamapi::Event {
             event: Some(CloudEvent {
@@ -326,12 +319,8 @@ impl Event {
         let data = match &ce.data {
             None => Value::Null,
             Some(Data::BinaryData(b)) if b.is_empty() => Value::Null,
-            Some(Data::BinaryData(b)) => {
-                serde_json::from_slice(b).map_err(|e| DecodeError::Payload(e.to_string()))?
-            }
-            Some(Data::TextData(t)) => {
-                serde_json::from_str(t).map_err(|e| DecodeError::Payload(e.to_string()))?
-            }
+            Some(Data::BinaryData(b)) => serde_json::from_slice(b).map_err(|e| DecodeError::Payload(e.to_string()))?,
+            Some(Data::TextData(t)) => serde_json::from_str(t).map_err(|e| DecodeError::Payload(e.to_string()))?,
             Some(Data::ProtoData(_)) => {
                 return Err(DecodeError::Payload("proto_data is not supported, want JSON".into()));
             }

@@ -36,6 +36,10 @@ impl Mode {
 }
 
 pub mod agent;
+pub mod cli;
+pub mod local;
+pub mod pki;
+pub use local::{LocalDeployment, start_local, start_local_stores};
 pub mod objects;
 pub mod principal;
 

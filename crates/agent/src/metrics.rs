@@ -70,24 +70,56 @@ impl Metrics {
             ready: AtomicBool::new(false),
         };
         reg.register("events_queued", "Events put into a send queue, by type", m.events_queued.clone());
-        reg.register("events_coalesced", "Queued updates replaced by a newer one", m.events_coalesced.clone());
-        reg.register("events_deferred", "Pushes into a full queue deferred for regeneration (backpressure)", m.events_deferred.clone());
+        reg.register(
+            "events_coalesced",
+            "Queued updates replaced by a newer one",
+            m.events_coalesced.clone(),
+        );
+        reg.register(
+            "events_deferred",
+            "Pushes into a full queue deferred for regeneration (backpressure)",
+            m.events_deferred.clone(),
+        );
         reg.register("events_sent", "Events put on the wire, by type", m.events_sent.clone());
         reg.register("events_resent", "Events resent because no ACK arrived", m.events_resent.clone());
         reg.register("events_acked", "Sent events ACKed by the peer", m.events_acked.clone());
-        reg.register("events_failed", "Events given up, by reason (oversized, peer error)", m.events_failed.clone());
+        reg.register(
+            "events_failed",
+            "Events given up, by reason (oversized, peer error)",
+            m.events_failed.clone(),
+        );
         reg.register("events_received", "Events received, by type", m.events_received.clone());
-        reg.register("events_processed", "Received resource events applied and ACKed", m.events_processed.clone());
-        reg.register("events_retry_later", "Received events not ACKed after a retryable error", m.events_retry_later.clone());
+        reg.register(
+            "events_processed",
+            "Received resource events applied and ACKed",
+            m.events_processed.clone(),
+        );
+        reg.register(
+            "events_retry_later",
+            "Received events not ACKed after a retryable error",
+            m.events_retry_later.clone(),
+        );
         reg.register("error_replies", "Error events sent to the peer, by reason", m.error_replies.clone());
-        reg.register("local_edits_reverted", "Edits of the replica reverted to the source of truth", m.local_edits_reverted.clone());
+        reg.register(
+            "local_edits_reverted",
+            "Edits of the replica reverted to the source of truth",
+            m.local_edits_reverted.clone(),
+        );
         reg.register("auth_failures", "Rejected authentications, by reason", m.auth_failures.clone());
-        reg.register("tls_handshake_failures", "Rejected TLS handshakes", m.tls_handshake_failures.clone());
+        reg.register(
+            "tls_handshake_failures",
+            "Rejected TLS handshakes",
+            m.tls_handshake_failures.clone(),
+        );
         reg.register("connected_agents", "Agents with a live event stream", m.connected_agents.clone());
         reg.register("queue_pending", "Events queued, not yet sent", m.queue_pending.clone());
         reg.register("queue_inflight", "Events sent, awaiting ACK", m.queue_inflight.clone());
         reg.register("queue_deferred", "Resources deferred by backpressure", m.queue_deferred.clone());
-        reg.register("event_propagation_latency_seconds", "Time from sentat to receipt", m.propagation_latency.clone());
+        reg.register(
+            "event_propagation_latency_seconds",
+            "Time from sentat to receipt",
+            m.propagation_latency.clone(),
+        );
         *m.registry.lock().expect("poisoned") = reg;
         Arc::new(m)
     }
@@ -143,7 +175,10 @@ pub async fn serve_admin(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Res
                 let m = m1.clone();
                 async move {
                     (
-                        [(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
                         m.encode(),
                     )
                 }

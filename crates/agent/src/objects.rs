@@ -143,7 +143,12 @@ pub fn request_update(source: &str, name: &str, ns: &str, uid: &str, checksum: &
 }
 
 pub fn request_synced_list(source: &str, checksum: &str) -> Event {
-    Event::request(source, EventType::RequestSyncedResourceList, Target::ResourceResync, json!({"checksum": checksum}))
+    Event::request(
+        source,
+        EventType::RequestSyncedResourceList,
+        Target::ResourceResync,
+        json!({"checksum": checksum}),
+    )
 }
 
 pub fn response_synced(source: &str, name: &str, ns: &str, uid: &str) -> Event {
@@ -157,4 +162,41 @@ pub fn response_synced(source: &str, name: &str, ns: &str, uid: &str) -> Event {
 
 pub fn request_resource_resync(source: &str) -> Event {
     Event::request(source, EventType::RequestResourceResync, Target::ResourceResync, json!({}))
+}
+
+/// Per-resource async locks: a revert and a received event of one resource never interleave.
+#[derive(Default)]
+pub struct KeyedLocks {
+    locks: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl KeyedLocks {
+    pub async fn lock(&self, key: &str) -> KeyGuard<'_> {
+        let m = {
+            let mut g = self.locks.lock().expect("poisoned");
+            g.entry(key.to_string()).or_default().clone()
+        };
+        let guard = m.clone().lock_owned().await;
+        KeyGuard {
+            owner: self,
+            key: key.to_string(),
+            guard: Some(guard),
+        }
+    }
+}
+
+pub struct KeyGuard<'a> {
+    owner: &'a KeyedLocks,
+    key: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for KeyGuard<'_> {
+    fn drop(&mut self) {
+        self.guard.take();
+        let mut g = self.owner.locks.lock().expect("poisoned");
+        if g.get(&self.key).is_some_and(|m| std::sync::Arc::strong_count(m) == 1) {
+            g.remove(&self.key);
+        }
+    }
 }

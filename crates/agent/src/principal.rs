@@ -20,9 +20,18 @@ use crate::checksum::{set_checksum, set_item, spec_checksum};
 use crate::event::{Event, EventType, Target};
 use crate::metrics::Metrics;
 use crate::objects::{self as o, SOURCE_UID};
-use crate::proto::authapi::{self, authentication_server::{Authentication, AuthenticationServer}};
-use crate::proto::eventstreamapi::{self, event_stream_server::{EventStream, EventStreamServer}};
-use crate::proto::versionapi::{self, version_server::{Version, VersionServer}};
+use crate::proto::authapi::{
+    self,
+    authentication_server::{Authentication, AuthenticationServer},
+};
+use crate::proto::eventstreamapi::{
+    self,
+    event_stream_server::{EventStream, EventStreamServer},
+};
+use crate::proto::versionapi::{
+    self,
+    version_server::{Version, VersionServer},
+};
 use crate::queue::{Backoff, Pushed, SendQueue};
 use crate::session::{self, HandleError, Handler, Outbox, SessionCtx};
 use crate::store::{Kind, Store, StoreError, StoreEvent};
@@ -87,6 +96,7 @@ struct AgentState {
     generation: AtomicU64,
     session: Mutex<Option<(u64, tokio::task::AbortHandle)>>,
     connected: AtomicBool,
+    locks: o::KeyedLocks,
 }
 
 struct Inner {
@@ -133,9 +143,15 @@ impl Principal {
         let _ = tokio::time::timeout(Duration::from_secs(30), ready_rx).await;
 
         let m = metrics.clone();
-        let incoming = tls::serve_tls(listener, server_tls, Arc::new(move |_| {
-            m.tls_handshake_failures.inc();
-        })).await;
+        let incoming = tls::serve_tls(
+            listener,
+            server_tls,
+            Arc::new(move |_| {
+                m.tls_handshake_failures.inc();
+            }),
+        )
+        .await;
+        let (incoming, accept_task) = incoming;
         let incoming = ReceiverStream::new(incoming);
         let svc = Svc { inner: inner.clone() };
         let mut es = EventStreamServer::new(svc.clone())
@@ -165,9 +181,15 @@ impl Principal {
                 tracing::error!(error = %e, "principal gRPC server failed");
             }
         }));
+        tasks.push(accept_task);
         metrics.ready.store(true, Ordering::Relaxed);
         tracing::info!(%addr, "principal listening");
-        Ok(Principal { inner, addr, shutdown: Some(stx), tasks })
+        Ok(Principal {
+            inner,
+            addr,
+            shutdown: Some(stx),
+            tasks,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -181,7 +203,11 @@ impl Principal {
     /// Agents with a live stream.
     pub fn connected_agents(&self) -> Vec<String> {
         let g = self.inner.agents.lock().expect("poisoned");
-        let mut v: Vec<String> = g.values().filter(|a| a.connected.load(Ordering::Relaxed)).map(|a| a.name.clone()).collect();
+        let mut v: Vec<String> = g
+            .values()
+            .filter(|a| a.connected.load(Ordering::Relaxed))
+            .map(|a| a.name.clone())
+            .collect();
         v.sort();
         v
     }
@@ -235,7 +261,12 @@ impl Inner {
         if let Some(a) = g.get(name) {
             let mut m = a.mode.lock().expect("poisoned");
             if *m != mode {
-                tracing::info!(agent = name, from = m.as_str(), to = mode.as_str(), "agent changed mode; resetting its state");
+                tracing::info!(
+                    agent = name,
+                    from = m.as_str(),
+                    to = mode.as_str(),
+                    "agent changed mode; resetting its state"
+                );
                 *m = mode;
                 a.views.lock().expect("poisoned").clear();
             }
@@ -256,6 +287,7 @@ impl Inner {
             generation: AtomicU64::new(0),
             session: Mutex::new(None),
             connected: AtomicBool::new(false),
+            locks: o::KeyedLocks::default(),
         });
         g.insert(name.to_string(), a.clone());
         a
@@ -271,17 +303,32 @@ impl Inner {
         let mode = *a.mode.lock().expect("poisoned");
         match (mode, self.cached(agent, name)) {
             (Mode::Managed, Some(h)) => {
-                let mut v = vec![Event::for_object(SOURCE, EventType::SpecUpdate, Target::Application, &o::without_operation(&h))];
+                let mut v = vec![Event::for_object(
+                    SOURCE,
+                    EventType::SpecUpdate,
+                    Target::Application,
+                    &o::without_operation(&h),
+                )];
                 if !o::op_hash(&h).is_empty() {
                     v.push(Event::for_object(SOURCE, EventType::SetOperation, Target::Application, &h));
                 }
                 v
             }
             (Mode::Managed, None) => {
-                vec![Event::for_object(SOURCE, EventType::Delete, Target::Application, &o::stub(name, agent, ""))]
+                vec![Event::for_object(
+                    SOURCE,
+                    EventType::Delete,
+                    Target::Application,
+                    &o::stub(name, agent, ""),
+                )]
             }
             (Mode::Autonomous, Some(h)) if !o::op_hash(&h).is_empty() => {
-                vec![Event::for_object(SOURCE, EventType::SetOperation, Target::Application, &self.to_agent_form(agent, &h))]
+                vec![Event::for_object(
+                    SOURCE,
+                    EventType::SetOperation,
+                    Target::Application,
+                    &self.to_agent_form(agent, &h),
+                )]
             }
             _ => vec![],
         }
@@ -311,7 +358,10 @@ impl Inner {
                     Ok(StoreEvent::Restarted(list)) => {
                         let mut by_ns: HashMap<String, HashMap<String, Value>> = HashMap::new();
                         for h in list {
-                            by_ns.entry(o::namespace(&h).to_string()).or_default().insert(o::name(&h).to_string(), h);
+                            by_ns
+                                .entry(o::namespace(&h).to_string())
+                                .or_default()
+                                .insert(o::name(&h).to_string(), h);
                         }
                         let old = std::mem::replace(&mut *self.cache.lock().expect("poisoned"), by_ns.clone());
                         for (ns, objs) in &by_ns {
@@ -332,7 +382,12 @@ impl Inner {
                     }
                     Ok(StoreEvent::Applied(h)) => {
                         let ns = o::namespace(&h).to_string();
-                        self.cache.lock().expect("poisoned").entry(ns.clone()).or_default().insert(o::name(&h).to_string(), h.clone());
+                        self.cache
+                            .lock()
+                            .expect("poisoned")
+                            .entry(ns.clone())
+                            .or_default()
+                            .insert(o::name(&h).to_string(), h.clone());
                         self.on_hub_apply(&ns, &h);
                     }
                     Ok(StoreEvent::Deleted(h)) => {
@@ -365,7 +420,15 @@ impl Inner {
                 match views.get_mut(&name) {
                     None => {
                         self.push(&a, EventType::Create, h);
-                        views.insert(name, View { spec, op, status: st, copy: None });
+                        views.insert(
+                            name,
+                            View {
+                                spec,
+                                op,
+                                status: st,
+                                copy: None,
+                            },
+                        );
                     }
                     Some(v) => {
                         if v.spec != spec {
@@ -392,10 +455,7 @@ impl Inner {
                     && o::full_spec_hash(h) != o::full_spec_hash(&copy)
                 {
                     // hub edits of an autonomous agent's application are reverted
-                    self.metrics.local_edits_reverted.inc();
-                    let me = self.clone();
-                    let want = copy;
-                    tokio::spawn(async move { me.write_hub(&want, true).await });
+                    self.spawn_revert(&a, name.clone(), false);
                 }
                 let op = o::op_hash(h);
                 if !op.is_empty() && v.op != op {
@@ -425,14 +485,31 @@ impl Inner {
             }
             Mode::Autonomous => {
                 let copy = a.views.lock().expect("poisoned").get(&name).and_then(|v| v.copy.clone());
-                if let Some(copy) = copy {
+                if copy.is_some() {
                     // deleted on the hub while the agent still has it: recreate
-                    self.metrics.local_edits_reverted.inc();
-                    let me = self.clone();
-                    tokio::spawn(async move { me.write_hub(&copy, true).await });
+                    self.spawn_revert(&a, name, true);
                 }
             }
         }
+    }
+
+    /// Reverts the hub object of an autonomous agent to the agent's copy (under the resource lock,
+    /// only if the agent still has it: a concurrent delete from the agent wins).
+    fn spawn_revert(self: &Arc<Self>, a: &Arc<AgentState>, name: String, allow_create: bool) {
+        self.metrics.local_edits_reverted.inc();
+        let me = self.clone();
+        let a = a.clone();
+        tokio::spawn(async move {
+            let _g = a.locks.lock(&name).await;
+            let copy = a.views.lock().expect("poisoned").get(&name).and_then(|v| v.copy.clone());
+            let Some(copy) = copy else { return };
+            if !allow_create && matches!(me.store.get(Kind::Application, &a.name, &name).await, Ok(None)) {
+                return;
+            }
+            if let Err(e) = me.write_hub(&copy, true).await {
+                tracing::warn!(agent = %a.name, app = %name, error = %e, "reverting a hub edit failed");
+            }
+        });
     }
 
     /// Writes `want` (hub form) over the hub object; retries conflicts a few times.
@@ -443,7 +520,11 @@ impl Inner {
                 None => self.store.create(Kind::Application, want.clone()).await.map(|_| ()),
                 Some(cur) => {
                     let n = o::overlay(&cur, want, with_status, with_status);
-                    if n == cur { Ok(()) } else { self.store.replace(Kind::Application, n).await.map(|_| ()) }
+                    if n == cur {
+                        Ok(())
+                    } else {
+                        self.store.replace(Kind::Application, n).await.map(|_| ())
+                    }
                 }
             };
             match r {
@@ -486,10 +567,19 @@ impl Inner {
     }
 
     async fn handle_event(self: &Arc<Self>, a: &Arc<AgentState>, ev: Event, out: &Outbox) -> Result<(), HandleError> {
+        let _g = if ev.ty.is_resource_change() {
+            Some(a.locks.lock(ev.name()).await)
+        } else {
+            None
+        };
         let mode = *a.mode.lock().expect("poisoned");
         let agent = a.name.as_str();
         if ev.target != Target::Application && ev.ty.is_resource_change() {
-            return Err(HandleError::Permanent(format!("unsupported target {:?} for {}", ev.target.as_str(), ev.ty.short())));
+            return Err(HandleError::Permanent(format!(
+                "unsupported target {:?} for {}",
+                ev.target.as_str(),
+                ev.ty.short()
+            )));
         }
         match (mode, ev.ty) {
             (Mode::Managed, EventType::StatusUpdate) => {
@@ -508,8 +598,7 @@ impl Inner {
                 let agent_op = ev.data.get("operation").filter(|v| !v.is_null());
                 if agent_op.is_none()
                     && let Some(hop) = h.get("operation").filter(|v| !v.is_null())
-                    && crate::checksum::hash_value(hop)
-                        == crate::checksum::hash_value(&ev.data["status"]["operationState"]["operation"])
+                    && crate::checksum::hash_value(hop) == crate::checksum::hash_value(&ev.data["status"]["operationState"]["operation"])
                 {
                     n.as_object_mut().map(|m| m.remove("operation"));
                 }
@@ -540,10 +629,15 @@ impl Inner {
                         if !o::op_hash(&h).is_empty() {
                             self.push(a, EventType::SetOperation, &h);
                         }
-                        a.views
-                            .lock()
-                            .expect("poisoned")
-                            .insert(name, View { spec, op: o::op_hash(&h), status: o::status_hash(&h), copy: None });
+                        a.views.lock().expect("poisoned").insert(
+                            name,
+                            View {
+                                spec,
+                                op: o::op_hash(&h),
+                                status: o::status_hash(&h),
+                                copy: None,
+                            },
+                        );
                     }
                 }
                 Ok(())
@@ -587,7 +681,8 @@ impl Inner {
                 let name = ev.data["name"].as_str().unwrap_or_default();
                 if self.store.get(Kind::Application, agent, name).await?.is_none() {
                     let ns = ev.data["namespace"].as_str().unwrap_or_default();
-                    out.send(o::request_update(SOURCE, name, ns, ev.data["uid"].as_str().unwrap_or_default(), "")).await;
+                    out.send(o::request_update(SOURCE, name, ns, ev.data["uid"].as_str().unwrap_or_default(), ""))
+                        .await;
                 }
                 Ok(())
             }
@@ -596,7 +691,11 @@ impl Inner {
                 Ok(())
             }
             (Mode::Managed, EventType::RequestResourceResync) => Ok(()),
-            (_, t) => Err(HandleError::Permanent(format!("event type {} is not valid from a {} agent", t.short(), mode.as_str()))),
+            (_, t) => Err(HandleError::Permanent(format!(
+                "event type {} is not valid from a {} agent",
+                t.short(),
+                mode.as_str()
+            ))),
         }
     }
 
@@ -626,7 +725,8 @@ impl Inner {
                 v.copy = Some(h.clone());
             }
             items.push(set_item("Application", o::name(h), &suid));
-            out.send(o::request_update(SOURCE, o::name(h), &agent, &suid, &spec_checksum(&agent_form))).await;
+            out.send(o::request_update(SOURCE, o::name(h), &agent, &suid, &spec_checksum(&agent_form)))
+                .await;
         }
         out.send(o::request_synced_list(SOURCE, &set_checksum(items))).await;
     }
@@ -661,7 +761,9 @@ impl Svc {
             self.inner.metrics.auth_failure("no-client-cert");
             Status::unauthenticated("a client certificate is required")
         })?;
-        let leaf = certs.first().ok_or_else(|| Status::unauthenticated("a client certificate is required"))?;
+        let leaf = certs
+            .first()
+            .ok_or_else(|| Status::unauthenticated("a client certificate is required"))?;
         tls::identity_from_cert(leaf.as_ref(), &self.inner.identity).map_err(|e| {
             self.inner.metrics.auth_failure("identity");
             Status::unauthenticated(e.to_string())
@@ -683,11 +785,17 @@ impl Authentication for Svc {
         let r = req.into_inner();
         if r.method != "mtls" {
             self.inner.metrics.auth_failure("method");
-            return Err(Status::unauthenticated(format!("unsupported authentication method {:?}; this principal supports \"mtls\"", r.method)));
+            return Err(Status::unauthenticated(format!(
+                "unsupported authentication method {:?}; this principal supports \"mtls\"",
+                r.method
+            )));
         }
         let Some(mode) = Mode::parse(&r.mode) else {
             self.inner.metrics.auth_failure("mode");
-            return Err(Status::invalid_argument(format!("unknown agent mode {:?}; want \"managed\" or \"autonomous\"", r.mode)));
+            return Err(Status::invalid_argument(format!(
+                "unknown agent mode {:?}; want \"managed\" or \"autonomous\"",
+                r.mode
+            )));
         };
         if !r.version.is_empty() && !version_compatible(&r.version) {
             self.inner.metrics.auth_failure("version");
@@ -700,9 +808,15 @@ impl Authentication for Svc {
             && *claimed != agent
         {
             self.inner.metrics.auth_failure("identity-mismatch");
-            return Err(Status::permission_denied(format!("client ID {claimed:?} does not match the certificate identity {agent:?}")));
+            return Err(Status::permission_denied(format!(
+                "client ID {claimed:?} does not match the certificate identity {agent:?}"
+            )));
         }
-        let (access, refresh) = self.inner.tokens.issue_pair(&agent, mode).map_err(|e| Status::internal(e.to_string()))?;
+        let (access, refresh) = self
+            .inner
+            .tokens
+            .issue_pair(&agent, mode)
+            .map_err(|e| Status::internal(e.to_string()))?;
         self.inner.register(&agent, mode);
         if let Err(e) = self.inner.store.ensure_namespace(&agent).await {
             tracing::warn!(agent, error = %e, "could not ensure the agent namespace");
@@ -726,7 +840,11 @@ impl Authentication for Svc {
             self.inner.metrics.auth_failure("identity-mismatch");
             return Err(Status::permission_denied(format!("token of {who:?} presented by {agent:?}")));
         }
-        let (access, refresh) = self.inner.tokens.issue_pair(&agent, mode).map_err(|e| Status::internal(e.to_string()))?;
+        let (access, refresh) = self
+            .inner
+            .tokens
+            .issue_pair(&agent, mode)
+            .map_err(|e| Status::internal(e.to_string()))?;
         self.inner.register(&agent, mode);
         Ok(Response::new(authapi::AuthResponse {
             access_token: access,
@@ -743,19 +861,12 @@ type EventStreamOut = Pin<Box<dyn Stream<Item = Result<eventstreamapi::Event, St
 impl EventStream for Svc {
     type SubscribeStream = EventStreamOut;
 
-    async fn subscribe(
-        &self,
-        req: Request<tonic::Streaming<eventstreamapi::Event>>,
-    ) -> Result<Response<Self::SubscribeStream>, Status> {
+    async fn subscribe(&self, req: Request<tonic::Streaming<eventstreamapi::Event>>) -> Result<Response<Self::SubscribeStream>, Status> {
         let cert_agent = self.cert_identity(&req)?;
-        let token = req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| {
-                self.inner.metrics.auth_failure("no-token");
-                Status::unauthenticated("missing authorization metadata")
-            })?;
+        let token = req.metadata().get("authorization").and_then(|v| v.to_str().ok()).ok_or_else(|| {
+            self.inner.metrics.auth_failure("no-token");
+            Status::unauthenticated("missing authorization metadata")
+        })?;
         let token = token.strip_prefix("Bearer ").unwrap_or(token);
         let (agent, mode) = self.inner.tokens.verify_access(token).map_err(|e| {
             self.inner.metrics.auth_failure("token");
@@ -777,7 +888,10 @@ impl EventStream for Svc {
             max_event_size: self.inner.cfg.max_event_size,
             concurrency: self.inner.cfg.concurrency,
         };
-        let handler = Arc::new(SessionHandler { inner: self.inner.clone(), agent: a.clone() });
+        let handler = Arc::new(SessionHandler {
+            inner: self.inner.clone(),
+            agent: a.clone(),
+        });
         let gen_ = a.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let metrics = self.inner.metrics.clone();
         let a2 = a.clone();

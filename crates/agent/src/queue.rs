@@ -31,7 +31,11 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Self { initial: Duration::from_secs(5), factor: 4, max: Duration::from_secs(120) }
+        Self {
+            initial: Duration::from_secs(5),
+            factor: 4,
+            max: Duration::from_secs(120),
+        }
     }
 }
 
@@ -145,7 +149,11 @@ impl SendQueue {
 
     pub fn stats(&self) -> QueueStats {
         let s = self.state.lock().expect("poisoned");
-        QueueStats { pending: s.pending, inflight: s.inflight, deferred: s.deferred.len() }
+        QueueStats {
+            pending: s.pending,
+            inflight: s.inflight,
+            deferred: s.deferred.len(),
+        }
     }
 
     /// Whether nothing is queued, in flight or deferred.
@@ -241,7 +249,11 @@ impl SendQueue {
             let f = slot.inflight.as_mut().expect("inflight");
             f.attempts += 1;
             f.deadline = now + self.backoff.delay(f.attempts);
-            return Ok(Outgoing { key: k, event: f.ev.clone(), attempt: f.attempts });
+            return Ok(Outgoing {
+                key: k,
+                event: f.ev.clone(),
+                attempt: f.attempts,
+            });
         }
         while let Some(k) = s.ready.pop_front() {
             s.ready_set.remove(&k);
@@ -257,12 +269,20 @@ impl SendQueue {
                 ev.event_id = format!("{}.{}", ev.event_id, seq);
             }
             let slot = s.slots.get_mut(&k).expect("slot");
-            slot.inflight = Some(InFlight { ev: ev.clone(), attempts: 1, deadline: now + self.backoff.delay(1) });
+            slot.inflight = Some(InFlight {
+                ev: ev.clone(),
+                attempts: 1,
+                deadline: now + self.backoff.delay(1),
+            });
             s.pending -= 1;
             s.inflight += 1;
             drop(s);
             self.notify.notify_one();
-            return Ok(Outgoing { key: k, event: ev, attempt: 1 });
+            return Ok(Outgoing {
+                key: k,
+                event: ev,
+                attempt: 1,
+            });
         }
         Err(earliest)
     }

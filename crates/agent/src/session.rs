@@ -28,7 +28,11 @@ pub enum HandleError {
 
 impl From<crate::store::StoreError> for HandleError {
     fn from(e: crate::store::StoreError) -> Self {
-        if e.is_retryable() { HandleError::Retryable(e.to_string()) } else { HandleError::Permanent(e.to_string()) }
+        if e.is_retryable() {
+            HandleError::Retryable(e.to_string())
+        } else {
+            HandleError::Permanent(e.to_string())
+        }
     }
 }
 
@@ -116,7 +120,12 @@ where
                         ctx.metrics.sent(ev.ty.short());
                     }
                     Err(n) => {
-                        tracing::error!(r#type = ev.ty.short(), size = n, limit = ctx.max_event_size, "direct event exceeds the message size limit, not sent");
+                        tracing::error!(
+                            r#type = ev.ty.short(),
+                            size = n,
+                            limit = ctx.max_event_size,
+                            "direct event exceeds the message size limit, not sent"
+                        );
                         ctx.metrics.failed("oversized");
                     }
                 }
@@ -189,7 +198,11 @@ where
         let size = msg.encoded_len();
         if size > ctx.max_event_size {
             let (rid, eid) = raw_ids(&msg);
-            tracing::warn!(size, limit = ctx.max_event_size, "received oversized event; answered with an error event");
+            tracing::warn!(
+                size,
+                limit = ctx.max_event_size,
+                "received oversized event; answered with an error event"
+            );
             ctx.metrics.error_reply("oversized");
             out.send(Event::error_reply(
                 &ctx.source,
@@ -207,7 +220,8 @@ where
                 let (rid, eid) = raw_ids(&msg);
                 tracing::warn!(error = %e, "received malformed event; answered with an error event");
                 ctx.metrics.error_reply("malformed");
-                out.send(Event::error_reply(&ctx.source, &rid, &eid, "malformed", &e.to_string())).await;
+                out.send(Event::error_reply(&ctx.source, &rid, &eid, "malformed", &e.to_string()))
+                    .await;
                 continue;
             }
         };
@@ -235,7 +249,12 @@ where
                 continue;
             }
             EventType::Ping => {
-                let mut p = Event::request(&ctx.source, EventType::Pong, crate::event::Target::Heartbeat, serde_json::Value::Null);
+                let mut p = Event::request(
+                    &ctx.source,
+                    EventType::Pong,
+                    crate::event::Target::Heartbeat,
+                    serde_json::Value::Null,
+                );
                 p.resource_id = ev.resource_id.clone();
                 p.event_id = ev.event_id.clone();
                 out.send(p).await;

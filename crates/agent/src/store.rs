@@ -36,10 +36,7 @@ impl Kind {
         }
     }
     pub fn api_resource(self) -> ApiResource {
-        ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("argoproj.io", "v1alpha1", self.as_str()),
-            self.plural(),
-        )
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("argoproj.io", "v1alpha1", self.as_str()), self.plural())
     }
     pub fn parse(s: &str) -> Option<Kind> {
         match s {
@@ -160,12 +157,22 @@ impl Store for KubeStore {
         Ok(l.items.iter().map(to_value).collect())
     }
     async fn get(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<Option<Value>> {
-        Ok(self.api(kind, Some(ns)).get_opt(name).await.map_err(kube_err)?.as_ref().map(to_value))
+        Ok(self
+            .api(kind, Some(ns))
+            .get_opt(name)
+            .await
+            .map_err(kube_err)?
+            .as_ref()
+            .map(to_value))
     }
     async fn create(&self, kind: Kind, obj: Value) -> StoreResult<Value> {
         let (ns, _) = ns_name(&obj);
         let o = from_value(kind, obj)?;
-        let r = self.api(kind, Some(&ns)).create(&PostParams::default(), &o).await.map_err(kube_err)?;
+        let r = self
+            .api(kind, Some(&ns))
+            .create(&PostParams::default(), &o)
+            .await
+            .map_err(kube_err)?;
         Ok(to_value(&r))
     }
     async fn replace(&self, kind: Kind, obj: Value) -> StoreResult<Value> {
@@ -262,7 +269,13 @@ impl Default for MemStore {
 impl MemStore {
     pub fn new() -> Self {
         let (tx, _) = broadcast::channel(65536);
-        Self { inner: Arc::new(Mutex::new(MemInner { objects: BTreeMap::new(), rv: 0 })), tx }
+        Self {
+            inner: Arc::new(Mutex::new(MemInner {
+                objects: BTreeMap::new(),
+                rv: 0,
+            })),
+            tx,
+        }
     }
 
     fn write(&self, kind: Kind, mut obj: Value, is_create: bool, check_rv: bool) -> StoreResult<Value> {
@@ -398,6 +411,8 @@ impl Store for MemStore {
                 }
             }
         });
-        futures::stream::once(async move { Ok(StoreEvent::Restarted(initial)) }).chain(rest).boxed()
+        futures::stream::once(async move { Ok(StoreEvent::Restarted(initial)) })
+            .chain(rest)
+            .boxed()
     }
 }

@@ -30,7 +30,9 @@ pub fn versions(allow_tls12: bool) -> &'static [&'static rustls::SupportedProtoc
 
 /// PEM certificates.
 pub fn parse_certs(pem: &[u8]) -> anyhow::Result<Vec<CertificateDer<'static>>> {
-    let certs: Vec<_> = rustls_pemfile::certs(&mut &pem[..]).collect::<Result<_, _>>().context("reading PEM certificates")?;
+    let certs: Vec<_> = rustls_pemfile::certs(&mut &pem[..])
+        .collect::<Result<_, _>>()
+        .context("reading PEM certificates")?;
     if certs.is_empty() {
         bail!("no certificate found in PEM data");
     }
@@ -142,10 +144,13 @@ pub async fn serve_tls(
     listener: TcpListener,
     cfg: Arc<ServerConfig>,
     on_fail: Arc<dyn Fn(&str) + Send + Sync>,
-) -> tokio::sync::mpsc::Receiver<Result<tokio_rustls::server::TlsStream<TcpStream>, std::io::Error>> {
+) -> (
+    tokio::sync::mpsc::Receiver<Result<tokio_rustls::server::TlsStream<TcpStream>, std::io::Error>>,
+    tokio::task::JoinHandle<()>,
+) {
     let (tx, rx) = tokio::sync::mpsc::channel(128);
     let acceptor = TlsAcceptor::from(cfg);
-    tokio::spawn(async move {
+    let h = tokio::spawn(async move {
         loop {
             let (tcp, peer) = match listener.accept().await {
                 Ok(x) => x,
@@ -179,7 +184,7 @@ pub async fn serve_tls(
             });
         }
     });
-    rx
+    (rx, h)
 }
 
 /// A tower connector for tonic's `Endpoint::connect_with_connector`: TCP + our rustls config.
@@ -187,12 +192,8 @@ pub fn connector(
     cfg: Arc<ClientConfig>,
     addr: SocketAddr,
     server_name: String,
-) -> impl tower::Service<
-    http::Uri,
-    Response = TokioIo<tokio_rustls::client::TlsStream<TcpStream>>,
-    Error = std::io::Error,
-    Future = impl Send,
-> + Clone {
+) -> impl tower::Service<http::Uri, Response = TokioIo<tokio_rustls::client::TlsStream<TcpStream>>, Error = std::io::Error, Future = impl Send>
++ Clone {
     let connector = TlsConnector::from(cfg);
     tower::service_fn(move |_uri: http::Uri| {
         let connector = connector.clone();

@@ -1,0 +1,99 @@
+//! A principal and N agents in one process over loopback mTLS with a throwaway PKI (demo, tests,
+//! benchmarks).
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crate::Mode;
+use crate::agent::{Agent, AgentConfig};
+use crate::metrics::Metrics;
+use crate::pki::Ca;
+use crate::principal::{Principal, PrincipalConfig};
+use crate::store::{KubeStore, Store};
+use crate::tls::TlsMaterial;
+
+/// A throwaway RSA key for JWTs, generated once per process (RSA key generation is slow).
+pub fn throwaway_jwt_key() -> String {
+    static KEY: OnceLock<String> = OnceLock::new();
+    KEY.get_or_init(|| crate::auth::generate_rsa_pem(2048).expect("RSA key generation"))
+        .clone()
+}
+
+/// Everything a local deployment needs to connect more agents.
+pub struct LocalPki {
+    pub ca: Ca,
+    pub principal: TlsMaterial,
+}
+
+impl LocalPki {
+    pub fn new() -> anyhow::Result<LocalPki> {
+        let ca = Ca::new("argocd-pull local CA")?;
+        let server = ca.issue_server(&[])?;
+        let principal = ca.principal_material(&server);
+        Ok(LocalPki { ca, principal })
+    }
+
+    /// Client TLS material for an agent.
+    pub fn agent(&self, name: &str) -> anyhow::Result<TlsMaterial> {
+        let c = self.ca.issue_agent(name)?;
+        Ok(TlsMaterial {
+            cert_pem: c.cert_pem.into(),
+            key_pem: c.key_pem.into(),
+            ca_pem: self.ca.cert_pem.clone().into(),
+        })
+    }
+}
+
+/// A running local deployment.
+pub struct LocalDeployment {
+    pub principal: Principal,
+    pub agents: Vec<(String, Agent)>,
+}
+
+impl LocalDeployment {
+    /// Waits until every agent has a live stream.
+    pub async fn wait_connected(&self, timeout: Duration) -> anyhow::Result<()> {
+        tokio::time::timeout(timeout, async {
+            for (_, a) in &self.agents {
+                a.wait_connected(0).await;
+            }
+        })
+        .await
+        .map_err(|_| anyhow::anyhow!("agents did not connect within {timeout:?}"))
+    }
+
+    /// Stops all agents, then the principal.
+    pub async fn shutdown(self) {
+        for (_, a) in self.agents {
+            a.shutdown().await;
+        }
+        self.principal.shutdown().await;
+    }
+}
+
+/// Starts a principal on `hub` and one agent per `(name, cluster)` in `mode`, over loopback mTLS.
+pub async fn start_local(hub: kube::Client, agents: Vec<(String, kube::Client)>, mode: Mode) -> anyhow::Result<LocalDeployment> {
+    let hub: Arc<dyn Store> = Arc::new(KubeStore::new(hub));
+    let agents = agents
+        .into_iter()
+        .map(|(n, c)| (n, Arc::new(KubeStore::new(c)) as Arc<dyn Store>))
+        .collect();
+    start_local_stores(hub, agents, mode).await
+}
+
+/// Like [`start_local`] over any [`Store`]s.
+pub async fn start_local_stores(hub: Arc<dyn Store>, agents: Vec<(String, Arc<dyn Store>)>, mode: Mode) -> anyhow::Result<LocalDeployment> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let pki = LocalPki::new()?;
+    let cfg = PrincipalConfig::new("127.0.0.1:0".parse()?, pki.principal.clone(), throwaway_jwt_key());
+    let principal = Principal::start(cfg, hub, Metrics::new("argocd_principal")).await?;
+    let addr = principal.local_addr();
+    let mut out = Vec::new();
+    for (name, store) in agents {
+        let mut c = AgentConfig::new(addr, pki.agent(&name)?, mode);
+        c.reconnect_max = Duration::from_secs(2);
+        let a = Agent::start(c, store, Metrics::new("argocd_agent")).await?;
+        out.push((name, a));
+    }
+    Ok(LocalDeployment { principal, agents: out })
+}

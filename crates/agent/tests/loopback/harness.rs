@@ -1,0 +1,103 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use argocd_pull_agent::Mode;
+use argocd_pull_agent::agent::{Agent, AgentConfig};
+use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
+use argocd_pull_agent::metrics::Metrics;
+use argocd_pull_agent::principal::{Principal, PrincipalConfig};
+use argocd_pull_agent::store::{Kind, MemStore, Store, StoreEvent};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+pub const T: Duration = Duration::from_secs(20);
+
+pub fn init() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+pub async fn principal(pki: &LocalPki, hub: &MemStore, addr: &str) -> Principal {
+    principal_with(pki, hub, addr, |_| {}).await
+}
+
+pub async fn principal_with(pki: &LocalPki, hub: &MemStore, addr: &str, f: impl FnOnce(&mut PrincipalConfig)) -> Principal {
+    init();
+    let mut cfg = PrincipalConfig::new(addr.parse().unwrap(), pki.principal.clone(), throwaway_jwt_key());
+    f(&mut cfg);
+    Principal::start(cfg, Arc::new(hub.clone()), Metrics::new("argocd_principal"))
+        .await
+        .unwrap()
+}
+
+pub async fn agent(pki: &LocalPki, p: &Principal, name: &str, mode: Mode, store: &MemStore) -> Agent {
+    let mut c = AgentConfig::new(p.local_addr(), pki.agent(name).unwrap(), mode);
+    c.reconnect_max = Duration::from_millis(500);
+    let a = Agent::start(c, Arc::new(store.clone()), Metrics::new("argocd_agent"))
+        .await
+        .unwrap();
+    tokio::time::timeout(T, a.wait_connected(0)).await.expect("agent connects");
+    a
+}
+
+pub fn app(ns: &str, name: &str, path: &str) -> Value {
+    json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": name, "namespace": ns, "labels": {"team": "a"}, "annotations": {"keep": "me"}},
+        "spec": {"project": "default",
+                 "source": {"repoURL": "https://example.com/repo.git", "path": path, "targetRevision": "HEAD"},
+                 "destination": {"server": "https://kubernetes.default.svc", "namespace": "guestbook"}},
+        "unknownTopLevel": {"kept": true}
+    })
+}
+
+/// Waits (on watch events, not sleeps) until `pred` holds for the object (None = absent).
+pub async fn wait_for(store: &MemStore, ns: &str, name: &str, what: &str, pred: impl Fn(Option<&Value>) -> bool) -> Option<Value> {
+    let mut w = store.watch(Kind::Application, Some(ns));
+    let r = tokio::time::timeout(T, async {
+        loop {
+            let cur = store.get(Kind::Application, ns, name).await.unwrap();
+            if pred(cur.as_ref()) {
+                return cur;
+            }
+            match w.next().await {
+                Some(Ok(StoreEvent::Restarted(_) | StoreEvent::Applied(_) | StoreEvent::Deleted(_))) => {}
+                other => panic!("watch ended: {other:?}"),
+            }
+        }
+    })
+    .await;
+    match r {
+        Ok(v) => v,
+        Err(_) => panic!(
+            "timed out waiting for {ns}/{name}: {what}; now: {:?}",
+            store.get(Kind::Application, ns, name).await.unwrap()
+        ),
+    }
+}
+
+pub async fn put(store: &MemStore, obj: Value) -> Value {
+    store.create(Kind::Application, obj).await.unwrap()
+}
+
+pub async fn patch(store: &MemStore, ns: &str, name: &str, p: Value) -> Value {
+    store.merge_patch(Kind::Application, ns, name, p).await.unwrap()
+}
+
+pub async fn try_patch(store: &MemStore, ns: &str, name: &str, p: Value) {
+    let _ = store.merge_patch(Kind::Application, ns, name, p).await;
+}
+
+pub async fn del(store: &MemStore, ns: &str, name: &str) {
+    store.delete(Kind::Application, ns, name).await.unwrap()
+}
+
+pub async fn wait_idle(f: impl Fn() -> bool) {
+    // queue drains are internal state without an event to await: poll briefly under a timeout
+    tokio::time::timeout(T, async {
+        while !f() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("queue drained");
+}
