@@ -1,1 +1,6 @@
-//! GitOpsCluster and report controller tests on the embedded hub.
+//! GitOpsCluster, basic-mode secrets and ApplicationSet report controllers on the embedded hub.
+
+mod e2e;
+mod gitopscluster;
+mod report;
+mod util;

@@ -1,0 +1,86 @@
+//! Real-cluster end-to-end check, run only when `ARGOCD_PULL_E2E_HUB_KUBECONFIG` names a
+//! kubeconfig of an OCM hub with the GitOpsCluster and report CRDs installed
+//! (`argocd-pull crds | kubectl apply -f -`) and Argo CD in namespace `argocd`.
+
+use std::time::Duration;
+
+use argocd_pull_gitops::GitOpsConfig;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject, PostParams};
+use serde_json::json;
+
+#[tokio::test]
+async fn e2e_gitopscluster_on_a_real_hub() {
+    let Ok(path) = std::env::var("ARGOCD_PULL_E2E_HUB_KUBECONFIG") else {
+        println!("SKIP: ARGOCD_PULL_E2E_HUB_KUBECONFIG is not set");
+        return;
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kubeconfig = kube::config::Kubeconfig::read_from(&path).expect("kubeconfig readable");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("kubeconfig valid");
+    let client = kube::Client::try_from(config).expect("client");
+    let running = argocd_pull_gitops::start(client.clone(), GitOpsConfig::default())
+        .await
+        .expect("start");
+
+    // A GitOpsCluster over every cluster of the global set: Placement `e2e-all` in `argocd`.
+    let ns = "argocd";
+    let dynamic = |kind: &str, plural: &str, group: &str, version: &str| {
+        let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+        let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, plural);
+        Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar)
+    };
+    let placement: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
+        "metadata": {"name": "e2e-all", "namespace": ns},
+        "spec": {"clusterSets": ["global"], "tolerations": [{"key": "cluster.open-cluster-management.io/unreachable", "operator": "Exists"}]}
+    }))
+    .unwrap();
+    let _ = dynamic(
+        "Placement",
+        "placements",
+        "cluster.open-cluster-management.io",
+        "v1beta1",
+    )
+    .create(&PostParams::default(), &placement)
+    .await;
+    let gc: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apps.open-cluster-management.io/v1beta1", "kind": "GitOpsCluster",
+        "metadata": {"name": "e2e", "namespace": ns},
+        "spec": {"argoServer": {"argoNamespace": ns}, "placementRef": {"kind": "Placement", "name": "e2e-all"}}
+    }))
+    .unwrap();
+    let gcs = dynamic(
+        "GitOpsCluster",
+        "gitopsclusters",
+        "apps.open-cluster-management.io",
+        "v1beta1",
+    );
+    let _ = gcs.create(&PostParams::default(), &gc).await;
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let found = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            let list = secrets
+                .list(
+                    &kube::api::ListParams::default()
+                        .labels("apps.open-cluster-management.io/acm-cluster=true"),
+                )
+                .await
+                .expect("list secrets");
+            if !list.items.is_empty() {
+                return list.items.len();
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+    .await
+    .expect("cluster secrets appear within 120 s");
+    println!("e2e: {found} cluster secret(s)");
+    let st = gcs.get("e2e").await.expect("GitOpsCluster");
+    println!("e2e: status {}", st.data["status"]);
+    let _ = gcs.delete("e2e", &Default::default()).await;
+    running.shutdown().await;
+}

@@ -1,0 +1,1 @@
+//! The ApplicationSet report.
