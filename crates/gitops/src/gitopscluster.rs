@@ -242,6 +242,10 @@ fn decision_fingerprint(d: &PlacementDecision) -> u64 {
     hash_of((&d.metadata.labels, names))
 }
 
+fn meta_fingerprint<K: Resource>(o: &K) -> u64 {
+    hash_of(&o.meta().labels)
+}
+
 fn secret_fingerprint(s: &Secret) -> u64 {
     let data: Vec<(&String, &Vec<u8>)> = s.data.iter().flatten().map(|(k, v)| (k, &v.0)).collect();
     hash_of((&s.metadata.labels, &s.metadata.annotations, data, &s.type_))
@@ -282,13 +286,24 @@ pub(crate) async fn run(
         ),
     )
     .default_backoff();
-    let triggers = futures::stream::select(
-        futures::stream::select(
-            relevant_changes(decision_events, decision_fingerprint),
-            relevant_changes(cluster_events, cluster_fingerprint),
-        ),
-        relevant_changes(secret_events, secret_fingerprint),
-    );
+    // Namespaces gaining or losing the authorisation label, Argo CD servers appearing.
+    let namespace_events = watcher(
+        Api::<kube::core::PartialObjectMeta<Namespace>>::all(client.clone()),
+        watcher::Config::default().labels(names::LABEL_GITOPS_ARGO_NAMESPACE),
+    )
+    .default_backoff();
+    let server_events = watcher(
+        Api::<kube::core::PartialObjectMeta<Service>>::all(client.clone()),
+        watcher::Config::default().labels(ARGO_SERVER_SELECTOR),
+    )
+    .default_backoff();
+    let triggers = futures::stream::select_all([
+        relevant_changes(decision_events, decision_fingerprint).boxed(),
+        relevant_changes(cluster_events, cluster_fingerprint).boxed(),
+        relevant_changes(secret_events, secret_fingerprint).boxed(),
+        relevant_changes(namespace_events, meta_fingerprint).boxed(),
+        relevant_changes(server_events, meta_fingerprint).boxed(),
+    ]);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         config,
