@@ -1,0 +1,190 @@
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use argocd_pull_api::argocd::Application;
+use argocd_pull_api::ocm::cluster::{ManagedCluster, PlacementDecision};
+use argocd_pull_api::ocm::work::ManifestWork;
+use argocd_pull_ops::admin::Readiness;
+use kube::Client;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use tokio::sync::{Notify, mpsc};
+
+use crate::recent::Recent;
+use crate::{ControllerConfig, Metrics};
+
+pub(crate) type AppRef = ObjectRef<Application>;
+pub(crate) type WorkRef = ObjectRef<ManifestWork>;
+
+/// Shared state of the controllers: caches, triggers, bookkeeping.
+pub(crate) struct Ctx {
+    pub client: Client,
+    pub config: ControllerConfig,
+    pub metrics: Metrics,
+    pub readiness: Readiness,
+    pub apps: Store<Application>,
+    pub works: Store<ManifestWork>,
+    pub clusters: Store<ManagedCluster>,
+    pub decisions: Option<Store<PlacementDecision>>,
+    pub recent_works: Recent<ManifestWork>,
+    pub recent_apps: Recent<Application>,
+    pub recorder: Recorder,
+    /// Applications waiting for a cluster (to exist, or to be in a PlacementDecision).
+    pub waiting: Mutex<HashMap<String, HashSet<AppRef>>>,
+    /// Events already published (object, reason): published once until the problem clears.
+    pub reported: Mutex<HashSet<(AppRef, &'static str)>>,
+    pub failures: Mutex<HashMap<String, u32>>,
+    pub propagate_tx: mpsc::UnboundedSender<AppRef>,
+    pub status_tx: mpsc::UnboundedSender<WorkRef>,
+    pub sweep_request: Notify,
+}
+
+/// The writers and trigger receivers, consumed by the pumps.
+pub(crate) struct Receivers {
+    pub apps: Writer<Application>,
+    pub works: Writer<ManifestWork>,
+    pub clusters: Writer<ManagedCluster>,
+    pub decisions: Option<Writer<PlacementDecision>>,
+    pub propagate_rx: mpsc::UnboundedReceiver<AppRef>,
+    pub status_rx: mpsc::UnboundedReceiver<WorkRef>,
+}
+
+impl Ctx {
+    pub fn new(client: Client, config: ControllerConfig) -> (Arc<Ctx>, Receivers) {
+        let (apps, apps_w) = reflector::store();
+        let (works, works_w) = reflector::store();
+        let (clusters, clusters_w) = reflector::store();
+        let (decisions, decisions_w) = if config.binding_gate {
+            let (r, w) = reflector::store();
+            (Some(r), Some(w))
+        } else {
+            (None, None)
+        };
+        let (propagate_tx, propagate_rx) = mpsc::unbounded_channel();
+        let (status_tx, status_rx) = mpsc::unbounded_channel();
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: config.reporter.clone(),
+                instance: config.instance.clone(),
+            },
+        );
+        let ctx = Ctx {
+            client,
+            metrics: config.metrics.clone(),
+            readiness: config.readiness.clone(),
+            config,
+            apps,
+            works,
+            clusters,
+            decisions,
+            recent_works: Recent::default(),
+            recent_apps: Recent::default(),
+            recorder,
+            waiting: Mutex::new(HashMap::new()),
+            reported: Mutex::new(HashSet::new()),
+            failures: Mutex::new(HashMap::new()),
+            propagate_tx,
+            status_tx,
+            sweep_request: Notify::new(),
+        };
+        (
+            Arc::new(ctx),
+            Receivers {
+                apps: apps_w,
+                works: works_w,
+                clusters: clusters_w,
+                decisions: decisions_w,
+                propagate_rx,
+                status_rx,
+            },
+        )
+    }
+
+    pub fn trigger_propagation(&self, app: AppRef) {
+        if self.config.propagation && self.propagate_tx.send(app).is_ok() {
+            self.metrics.queue("propagation").inc();
+        }
+    }
+
+    pub fn trigger_status(&self, work: WorkRef) {
+        if self.config.status && self.status_tx.send(work).is_ok() {
+            self.metrics.queue("status").inc();
+        }
+    }
+
+    pub fn request_sweep(&self) {
+        if self.config.cleanup {
+            self.sweep_request.notify_one();
+        }
+    }
+
+    /// Remembers that `app` waits for `cluster`.
+    pub fn wait_for_cluster(&self, cluster: &str, app: AppRef) {
+        lock(&self.waiting)
+            .entry(cluster.to_string())
+            .or_default()
+            .insert(app);
+    }
+
+    /// Re-queues the Applications waiting for `cluster`.
+    pub fn wake(&self, cluster: &str) {
+        let waiting = lock(&self.waiting).remove(cluster);
+        for app in waiting.into_iter().flatten() {
+            self.trigger_propagation(app);
+        }
+    }
+
+    /// Publishes a Warning Event on the Application once per reason (until [`Ctx::resolved`]).
+    pub async fn warn_once(&self, app: &Application, reason: &'static str, note: String) {
+        let key = (ObjectRef::from_obj(app), reason);
+        if !lock(&self.reported).insert(key) {
+            return;
+        }
+        let reference = kube::Resource::object_ref(app, &());
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Propagate".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(error = %e, reason, "cannot publish an Event");
+            lock(&self.reported).remove(&(ObjectRef::from_obj(app), reason));
+        }
+    }
+
+    /// The Application's problems are over: later ones are reported again.
+    pub fn resolved(&self, app: &AppRef) {
+        let mut reported = lock(&self.reported);
+        if !reported.is_empty() {
+            reported.retain(|(r, _)| r != app);
+        }
+    }
+
+    /// Counts a failure of `key` and returns the delay before the retry.
+    pub fn backoff(&self, key: String) -> Duration {
+        let mut failures = lock(&self.failures);
+        let n = failures.entry(key).or_default();
+        *n = n.saturating_add(1);
+        let factor = 2u32.saturating_pow(n.saturating_sub(1).min(20));
+        self.config
+            .retry_base
+            .saturating_mul(factor)
+            .min(self.config.retry_max)
+    }
+
+    pub fn succeeded(&self, key: &str) {
+        let mut failures = lock(&self.failures);
+        if !failures.is_empty() {
+            failures.remove(key);
+        }
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

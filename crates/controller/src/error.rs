@@ -1,0 +1,35 @@
+use argocd_pull_domain::WorkError;
+
+/// Why a reconcile failed (retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("invalid Application: {0}")]
+    InvalidApplication(#[from] WorkError),
+    #[error("ManagedCluster {0:?} does not exist; waiting for it")]
+    ClusterMissing(String),
+    #[error("namespace {0:?} of the ManagedCluster does not exist; waiting for it")]
+    NamespaceMissing(String),
+    #[error("{0} changed while it was being written; retrying")]
+    Conflict(String),
+}
+
+impl Error {
+    /// A short label for the `reconcile_errors_total{reason}` metric.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(ae)) if ae.code == 409 => "conflict",
+            Error::Kube(kube::Error::Api(_)) => "api",
+            Error::Kube(_) => "transport",
+            Error::InvalidApplication(_) => "invalid_application",
+            Error::ClusterMissing(_) => "cluster_missing",
+            Error::NamespaceMissing(_) => "namespace_missing",
+            Error::Conflict(_) => "conflict",
+        }
+    }
+}
+
+pub(crate) fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(ae) if ae.code == code)
+}

@@ -1,0 +1,284 @@
+//! Application → ManifestWork.
+
+use std::sync::Arc;
+
+use argocd_pull_api::argocd::Application;
+use argocd_pull_api::names::{ANNOTATION_REFRESH, FINALIZER_ARGOCD_RESOURCES};
+use argocd_pull_api::ocm::work::ManifestWork;
+use argocd_pull_domain::{desired_work, selected_cluster, work_update_patch};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::context::Ctx;
+use crate::error::{Error, is_status};
+use crate::metrics::{ControllerLabels, ErrorLabels, OpLabels};
+
+const CONTROLLER: &str = "propagation";
+/// Immediate retries of a write answered 409 (a write without preconditions can be resent as is).
+const CONFLICT_RETRIES: usize = 5;
+
+/// Reconciles one selected Application (steps 2–6 of the spec; step 1, a deleted Application, is
+/// the sweep's: the object is no longer in the cache).
+pub(crate) async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    ctx.metrics
+        .reconciles
+        .get_or_create(&ControllerLabels {
+            controller: CONTROLLER,
+        })
+        .inc();
+    let key = ObjectRef::from_obj(app.as_ref());
+    let app = ctx
+        .recent_apps
+        .resolve(&key, Some(app))
+        .expect("resolve keeps a cached object");
+    let Some(cluster) = selected_cluster(&app) else {
+        // not (or no longer) selected: the sweep removes a work left behind
+        return Ok(Action::await_change());
+    };
+    let cluster = cluster.to_string();
+    let desired = desired_work(&app, &ctx.config.work)?;
+    let work_name = desired.metadata.name.clone().unwrap_or_default();
+    let work_key = ObjectRef::<ManifestWork>::new(&work_name).within(&cluster);
+    let existing = ctx
+        .recent_works
+        .resolve(&work_key, ctx.works.get(&work_key));
+    let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), &cluster);
+
+    if app.metadata.deletion_timestamp.is_some() {
+        return finalize(&app, &ctx, &works, existing.as_deref(), &work_name).await;
+    }
+
+    if ctx.clusters.get(&ObjectRef::new(&cluster)).is_none() {
+        ctx.wait_for_cluster(&cluster, key.clone());
+        ctx.warn_once(
+            &app,
+            "ManagedClusterNotFound",
+            format!("ManagedCluster {cluster:?} does not exist; the Application is propagated once it does"),
+        )
+        .await;
+        return Err(Error::ClusterMissing(cluster));
+    }
+
+    if let Some(decisions) = &ctx.decisions {
+        let app_ns = app.namespace().unwrap_or_default();
+        let bound = decisions.state().iter().any(|d| {
+            d.metadata.namespace.as_deref() == Some(app_ns.as_str())
+                && d.cluster_names().any(|c| c == cluster)
+        });
+        if !bound {
+            tracing::debug!(app = %key, cluster, "no PlacementDecision in the Application's namespace lists the cluster; not propagating");
+            ctx.wait_for_cluster(&cluster, key.clone());
+            return Ok(Action::await_change());
+        }
+    }
+
+    let pp = PostParams {
+        field_manager: Some(ctx.config.field_manager.clone()),
+        ..Default::default()
+    };
+    match existing.as_deref() {
+        None => match works.create(&pp, &desired).await {
+            Ok(created) => {
+                ctx.metrics
+                    .works_written
+                    .get_or_create(&OpLabels { op: "create" })
+                    .inc();
+                tracing::info!(app = %key, work = %work_key, "ManifestWork created");
+                ctx.recent_works.record(created);
+            }
+            Err(e) if is_status(&e, 409) => {
+                // the cache is behind (or another controller made it): compare with the live one
+                let live = works.get(&work_name).await?;
+                update_work(&ctx, &works, &live, &desired, &key).await?;
+            }
+            Err(e) if is_status(&e, 404) => {
+                ctx.warn_once(
+                    &app,
+                    "ClusterNamespaceNotFound",
+                    format!("namespace {cluster:?} of ManagedCluster {cluster:?} does not exist; retrying"),
+                )
+                .await;
+                return Err(Error::NamespaceMissing(cluster));
+            }
+            Err(e) => return Err(e.into()),
+        },
+        Some(w) if w.metadata.deletion_timestamp.is_some() => {
+            // being deleted (e.g. by a user); its delete event triggers a re-create
+            tracing::debug!(work = %work_key, "ManifestWork is being deleted; waiting");
+            return Ok(Action::await_change());
+        }
+        Some(w) => update_work(&ctx, &works, w, &desired, &key).await?,
+    }
+
+    strip_propagated(&ctx, &app).await?;
+    ctx.resolved(&key);
+    ctx.succeeded(&key.to_string());
+    Ok(Action::await_change())
+}
+
+async fn update_work(
+    ctx: &Ctx,
+    works: &Api<ManifestWork>,
+    existing: &ManifestWork,
+    desired: &ManifestWork,
+    app: &ObjectRef<Application>,
+) -> Result<(), Error> {
+    let Some(patch) = work_update_patch(existing, desired) else {
+        return Ok(());
+    };
+    let name = existing.name_any();
+    let updated = patch_with_retry(works, &name, &ctx.config.field_manager, patch).await?;
+    ctx.metrics
+        .works_written
+        .get_or_create(&OpLabels { op: "update" })
+        .inc();
+    tracing::info!(app = %app, work = %ObjectRef::from_obj(&updated), "ManifestWork updated");
+    ctx.recent_works.record(updated);
+    Ok(())
+}
+
+pub(crate) async fn patch_with_retry<K>(
+    api: &Api<K>,
+    name: &str,
+    field_manager: &str,
+    patch: Value,
+) -> Result<K, kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let pp = PatchParams {
+        field_manager: Some(field_manager.to_string()),
+        ..Default::default()
+    };
+    let mut attempt = 0;
+    loop {
+        match api.patch(name, &pp, &Patch::Merge(&patch)).await {
+            Err(e) if is_status(&e, 409) && attempt < CONFLICT_RETRIES => {
+                attempt += 1;
+                tracing::debug!(name, attempt, "conflict; retrying the patch");
+            }
+            r => return r,
+        }
+    }
+}
+
+/// After propagating: the spoke owns the requested operation and refresh now; remove them from the
+/// hub Application (guarded by its resourceVersion, so a newer request is never dropped unseen).
+async fn strip_propagated(ctx: &Ctx, app: &Application) -> Result<(), Error> {
+    let has_refresh = app.annotations().contains_key(ANNOTATION_REFRESH);
+    if app.operation.is_none() && !has_refresh {
+        return Ok(());
+    }
+    let mut patch = json!({"metadata": {"resourceVersion": app.resource_version()}});
+    if app.operation.is_some() {
+        patch["operation"] = Value::Null;
+    }
+    if has_refresh {
+        patch["metadata"]["annotations"] = json!({ ANNOTATION_REFRESH: null });
+    }
+    let api: Api<Application> =
+        Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
+    let pp = PatchParams {
+        field_manager: Some(ctx.config.field_manager.clone()),
+        ..Default::default()
+    };
+    match api.patch(&app.name_any(), &pp, &Patch::Merge(&patch)).await {
+        Ok(patched) => {
+            ctx.metrics
+                .app_patches
+                .get_or_create(&OpLabels {
+                    op: "strip_operation",
+                })
+                .inc();
+            tracing::info!(app = %ObjectRef::from_obj(app), "operation/refresh handed to the managed cluster; removed from the hub Application");
+            ctx.recent_apps.record(patched);
+            Ok(())
+        }
+        Err(e) if is_status(&e, 409) => Err(Error::Conflict(format!(
+            "Application {}",
+            ObjectRef::from_obj(app)
+        ))),
+        Err(e) if is_status(&e, 404) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The Application is being deleted: delete its work, then remove Argo CD's resources finalizer
+/// (only that one; none of our own is ever added).
+async fn finalize(
+    app: &Application,
+    ctx: &Ctx,
+    works: &Api<ManifestWork>,
+    existing: Option<&ManifestWork>,
+    work_name: &str,
+) -> Result<Action, Error> {
+    let key = ObjectRef::from_obj(app);
+    if let Some(w) = existing
+        && w.metadata.deletion_timestamp.is_none()
+    {
+        match works.delete(work_name, &DeleteParams::default()).await {
+            Ok(_) => {
+                ctx.metrics.works_deleted.inc();
+                tracing::info!(app = %key, work = %ObjectRef::from_obj(w), "ManifestWork deleted with its Application");
+            }
+            Err(e) if is_status(&e, 404) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let finalizers = app.finalizers();
+    if finalizers.iter().any(|f| f == FINALIZER_ARGOCD_RESOURCES) {
+        let rest: Vec<&String> = finalizers
+            .iter()
+            .filter(|f| *f != FINALIZER_ARGOCD_RESOURCES)
+            .collect();
+        let patch =
+            json!({"metadata": {"finalizers": rest, "resourceVersion": app.resource_version()}});
+        let api: Api<Application> =
+            Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
+        let pp = PatchParams {
+            field_manager: Some(ctx.config.field_manager.clone()),
+            ..Default::default()
+        };
+        match api.patch(&app.name_any(), &pp, &Patch::Merge(&patch)).await {
+            Ok(patched) => {
+                ctx.metrics
+                    .app_patches
+                    .get_or_create(&OpLabels {
+                        op: "remove_finalizer",
+                    })
+                    .inc();
+                tracing::info!(app = %key, "removed {FINALIZER_ARGOCD_RESOURCES}");
+                ctx.recent_apps.record(patched);
+            }
+            Err(e) if is_status(&e, 404) => {}
+            Err(e) if is_status(&e, 409) => {
+                return Err(Error::Conflict(format!("Application {key}")));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    ctx.succeeded(&key.to_string());
+    Ok(Action::await_change())
+}
+
+pub(crate) fn error_policy(app: Arc<Application>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    ctx.metrics
+        .reconcile_errors
+        .get_or_create(&ErrorLabels {
+            controller: CONTROLLER,
+            reason: err.reason(),
+        })
+        .inc();
+    let key = ObjectRef::from_obj(app.as_ref());
+    let delay = ctx.backoff(key.to_string());
+    match err {
+        Error::ClusterMissing(_) | Error::NamespaceMissing(_) | Error::Conflict(_) => {
+            tracing::info!(app = %key, retry_in = ?delay, "{err}")
+        }
+        _ => tracing::warn!(app = %key, retry_in = ?delay, error = %err, "propagation failed"),
+    }
+    Action::requeue(delay)
+}

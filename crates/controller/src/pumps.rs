@@ -1,0 +1,328 @@
+//! The watches (one per resource type, shared by the controllers), the trigger routing, the
+//! controllers and the sweeper, as tasks.
+
+use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use argocd_pull_api::argocd::Application;
+use argocd_pull_api::names::{ANNOTATION_LAST_APPLIED, LABEL_PULL_TO_OCM};
+use argocd_pull_api::ocm::cluster::{ManagedCluster, PlacementDecision};
+use argocd_pull_api::ocm::work::ManifestWork;
+use argocd_pull_domain::hub_app_ref;
+use argocd_pull_ops::CancellationToken;
+use futures::{Stream, StreamExt};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher::watcher;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Resource};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use crate::context::{Ctx, Receivers};
+use crate::{propagation, status, sweep};
+
+/// What of an Application the propagation controller reacts to (status-only updates are not).
+fn app_fingerprint(app: &Application) -> u64 {
+    let mut h = DefaultHasher::new();
+    app.metadata.uid.hash(&mut h);
+    app.metadata.labels.hash(&mut h);
+    app.metadata.annotations.hash(&mut h);
+    app.metadata.finalizers.hash(&mut h);
+    app.metadata
+        .owner_references
+        .as_ref()
+        .map(|o| o.len())
+        .hash(&mut h);
+    app.metadata.deletion_timestamp.is_some().hash(&mut h);
+    serde_json::to_string(&app.spec)
+        .unwrap_or_default()
+        .hash(&mut h);
+    app.operation.as_ref().map(|o| o.to_string()).hash(&mut h);
+    h.finish()
+}
+
+/// What of a ManifestWork the propagation controller reacts to (spec, labels, annotations).
+fn work_fingerprint(work: &ManifestWork) -> u64 {
+    let mut h = DefaultHasher::new();
+    work.metadata.uid.hash(&mut h);
+    work.metadata.labels.hash(&mut h);
+    work.metadata.annotations.hash(&mut h);
+    work.metadata.deletion_timestamp.is_some().hash(&mut h);
+    match work.metadata.generation {
+        Some(g) => g.hash(&mut h),
+        None => serde_json::to_string(&work.spec)
+            .unwrap_or_default()
+            .hash(&mut h),
+    }
+    h.finish()
+}
+
+fn strip_app(app: &mut Application) {
+    app.metadata.managed_fields = None;
+    if let Some(a) = app.metadata.annotations.as_mut() {
+        a.remove(ANNOTATION_LAST_APPLIED);
+    }
+}
+
+fn strip_work(work: &mut ManifestWork) {
+    work.metadata.managed_fields = None;
+    if let Some(s) = work.status.as_mut() {
+        s.conditions.clear();
+        if let Some(rs) = s.resource_status.as_mut() {
+            for m in &mut rs.manifests {
+                m.conditions.clear();
+            }
+        }
+    }
+}
+
+fn pull_labelled() -> watcher::Config {
+    watcher::Config::default()
+        .labels(LABEL_PULL_TO_OCM)
+        .any_semantic()
+}
+
+fn app_ref_of_work(work: &ManifestWork) -> Option<ObjectRef<Application>> {
+    let r = hub_app_ref(work)?;
+    Some(ObjectRef::new(r.name).within(r.namespace))
+}
+
+async fn pump<K, S, F>(stream: S, token: CancellationToken, what: &'static str, mut on_event: F)
+where
+    K: Resource,
+    S: Stream<Item = watcher::Result<Event<K>>>,
+    F: FnMut(Event<K>),
+{
+    let mut stream = std::pin::pin!(stream);
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => return,
+            ev = stream.next() => match ev {
+                Some(Ok(ev)) => on_event(ev),
+                Some(Err(e)) => tracing::warn!(error = %e, resource = what, "watch error; retrying"),
+                None => return,
+            }
+        }
+    }
+}
+
+pub(crate) fn spawn_all(
+    ctx: Arc<Ctx>,
+    rx: Receivers,
+    token: CancellationToken,
+) -> Vec<JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    let client = ctx.client.clone();
+
+    // Applications
+    {
+        let ctx = ctx.clone();
+        let stream = watcher(Api::<Application>::all(client.clone()), pull_labelled())
+            .default_backoff()
+            .modify(strip_app)
+            .reflect(rx.apps);
+        let token = token.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut seen: HashMap<ObjectRef<Application>, u64> = HashMap::new();
+            pump(stream, token, "applications", |ev| match ev {
+                Event::Apply(app) | Event::InitApply(app) => {
+                    ctx.recent_apps.observe(&app);
+                    let key = ObjectRef::from_obj(&app);
+                    let fp = app_fingerprint(&app);
+                    if seen.insert(key.clone(), fp) != Some(fp) {
+                        ctx.trigger_propagation(key);
+                        // a label/annotation change may leave a stale work behind
+                        ctx.request_sweep();
+                    }
+                }
+                Event::Delete(app) => {
+                    ctx.recent_apps.observe_delete(&app);
+                    seen.remove(&ObjectRef::from_obj(&app));
+                    tracing::debug!(app = %ObjectRef::from_obj(&app), "Application deleted");
+                    ctx.request_sweep();
+                }
+                Event::Init => {}
+                Event::InitDone => {
+                    // deletes missed during a watch gap surface as missing objects after a re-list
+                    ctx.request_sweep();
+                }
+            })
+            .await;
+        }));
+    }
+
+    // ManifestWorks
+    {
+        let ctx = ctx.clone();
+        let stream = watcher(Api::<ManifestWork>::all(client.clone()), pull_labelled())
+            .default_backoff()
+            .modify(strip_work)
+            .reflect(rx.works);
+        let token = token.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut seen: HashMap<ObjectRef<ManifestWork>, u64> = HashMap::new();
+            pump(stream, token, "manifestworks", |ev| match ev {
+                Event::Apply(work) | Event::InitApply(work) => {
+                    ctx.recent_works.observe(&work);
+                    let key = ObjectRef::from_obj(&work);
+                    let Some(app) = app_ref_of_work(&work) else {
+                        return;
+                    };
+                    let fp = work_fingerprint(&work);
+                    if seen.insert(key.clone(), fp) != Some(fp) {
+                        ctx.trigger_propagation(app);
+                    }
+                    if work.metadata.deletion_timestamp.is_none() {
+                        ctx.trigger_status(key);
+                    }
+                }
+                Event::Delete(work) => {
+                    ctx.recent_works.observe_delete(&work);
+                    seen.remove(&ObjectRef::from_obj(&work));
+                    if let Some(app) = app_ref_of_work(&work) {
+                        // re-create it if the Application still wants it
+                        ctx.trigger_propagation(app);
+                    }
+                }
+                Event::Init | Event::InitDone => {}
+            })
+            .await;
+        }));
+    }
+
+    // ManagedClusters (existence only)
+    {
+        let ctx = ctx.clone();
+        let stream = watcher(
+            Api::<ManagedCluster>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .modify(|c: &mut ManagedCluster| {
+            c.metadata.managed_fields = None;
+            c.status = None;
+        })
+        .reflect(rx.clusters);
+        let token = token.clone();
+        tasks.push(tokio::spawn(async move {
+            pump(stream, token, "managedclusters", |ev| {
+                if let Event::Apply(c) | Event::InitApply(c) = ev
+                    && let Some(name) = c.metadata.name.as_deref()
+                {
+                    ctx.wake(name);
+                }
+            })
+            .await;
+        }));
+    }
+
+    // PlacementDecisions (binding gate only)
+    if let Some(writer) = rx.decisions {
+        let ctx = ctx.clone();
+        let stream = watcher(
+            Api::<PlacementDecision>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .modify(|d: &mut PlacementDecision| d.metadata.managed_fields = None)
+        .reflect(writer);
+        let token = token.clone();
+        tasks.push(tokio::spawn(async move {
+            pump(stream, token, "placementdecisions", |ev| {
+                if let Event::Apply(d) | Event::InitApply(d) = ev {
+                    for cluster in d.cluster_names() {
+                        ctx.wake(cluster);
+                    }
+                }
+            })
+            .await;
+        }));
+    }
+
+    // Controllers and sweeper, once every cache is filled.
+    let main = {
+        let ctx = ctx.clone();
+        let token = token.clone();
+        let (propagate_rx, status_rx) = (rx.propagate_rx, rx.status_rx);
+        tokio::spawn(async move {
+            let ready = async {
+                let _ = ctx.apps.wait_until_ready().await;
+                let _ = ctx.works.wait_until_ready().await;
+                let _ = ctx.clusters.wait_until_ready().await;
+                if let Some(d) = &ctx.decisions {
+                    let _ = d.wait_until_ready().await;
+                }
+            };
+            tokio::select! {
+                _ = ready => {}
+                _ = token.cancelled() => return,
+            }
+            ctx.readiness.set(true);
+            tracing::info!(
+                applications = ctx.apps.len(),
+                works = ctx.works.len(),
+                clusters = ctx.clusters.len(),
+                "caches filled; controllers starting"
+            );
+            let mut set = tokio::task::JoinSet::new();
+            let cfg = controller::Config::default().concurrency(ctx.config.concurrency);
+            if ctx.config.propagation {
+                let queue = ctx.metrics.queue("propagation");
+                let trigger = UnboundedReceiverStream::new(propagate_rx).inspect(move |_| {
+                    queue.dec();
+                });
+                let c = Controller::for_stream(futures::stream::pending(), ctx.apps.clone())
+                    .reconcile_on(trigger)
+                    .with_config(cfg.clone())
+                    .graceful_shutdown_on(token.clone().cancelled_owned())
+                    .run(
+                        propagation::reconcile,
+                        propagation::error_policy,
+                        ctx.clone(),
+                    )
+                    .for_each(|r| async move { log_result("propagation", r) });
+                set.spawn(c);
+            }
+            if ctx.config.status {
+                let queue = ctx.metrics.queue("status");
+                let trigger = UnboundedReceiverStream::new(status_rx).inspect(move |_| {
+                    queue.dec();
+                });
+                let c = Controller::for_stream(futures::stream::pending(), ctx.works.clone())
+                    .reconcile_on(trigger)
+                    .with_config(cfg)
+                    .graceful_shutdown_on(token.clone().cancelled_owned())
+                    .run(status::reconcile, status::error_policy, ctx.clone())
+                    .for_each(|r| async move { log_result("status", r) });
+                set.spawn(c);
+            }
+            if ctx.config.cleanup {
+                set.spawn(sweep::sweeper(ctx.clone(), token.clone()));
+            }
+            while set.join_next().await.is_some() {}
+        })
+    };
+    tasks.push(main);
+    tasks
+}
+
+fn log_result<K: Resource, E: std::fmt::Display>(
+    controller: &'static str,
+    r: Result<(ObjectRef<K>, controller::Action), controller::Error<E, watcher::Error>>,
+) where
+    K::DynamicType: std::fmt::Debug,
+{
+    match r {
+        Ok(_) => {}
+        // the object left the cache before its turn (deleted): nothing to do
+        Err(controller::Error::ObjectNotFound(obj)) => {
+            tracing::debug!(controller, object = %obj, "object gone before reconcile")
+        }
+        Err(controller::Error::ReconcilerFailed(_, _)) => {} // logged by the error policy
+        Err(e) => tracing::warn!(controller, error = %e, "controller error"),
+    }
+}

@@ -1,0 +1,79 @@
+//! ManifestWork status feedback → hub Application status.
+
+use std::sync::Arc;
+
+use argocd_pull_api::argocd::Application;
+use argocd_pull_api::ocm::work::ManifestWork;
+use argocd_pull_domain::{FeedbackValues, application_identifier, hub_app_ref, status_patch};
+use kube::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+
+use crate::context::Ctx;
+use crate::error::Error;
+use crate::metrics::{ControllerLabels, ErrorLabels};
+use crate::propagation::patch_with_retry;
+
+const CONTROLLER: &str = "status";
+
+fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+pub(crate) async fn reconcile(work: Arc<ManifestWork>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    ctx.metrics
+        .reconciles
+        .get_or_create(&ControllerLabels {
+            controller: CONTROLLER,
+        })
+        .inc();
+    if work.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let Some(hub) = hub_app_ref(&work) else {
+        return Ok(Action::await_change());
+    };
+    let app_key = ObjectRef::<Application>::new(hub.name).within(hub.namespace);
+    let Some(app) = ctx.recent_apps.resolve(&app_key, ctx.apps.get(&app_key)) else {
+        return Ok(Action::await_change());
+    };
+    let Some(id) = application_identifier(&work, hub.name) else {
+        return Ok(Action::await_change());
+    };
+    let feedback = FeedbackValues::from_work(&work, &id);
+    let api: Api<Application> = Api::namespaced(ctx.client.clone(), hub.namespace);
+    let mut current = app.status.clone();
+    // at most two steps: Progressing on the way into Healthy, then Healthy
+    for _ in 0..2 {
+        let Some(plan) = status_patch(current.as_ref(), &feedback, &now()) else {
+            break;
+        };
+        let patched =
+            patch_with_retry(&api, hub.name, &ctx.config.field_manager, plan.patch).await?;
+        ctx.metrics.status_patches.inc();
+        tracing::debug!(app = %app_key, health = ?patched.health_status(), sync = ?patched.sync_status(), "status written");
+        current = patched.status.clone();
+        ctx.recent_apps.record(patched);
+        if !plan.intermediate {
+            break;
+        }
+    }
+    ctx.succeeded(&format!("work/{}", ObjectRef::from_obj(work.as_ref())));
+    Ok(Action::await_change())
+}
+
+pub(crate) fn error_policy(work: Arc<ManifestWork>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    ctx.metrics
+        .reconcile_errors
+        .get_or_create(&ErrorLabels {
+            controller: CONTROLLER,
+            reason: err.reason(),
+        })
+        .inc();
+    let key = ObjectRef::from_obj(work.as_ref());
+    let delay = ctx.backoff(format!("work/{key}"));
+    tracing::warn!(work = %key, retry_in = ?delay, error = %err, "status write failed");
+    Action::requeue(delay)
+}

@@ -1,0 +1,83 @@
+//! Cleanup: delete pull-labelled ManifestWorks whose Application is gone, no longer selected, or
+//! now wants another work — decided from the watch caches, no GET per work.
+
+use std::sync::Arc;
+
+use argocd_pull_api::argocd::Application;
+use argocd_pull_api::ocm::work::ManifestWork;
+use argocd_pull_domain::{hub_app_ref, is_orphan};
+use argocd_pull_ops::CancellationToken;
+use kube::api::DeleteParams;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+
+use crate::context::Ctx;
+use crate::error::is_status;
+
+/// What one sweep did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Pull-labelled works examined.
+    pub examined: usize,
+    /// Works deleted.
+    pub deleted: usize,
+}
+
+pub(crate) async fn sweep(ctx: &Ctx) -> Result<SweepReport, kube::Error> {
+    ctx.metrics.sweeps.inc();
+    let mut report = SweepReport::default();
+    let mut orphans = Vec::new();
+    for work in ctx.works.state() {
+        let Some(hub) = hub_app_ref(&work) else {
+            continue;
+        };
+        report.examined += 1;
+        let key = ObjectRef::<Application>::new(hub.name).within(hub.namespace);
+        let app = ctx.recent_apps.resolve(&key, ctx.apps.get(&key));
+        if is_orphan(&work, app.as_deref()) {
+            orphans.push(work);
+        }
+    }
+    for work in orphans {
+        delete(ctx, &work).await?;
+        report.deleted += 1;
+    }
+    if report.deleted > 0 {
+        tracing::info!(
+            examined = report.examined,
+            deleted = report.deleted,
+            "sweep deleted orphaned ManifestWorks"
+        );
+    }
+    Ok(report)
+}
+
+async fn delete(ctx: &Ctx, work: &ManifestWork) -> Result<(), kube::Error> {
+    let api: Api<ManifestWork> =
+        Api::namespaced(ctx.client.clone(), &work.namespace().unwrap_or_default());
+    match api.delete(&work.name_any(), &DeleteParams::default()).await {
+        Ok(_) => {
+            ctx.metrics.works_deleted.inc();
+            tracing::info!(work = %ObjectRef::from_obj(work), "orphaned ManifestWork deleted");
+            Ok(())
+        }
+        Err(e) if is_status(&e, 404) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sweeps at start, on request (Application deletes, re-lists) and every `sweep_interval`.
+pub(crate) async fn sweeper(ctx: Arc<Ctx>, token: CancellationToken) {
+    let mut interval = tokio::time::interval(ctx.config.sweep_interval);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => return,
+            _ = interval.tick() => {}
+            _ = ctx.sweep_request.notified() => {}
+        }
+        if let Err(e) = sweep(&ctx).await {
+            tracing::warn!(error = %e, "sweep failed; retrying at the next one");
+        }
+    }
+}

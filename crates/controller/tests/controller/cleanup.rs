@@ -1,0 +1,159 @@
+use argocd_pull_api::names::FINALIZER_ARGOCD_RESOURCES;
+use kube::ResourceExt;
+use kube::api::DeleteParams;
+use serde_json::json;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn delete_without_finalizer_removes_the_work() {
+    let env = Env::new().await;
+    env.cluster("cluster1", true).await;
+    let running = env.start().await;
+    let app = env.create_app("app1", "cluster1", json!({})).await;
+    eventually("work created", || env.work_of(&app, "cluster1")).await;
+    env.apps()
+        .delete("app1", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("work deleted", || async {
+        env.work_of(&app, "cluster1").await.is_none().then_some(())
+    })
+    .await;
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn delete_with_resources_finalizer_removes_work_then_only_that_finalizer() {
+    let env = Env::new().await;
+    env.cluster("cluster1", true).await;
+    let running = env.start().await;
+    let app = env
+        .create_app(
+            "app1",
+            "cluster1",
+            json!({"metadata": {"finalizers": [FINALIZER_ARGOCD_RESOURCES, "example.com/keep"]}}),
+        )
+        .await;
+    let work = eventually("work created", || env.work_of(&app, "cluster1")).await;
+    // the payload carries the finalizer so that the spoke cascades
+    assert_eq!(
+        work.spec.workload.manifests[0]["metadata"]["finalizers"],
+        json!([FINALIZER_ARGOCD_RESOURCES, "example.com/keep"])
+    );
+    env.apps()
+        .delete("app1", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("work deleted", || async {
+        env.work_of(&app, "cluster1").await.is_none().then_some(())
+    })
+    .await;
+    let remaining = eventually("resources finalizer removed", || async {
+        let a = env.get_app("app1").await?;
+        (!a.finalizers()
+            .iter()
+            .any(|f| f == FINALIZER_ARGOCD_RESOURCES))
+        .then_some(a)
+    })
+    .await;
+    assert_eq!(remaining.finalizers(), ["example.com/keep"]);
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn delete_with_finalizer_when_work_is_already_gone() {
+    let env = Env::new().await;
+    env.cluster("cluster1", true).await;
+    let app = env
+        .create_app(
+            "app1",
+            "cluster1",
+            json!({"metadata": {"finalizers": [FINALIZER_ARGOCD_RESOURCES]}}),
+        )
+        .await;
+    env.apps()
+        .delete("app1", &DeleteParams::default())
+        .await
+        .unwrap();
+    let running = env.start().await;
+    eventually("Application gone", || async {
+        env.get_app("app1").await.is_none().then_some(())
+    })
+    .await;
+    assert!(env.work_of(&app, "cluster1").await.is_none());
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn application_deleted_while_stopped_is_swept_at_restart() {
+    let env = Env::new().await;
+    env.cluster("cluster1", true).await;
+    let running = env.start().await;
+    let app = env.create_app("app1", "cluster1", json!({})).await;
+    let keep = env.create_app("keep", "cluster1", json!({})).await;
+    eventually("works created", || async {
+        (env.work_of(&app, "cluster1").await.is_some()
+            && env.work_of(&keep, "cluster1").await.is_some())
+        .then_some(())
+    })
+    .await;
+    running.shutdown().await;
+
+    env.apps()
+        .delete("app1", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(
+        env.work_of(&app, "cluster1").await.is_some(),
+        "nobody cleaned up while stopped"
+    );
+
+    let running = env.start().await;
+    eventually("startup sweep deleted the orphan", || async {
+        env.work_of(&app, "cluster1").await.is_none().then_some(())
+    })
+    .await;
+    assert!(env.work_of(&keep, "cluster1").await.is_some());
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn moving_to_another_cluster_removes_the_old_work() {
+    let env = Env::new().await;
+    env.cluster("cluster1", true).await;
+    env.cluster("cluster2", true).await;
+    let running = env.start().await;
+    let app = env.create_app("app1", "cluster1", json!({})).await;
+    eventually("work in cluster1", || env.work_of(&app, "cluster1")).await;
+    env.patch_app(
+        "app1",
+        json!({"metadata": {"annotations": {argocd_pull_api::names::ANNOTATION_OCM_MANAGED_CLUSTER: "cluster2"}}}),
+    )
+    .await;
+    eventually("work in cluster2", || env.work_of(&app, "cluster2")).await;
+    eventually("old work removed", || async {
+        env.work_of(&app, "cluster1").await.is_none().then_some(())
+    })
+    .await;
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn disabled_cleanup_leaves_works() {
+    let env = Env::new().await;
+    env.cluster("cluster1", true).await;
+    let mut config = Env::config();
+    config.cleanup = false;
+    let running = env.start_with(config).await;
+    let app = env.create_app("app1", "cluster1", json!({})).await;
+    eventually("work created", || env.work_of(&app, "cluster1")).await;
+    env.apps()
+        .delete("app1", &DeleteParams::default())
+        .await
+        .unwrap();
+    let report = running.resync().await.unwrap();
+    assert_eq!(report.sweep.deleted, 0);
+    assert!(env.work_of(&app, "cluster1").await.is_some());
+    running.shutdown().await;
+}
