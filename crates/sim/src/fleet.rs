@@ -27,6 +27,32 @@ pub type LabelFn = Arc<dyn Fn(usize, &str) -> BTreeMap<String, String> + Send + 
 /// The hub namespaces every fleet has.
 pub const HUB_NAMESPACES: &[&str] = &["argocd", "open-cluster-management"];
 
+/// Which Argo CD CRDs a cluster gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrdFlavor {
+    /// The vendored upstream CRDs (1.8 MB of YAML schema; ~1 s to install in a debug build).
+    Full,
+    /// The same names, scope, short names and printer columns, with a schema that accepts any
+    /// object (no pruning or validation).
+    Slim,
+}
+
+fn install_argocd_crds(hub: &Hub, flavor: CrdFlavor) -> anyhow::Result<()> {
+    match flavor {
+        CrdFlavor::Full => {
+            for yaml in crds::ARGOCD {
+                hub.install_crds_yaml(yaml)?;
+            }
+        }
+        CrdFlavor::Slim => {
+            for yaml in slim_argocd_crds() {
+                hub.install_crds_yaml(&yaml)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// What to start.
 #[derive(Clone)]
 pub struct FleetConfig {
@@ -43,10 +69,11 @@ pub struct FleetConfig {
     pub argo_sim: bool,
     /// Run the placement evaluator on the hub (default true).
     pub placement: bool,
-    /// Install the full Argo CD CRDs (1.8 MB of schema) on managed clusters instead of slim
-    /// copies with the same names, scope and printer columns (default false: 1,000 clusters stay
-    /// cheap).
-    pub full_spoke_crds: bool,
+    /// Argo CD CRDs of the hub (default [`CrdFlavor::Full`]).
+    pub hub_argocd_crds: CrdFlavor,
+    /// Argo CD CRDs of every managed cluster (default [`CrdFlavor::Slim`], so that 1,000
+    /// clusters stay cheap).
+    pub spoke_argocd_crds: CrdFlavor,
     /// Clusters started at the same time during [`Fleet::start`].
     pub start_concurrency: usize,
 }
@@ -61,7 +88,8 @@ impl std::fmt::Debug for FleetConfig {
             .field("work_agent", &self.work_agent)
             .field("argo_sim", &self.argo_sim)
             .field("placement", &self.placement)
-            .field("full_spoke_crds", &self.full_spoke_crds)
+            .field("hub_argocd_crds", &self.hub_argocd_crds)
+            .field("spoke_argocd_crds", &self.spoke_argocd_crds)
             .finish_non_exhaustive()
     }
 }
@@ -77,7 +105,8 @@ impl Default for FleetConfig {
             work_agent: true,
             argo_sim: true,
             placement: true,
-            full_spoke_crds: false,
+            hub_argocd_crds: CrdFlavor::Full,
+            spoke_argocd_crds: CrdFlavor::Slim,
             start_concurrency: 16,
         }
     }
@@ -109,7 +138,11 @@ pub fn default_labels(index: usize, name: &str) -> BTreeMap<String, String> {
     let i = index.saturating_sub(1);
     let cloud = ["Amazon", "Google", "Azure"][i % 3];
     let region = ["us-east-1", "eu-west-1", "ap-southeast-1", "us-west-2"][i % 4];
-    let env = if index.is_multiple_of(5) { "prod" } else { "dev" };
+    let env = if index.is_multiple_of(5) {
+        "prod"
+    } else {
+        "dev"
+    };
     [
         ("name", name),
         ("cloud", cloud),
@@ -243,7 +276,8 @@ impl Fleet {
     pub async fn start(config: FleetConfig) -> anyhow::Result<Fleet> {
         let t0 = std::time::Instant::now();
         let hub = Hub::new();
-        for yaml in crds::ARGOCD.iter().chain(crds::OCM_HUB) {
+        install_argocd_crds(&hub, config.hub_argocd_crds).context("installing the hub CRDs")?;
+        for yaml in crds::OCM_HUB {
             hub.install_crds_yaml(yaml)
                 .context("installing the hub CRDs")?;
         }
@@ -332,15 +366,7 @@ impl Fleet {
             history_per_type: 512,
             ..Default::default()
         });
-        if self.config.full_spoke_crds {
-            for yaml in crds::ARGOCD {
-                spoke.install_crds_yaml(yaml)?;
-            }
-        } else {
-            for yaml in slim_argocd_crds() {
-                spoke.install_crds_yaml(&yaml)?;
-            }
-        }
+        install_argocd_crds(&spoke, self.config.spoke_argocd_crds)?;
         let client = spoke.client();
         ensure_namespace(&client, "argocd").await?;
         ensure_namespace(&self.hub_client, name).await?;

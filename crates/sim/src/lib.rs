@@ -18,4 +18,4 @@ pub mod wait;
 
 pub use agent::{AgentCounts, WORK_FINALIZER, WorkAgentConfig};
 pub use argo::{ArgoSimConfig, FAIL_ANNOTATION, REVISION_ANNOTATION};
-pub use fleet::{Fleet, FleetConfig, LabelFn, SimCluster, default_labels};
+pub use fleet::{CrdFlavor, Fleet, FleetConfig, LabelFn, SimCluster, default_labels};

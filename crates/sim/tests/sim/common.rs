@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use argocd_pull_api::ocm::work::ManifestWork;
-use argocd_pull_sim::{ArgoSimConfig, Fleet, FleetConfig};
+use argocd_pull_sim::{ArgoSimConfig, CrdFlavor, Fleet, FleetConfig};
 use serde_json::{Value, json};
 
 pub const T: Duration = Duration::from_secs(15);
@@ -15,9 +15,16 @@ pub fn init_tracing() {
         .try_init();
 }
 
+/// A fleet with fast simulators and slim hub CRDs (installing the full Argo CD CRDs takes about a
+/// second in a debug build; `fleet::fleet_registers_clusters_like_ocm` uses them).
 pub async fn fleet(clusters: usize) -> Fleet {
+    fleet_with(clusters, CrdFlavor::Slim).await
+}
+
+pub async fn fleet_with(clusters: usize, hub_crds: CrdFlavor) -> Fleet {
     init_tracing();
     let mut cfg = FleetConfig::with_clusters(clusters);
+    cfg.hub_argocd_crds = hub_crds;
     cfg.argo = ArgoSimConfig {
         sync_delay: Duration::from_millis(20),
         health_delay: Duration::from_millis(20),

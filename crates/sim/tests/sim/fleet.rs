@@ -6,7 +6,7 @@ use crate::common::*;
 
 #[tokio::test]
 async fn fleet_registers_clusters_like_ocm() {
-    let fleet = fleet(3).await;
+    let fleet = fleet_with(3, argocd_pull_sim::CrdFlavor::Full).await;
     assert_eq!(fleet.cluster_names(), ["cluster1", "cluster2", "cluster3"]);
     let mcs: Api<ManagedCluster> = Api::all(fleet.hub_client());
     let mc = mcs.get("cluster2").await.unwrap();

@@ -118,6 +118,7 @@ async fn large_selection_is_split_into_decisions_of_100() {
     let mut cfg = argocd_pull_sim::FleetConfig::with_clusters(150);
     cfg.argo_sim = false;
     cfg.work_agent = false;
+    cfg.hub_argocd_crds = argocd_pull_sim::CrdFlavor::Slim;
     let fleet = argocd_pull_sim::Fleet::start(cfg).await.unwrap();
     let hub = fleet.hub_client();
     let placements: Api<Placement> = Api::namespaced(hub.clone(), "argocd");
