@@ -26,6 +26,12 @@ struct Cli {
 enum Command {
     /// Config Management Plugin mode: wrap rendered manifests in ManifestWorks (run by Argo CD's cmp-server).
     Cmp(argocd_pull_cmp::cli::CmpArgs),
+    /// Agent-based model: run the principal beside the hub's Argo CD (agents connect to it over mTLS gRPC).
+    Principal(argocd_pull_agent::cli::PrincipalArgs),
+    /// Agent-based model: run the agent on a managed cluster (connects out to the principal).
+    Agent(argocd_pull_agent::cli::AgentArgs),
+    /// Create a CA, principal and agent certificates and a JWT signing key for a local agent-model setup.
+    Pki(argocd_pull_agent::cli::PkiArgs),
     /// Print the CustomResourceDefinitions argocd-pull serves (GitOpsCluster, MulticlusterApplicationSetReport).
     Crds(crds::CrdsArgs),
     /// Print the version.
@@ -36,10 +42,40 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Cmp(args) => argocd_pull_cmp::cli::run(args),
+        Command::Principal(args) => serve(argocd_pull_agent::cli::run_principal(args)),
+        Command::Agent(args) => serve(argocd_pull_agent::cli::run_agent(args)),
+        Command::Pki(args) => block_on(argocd_pull_agent::cli::run_pki(args)),
         Command::Crds(args) => crds::run(&args),
         Command::Version => {
             println!("argocd-pull {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
+        }
+    }
+}
+
+/// Runs a long-running command: logs initialised, a multi-threaded runtime.
+fn serve(fut: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
+    if let Err(e) = argocd_pull_ops::logging::init(argocd_pull_ops::logging::LogFormat::Text) {
+        eprintln!("argocd-pull: {e:#}");
+        return ExitCode::FAILURE;
+    }
+    block_on(fut)
+}
+
+/// Runs `fut` to completion on a tokio runtime; an error is printed with its causes.
+fn block_on(fut: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("argocd-pull: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(fut) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("argocd-pull: {e:#}");
+            ExitCode::FAILURE
         }
     }
 }
