@@ -474,6 +474,22 @@ fn merge_list(live: &mut Value, cfg: &Value, schema: Option<&Value>) {
     }
 }
 
+/// Whether applying `v` at `p` changes the live object: an empty map merged into a live map
+/// changes nothing.
+fn is_change(p: &Path, v: &Value, live: &Leaves) -> bool {
+    if live.get(p) == Some(v) {
+        return false;
+    }
+    if v.as_object().is_some_and(|o| o.is_empty()) {
+        let has_children = live
+            .range(p.clone()..)
+            .next()
+            .is_some_and(|(k, _)| k.starts_with(p) && k.len() > p.len());
+        return !has_children;
+    }
+    true
+}
+
 pub(crate) struct ApplyInput<'a> {
     pub live: Option<&'a Value>,
     pub cfg: &'a Value,
@@ -497,21 +513,20 @@ pub(crate) fn apply(inp: &ApplyInput<'_>) -> Result<Value, Conflicts> {
     let l = leaves(live, inp.schema, true, true);
     let mut entries = read_entries(live);
     let sub = inp.status_request.then(|| "status".to_string());
-    // Conflicts with other managers that own a leaf whose value would change.
+    // Conflicts: leaves this apply changes that another manager owns (exact paths, like
+    // structured-merge-diff).
+    let changed: BTreeSet<Path> = a
+        .iter()
+        .filter(|(p, v)| is_change(p, v, &l))
+        .map(|(p, _)| p.clone())
+        .collect();
     let mut conflicts = Vec::new();
-    for (p, v) in &a {
-        if l.get(p) == Some(v) {
-            continue;
-        }
+    for p in &changed {
         for e in &entries {
             if e.manager == inp.manager && e.operation == "Apply" {
                 continue;
             }
-            let owned = e.fields.contains(p)
-                || e.fields
-                    .iter()
-                    .any(|f| f.starts_with(p) || p.starts_with(f));
-            if owned {
+            if e.fields.contains(p) {
                 conflicts.push((e.manager.clone(), e.api_version.clone(), path_string(p)));
             }
         }
@@ -522,21 +537,12 @@ pub(crate) fn apply(inp: &ApplyInput<'_>) -> Result<Value, Conflicts> {
         return Err(Conflicts(conflicts));
     }
     let applied: BTreeSet<Path> = a.keys().cloned().collect();
-    let changed: BTreeSet<Path> = a
-        .iter()
-        .filter(|(p, v)| l.get(*p) != Some(*v))
-        .map(|(p, _)| p.clone())
-        .collect();
     // Forced (or uncontested) changes move ownership to the applier.
     for e in &mut entries {
         if e.manager == inp.manager && e.operation == "Apply" {
             continue;
         }
-        e.fields.retain(|f| {
-            !changed
-                .iter()
-                .any(|p| f == p || f.starts_with(p) || p.starts_with(f))
-        });
+        e.fields.retain(|f| !changed.contains(f));
     }
     let mut out = live.clone();
     if out.is_null() || !out.is_object() {
@@ -550,18 +556,17 @@ pub(crate) fn apply(inp: &ApplyInput<'_>) -> Result<Value, Conflicts> {
         .flat_map(|e| e.fields.iter().cloned())
         .collect();
     for p in prev.difference(&applied) {
+        let base: &[String] = match p.last().map(|s| s.as_str()) {
+            Some(".") => &p[..p.len() - 1],
+            _ => &p[..],
+        };
         let owned_by_other = entries.iter().any(|e| {
             !(e.manager == inp.manager && e.operation == "Apply")
-                && e.fields
-                    .iter()
-                    .any(|f| f == p || f.starts_with(p) || p.starts_with(f))
+                && e.fields.iter().any(|f| f.starts_with(base))
         });
-        if !owned_by_other {
-            let mut target: Path = p.clone();
-            if target.last().map(|s| s.as_str()) != Some(".") && target.len() >= 2 {
-                // leaf inside a removed item is handled by the item's "." path
-            }
-            remove_path(&mut out, &std::mem::take(&mut target));
+        let still_applied_below = applied.iter().any(|f| f.starts_with(base) && f != p);
+        if !owned_by_other && !still_applied_below {
+            remove_path(&mut out, p);
         }
     }
     // Merge the configuration.

@@ -265,7 +265,10 @@ pub(crate) fn crd_to_type(crd: &Value) -> Result<ResourceType, String> {
                     .collect()
             })
             .unwrap_or_default();
-        let schema = v.pointer("/schema/openAPIV3Schema").cloned().map(Arc::new);
+        let schema = v
+            .pointer("/schema/openAPIV3Schema")
+            .and_then(prune_schema)
+            .map(Arc::new);
         versions.push(VersionInfo {
             name: vname.to_string(),
             status,
@@ -297,6 +300,33 @@ pub(crate) fn crd_to_type(crd: &Value) -> Result<ResourceType, String> {
         namespaced,
         builtin: false,
     })
+}
+
+/// Keeps only the parts of an OpenAPI schema that server-side apply needs (paths leading to
+/// `x-kubernetes-list-type` annotations), so a Hub does not hold whole CRD schemas in memory.
+pub(crate) fn prune_schema(s: &Value) -> Option<Value> {
+    let o = s.as_object()?;
+    let mut out = serde_json::Map::new();
+    for k in ["x-kubernetes-list-type", "x-kubernetes-list-map-keys"] {
+        if let Some(v) = o.get(k) {
+            out.insert(k.to_string(), v.clone());
+        }
+    }
+    if let Some(props) = o.get("properties").and_then(|p| p.as_object()) {
+        let kept: serde_json::Map<String, Value> = props
+            .iter()
+            .filter_map(|(k, v)| prune_schema(v).map(|p| (k.clone(), p)))
+            .collect();
+        if !kept.is_empty() {
+            out.insert("properties".into(), Value::Object(kept));
+        }
+    }
+    for k in ["items", "additionalProperties"] {
+        if let Some(p) = o.get(k).and_then(prune_schema) {
+            out.insert(k.to_string(), p);
+        }
+    }
+    (!out.is_empty()).then_some(Value::Object(out))
 }
 
 /// The status a real apiextensions controller writes on an accepted CRD.

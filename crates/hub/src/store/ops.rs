@@ -155,12 +155,12 @@ fn validate_meta(rt: &ResourceType, name: &str, val: &Value) -> ApiResult<()> {
 }
 
 /// Namespace must exist and not be terminating (NamespaceLifecycle admission).
-fn check_namespace(st: &State, ns: &str) -> ApiResult<()> {
+fn check_namespace(st: &State, rt: &ResourceType, name: &str, ns: &str) -> ApiResult<()> {
     match st.namespace_state(ns) {
         None => Err(ApiError::not_found("namespaces", "", ns)),
         Some(true) => Err(ApiError::forbidden(format!(
-            "{} \"\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-            "object"
+            "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+            crate::error::qualified(&rt.plural, &rt.group)
         ))
         .with_details(json!({"name": ns, "kind": "namespaces", "causes": [{"reason": "NamespaceTerminating", "message": format!("namespace {ns} is being terminated"), "field": "metadata.namespace"}]}))),
         Some(false) => Ok(()),
@@ -252,7 +252,7 @@ pub(crate) fn create(
     validate_name(rt, &name)?;
     validate_meta(rt, &name, &val)?;
     if rt.namespaced {
-        check_namespace(st, &ns)?;
+        check_namespace(st, rt, &name, &ns)?;
     }
     let key = rt.key();
     if st.get(&key, &ns, &name).is_some() {

@@ -4,6 +4,13 @@
 mod common;
 
 mod basic;
+mod counters;
+mod create;
+mod delete;
 mod discovery;
+mod errors;
+mod http;
 mod list;
+mod patch;
+mod update;
 mod watch;
