@@ -6,6 +6,7 @@
 //! kube-apiserver.
 
 mod apply;
+mod crdcache;
 mod error;
 mod handler;
 mod registry;
@@ -272,29 +273,23 @@ impl Hub {
     /// Installs (creates or replaces) every CustomResourceDefinition of a multi-document YAML
     /// stream; returns their names. Non-CRD documents are an error; nothing is installed then.
     pub fn install_crds_yaml(&self, yaml: &str) -> anyhow::Result<Vec<String>> {
-        let docs = util::parse_yaml_stream(yaml)?;
-        let mut crds = Vec::new();
-        for (i, d) in docs.into_iter().enumerate() {
-            let kind = d.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-            let api = d.get("apiVersion").and_then(|k| k.as_str()).unwrap_or("");
-            if kind != "CustomResourceDefinition" || !api.starts_with("apiextensions.k8s.io/") {
-                anyhow::bail!(
-                    "document {i} is not a CustomResourceDefinition (apiVersion {api:?}, kind {kind:?})"
-                );
-            }
-            let name = d
-                .pointer("/metadata/name")
-                .and_then(|n| n.as_str())
-                .ok_or_else(|| anyhow::anyhow!("document {i}: CRD without metadata.name"))?
-                .to_string();
-            registry::crd_to_type(&d).map_err(|e| anyhow::anyhow!("CRD {name}: {e}"))?;
-            crds.push((name, d));
-        }
+        let prepared = crdcache::prepare(yaml)?;
         let mut names = Vec::new();
-        for (name, d) in crds {
-            self.internal_apply_replace("customresourcedefinitions.apiextensions.k8s.io", d)
-                .map_err(|e| anyhow::anyhow!("CRD {name}: {}", e.message))?;
-            names.push(name);
+        for p in prepared.iter() {
+            let fresh = {
+                let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+                if st.get(store::CRD_KEY, "", &p.name).is_none() {
+                    st.commit_crd(p);
+                    true
+                } else {
+                    false
+                }
+            };
+            if !fresh {
+                self.internal_apply_replace(store::CRD_KEY, p.document())
+                    .map_err(|e| anyhow::anyhow!("CRD {}: {}", p.name, e.message))?;
+            }
+            names.push(p.name.clone());
         }
         Ok(names)
     }

@@ -186,14 +186,18 @@ impl State {
     }
 
     fn register(&mut self, rt: ResourceType) {
+        self.register_arc(Arc::new(rt));
+    }
+
+    fn register_arc(&mut self, rt: Arc<ResourceType>) {
         let key = rt.key();
         if let Some(s) = self.stores.get_mut(&key) {
-            s.rt = Arc::new(rt);
+            s.rt = rt;
         } else {
             self.stores.insert(
                 key,
                 TypeStore {
-                    rt: Arc::new(rt),
+                    rt,
                     objects: BTreeMap::new(),
                     hist: Arc::new(History::new(self.hist_cap)),
                 },
@@ -267,23 +271,65 @@ impl State {
         if let Some(m) = val.get_mut("metadata").and_then(|m| m.as_object_mut()) {
             m.insert("resourceVersion".into(), Value::String(rv.to_string()));
         }
-        let labels = labels_of(&val);
-        let uid: Box<str> = crate::util::str_at(&val, "/metadata/uid")
-            .unwrap_or("")
-            .into();
-        for owner in owner_uids(&val) {
-            self.dependents.entry(owner.into()).or_default().insert((
-                key.to_string(),
-                ns.to_string(),
-                name.to_string(),
-            ));
-        }
         if key == CRD_KEY
             && let Ok(rt) = registry::crd_to_type(&val)
         {
             self.register(rt);
         }
         let json = Bytes::from(serde_json::to_vec(&val).unwrap_or_default());
+        self.commit_raw(key, ns, name, &val, json, rv)
+    }
+
+    /// Installs a prepared CRD without re-parsing or re-serializing its schema.
+    pub fn commit_crd(&mut self, p: &crate::crdcache::PreparedCrd) -> Arc<Obj> {
+        self.rv += 1;
+        let rv = self.rv;
+        let mut meta = p.meta.clone();
+        if let Some(m) = meta.as_object_mut() {
+            m.insert("uid".into(), Value::String(crate::util::new_uid()));
+            m.insert("resourceVersion".into(), Value::String(rv.to_string()));
+            m.insert("generation".into(), Value::from(1));
+            m.insert(
+                "creationTimestamp".into(),
+                Value::String(crate::util::now_rfc3339()),
+            );
+        }
+        let head = format!(
+            "{{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{meta},\"spec\":"
+        );
+        let mut b = bytes::BytesMut::with_capacity(head.len() + p.spec.len() + p.status.len() + 16);
+        b.extend_from_slice(head.as_bytes());
+        b.extend_from_slice(&p.spec);
+        b.extend_from_slice(b",\"status\":");
+        b.extend_from_slice(&p.status);
+        b.extend_from_slice(b"}");
+        self.register_arc(p.rt.clone());
+        let index = serde_json::json!({"metadata": meta});
+        self.commit_raw(CRD_KEY, "", &p.name, &index, b.freeze(), rv)
+    }
+
+    /// Stores serialized object bytes (`index` supplies metadata for the parsed index) and
+    /// records the event.
+    fn commit_raw(
+        &mut self,
+        key: &str,
+        ns: &str,
+        name: &str,
+        index: &Value,
+        json: Bytes,
+        rv: u64,
+    ) -> Arc<Obj> {
+        let labels = labels_of(index);
+        let uid: Box<str> = crate::util::str_at(index, "/metadata/uid")
+            .unwrap_or("")
+            .into();
+        for owner in owner_uids(index) {
+            self.dependents.entry(owner.into()).or_default().insert((
+                key.to_string(),
+                ns.to_string(),
+                name.to_string(),
+            ));
+        }
         let obj = Arc::new(Obj {
             uid,
             rv,

@@ -138,19 +138,3 @@ async fn controller_reconciles() {
     assert_eq!(name, "ctl");
     handle.abort();
 }
-
-#[tokio::test]
-async fn zz_timing_probe() {
-    let t = std::time::Instant::now();
-    let _h = hub();
-    eprintln!("TIMING hub() first: {:?}", t.elapsed());
-    let t = std::time::Instant::now();
-    let _h = hub();
-    eprintln!("TIMING hub() second: {:?}", t.elapsed());
-    for (i, y) in ARGOCD_CRDS.iter().chain(OCM_CRDS).enumerate() {
-        let h = argocd_pull_hub::Hub::new();
-        let t = std::time::Instant::now();
-        h.install_crds_yaml(y).unwrap();
-        eprintln!("TIMING crd {i}: {:?}", t.elapsed());
-    }
-}

@@ -211,7 +211,8 @@ async fn cluster_scoped_crd_and_install_yaml() {
         .install_crds_yaml("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
         .unwrap_err();
     assert!(
-        err.to_string().contains("not a CustomResourceDefinition"),
+        err.to_string()
+            .contains("not an apiextensions.k8s.io/v1 CustomResourceDefinition"),
         "{err}"
     );
     assert!(hub.install_crds_yaml("a: [").is_err());

@@ -217,7 +217,7 @@ fn ctype() -> impl Strategy<Value = &'static str> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 400, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, .. ProptestConfig::default() })]
     #[test]
     fn random_requests_never_panic_or_hang(reqs in prop::collection::vec((method(), path(), ctype(), body()), 1..8)) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

@@ -10,6 +10,7 @@ mod delete;
 mod discovery;
 mod errors;
 mod http;
+mod kubectl;
 mod list;
 mod patch;
 mod update;
