@@ -573,7 +573,7 @@ fn dispatch(
                     &t.table_for(&rt, &[v], Some(o.rv), None, true),
                 ));
             }
-            Ok(respond(200, "application/json", out(&o.json)))
+            Ok(respond(200, "application/json", out(&o.json.bytes())))
         }
         Verb::List => list(inner, &mut st, &rt, rp, q, table),
         Verb::DeleteCollection => {
@@ -1163,7 +1163,7 @@ fn list(
     }
     let bytes: Vec<Bytes> = items
         .iter()
-        .map(|o| convert_version(rt, version, &o.json))
+        .map(|o| convert_version(rt, version, &o.json.bytes()))
         .collect();
     Ok(respond(
         200,

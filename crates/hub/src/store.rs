@@ -13,18 +13,41 @@ use crate::registry::{self, ResourceType};
 
 pub(crate) type Labels = Box<[(Box<str>, Box<str>)]>;
 
+/// Serialized JSON of an object: one buffer, or parts shared between Hubs (installed CRDs
+/// share their large `spec` bytes process-wide).
+#[derive(Clone, Debug)]
+pub(crate) enum Json {
+    One(Bytes),
+    Parts(Arc<[Bytes]>),
+}
+
+impl Json {
+    pub fn bytes(&self) -> Bytes {
+        match self {
+            Json::One(b) => b.clone(),
+            Json::Parts(p) => {
+                let mut b = bytes::BytesMut::with_capacity(p.iter().map(|x| x.len()).sum());
+                for x in p.iter() {
+                    b.extend_from_slice(x);
+                }
+                b.freeze()
+            }
+        }
+    }
+}
+
 /// One stored object: its JSON bytes and a small parsed index.
 #[derive(Debug)]
 pub(crate) struct Obj {
     pub uid: Box<str>,
     pub rv: u64,
     pub labels: Labels,
-    pub json: Bytes,
+    pub json: Json,
 }
 
 impl Obj {
     pub fn value(&self) -> Value {
-        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+        serde_json::from_slice(&self.json.bytes()).unwrap_or(Value::Null)
     }
 }
 
@@ -54,7 +77,7 @@ pub(crate) struct Event {
     pub labels: Labels,
     /// Labels before this event when they changed (selector transitions).
     pub prev_labels: Option<Labels>,
-    pub json: Bytes,
+    pub json: Json,
 }
 
 #[derive(Debug)]
@@ -277,7 +300,7 @@ impl State {
             self.register(rt);
         }
         let json = Bytes::from(serde_json::to_vec(&val).unwrap_or_default());
-        self.commit_raw(key, ns, name, &val, json, rv)
+        self.commit_raw(key, ns, name, &val, Json::One(json), rv)
     }
 
     /// Installs a prepared CRD without re-parsing or re-serializing its schema.
@@ -297,15 +320,16 @@ impl State {
         let head = format!(
             "{{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{meta},\"spec\":"
         );
-        let mut b = bytes::BytesMut::with_capacity(head.len() + p.spec.len() + p.status.len() + 16);
-        b.extend_from_slice(head.as_bytes());
-        b.extend_from_slice(&p.spec);
-        b.extend_from_slice(b",\"status\":");
-        b.extend_from_slice(&p.status);
-        b.extend_from_slice(b"}");
+        let parts: Arc<[Bytes]> = Arc::from(vec![
+            Bytes::from(head),
+            p.spec.clone(),
+            Bytes::from_static(b",\"status\":"),
+            p.status.clone(),
+            Bytes::from_static(b"}"),
+        ]);
         self.register_arc(p.rt.clone());
         let index = serde_json::json!({"metadata": meta});
-        self.commit_raw(CRD_KEY, "", &p.name, &index, b.freeze(), rv)
+        self.commit_raw(CRD_KEY, "", &p.name, &index, Json::Parts(parts), rv)
     }
 
     /// Stores serialized object bytes (`index` supplies metadata for the parsed index) and
@@ -316,7 +340,7 @@ impl State {
         ns: &str,
         name: &str,
         index: &Value,
-        json: Bytes,
+        json: Json,
         rv: u64,
     ) -> Arc<Obj> {
         let labels = labels_of(index);
@@ -380,7 +404,7 @@ impl State {
             name: name.into(),
             labels: prev.labels.clone(),
             prev_labels: None,
-            json: json.clone(),
+            json: Json::One(json.clone()),
         });
         self.committed.store(rv, Ordering::SeqCst);
         json

@@ -100,7 +100,7 @@ impl Watcher {
             },
             _ => return,
         };
-        let obj = self.object_bytes(&ev.json, ty);
+        let obj = self.object_bytes(&ev.json.bytes(), ty);
         line(buf, ty.as_str(), &obj);
     }
 
@@ -241,7 +241,7 @@ pub(crate) fn start(
                 .map(|(_, o)| o.clone())
                 .collect();
             for o in items {
-                let b = w.object_bytes(&o.json, EvType::Added);
+                let b = w.object_bytes(&o.json.bytes(), EvType::Added);
                 line(&mut buf, "ADDED", &b);
                 if buf.len() > 256 * 1024 {
                     w.pending.push_back(std::mem::take(&mut buf).freeze());

@@ -292,7 +292,7 @@ pub(crate) fn create(
     }
     let obj = st.commit_put(&key, &ns, &name, val);
     Ok(Written {
-        json: obj.json.clone(),
+        json: obj.json.bytes(),
         created: true,
     })
 }
@@ -520,7 +520,7 @@ pub(crate) fn finish_update(
     }
     if new == old_val {
         return Ok(Written {
-            json: old.json.clone(),
+            json: old.json.bytes(),
             created: false,
         });
     }
@@ -532,7 +532,7 @@ pub(crate) fn finish_update(
     }
     let obj = st.commit_put(&rt.key(), ns, name, new);
     Ok(Written {
-        json: obj.json.clone(),
+        json: obj.json.bytes(),
         created: false,
     })
 }
@@ -753,7 +753,7 @@ fn delete_inner(
     let has_finalizers = !finalizers(&v).is_empty();
     if is_ns || has_finalizers {
         if v.pointer("/metadata/deletionTimestamp").is_some() {
-            return Ok(old.json.clone());
+            return Ok(old.json.bytes());
         }
         let m = meta_mut(&mut v);
         m.insert(
@@ -784,10 +784,10 @@ fn delete_inner(
             }
             work.push(Work::CheckNs(name.to_string()));
         }
-        return Ok(obj.json.clone());
+        return Ok(obj.json.bytes());
     }
     if opts.dry_run {
-        return Ok(old.json.clone());
+        return Ok(old.json.bytes());
     }
     Ok(remove(st, key, ns, name, v, orphan, work))
 }
