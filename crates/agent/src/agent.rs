@@ -95,7 +95,11 @@ pub struct Agent {
 
 impl Agent {
     /// Starts the local watcher and the connection loop.
-    pub async fn start(cfg: AgentConfig, store: Arc<dyn Store>, metrics: Arc<Metrics>) -> anyhow::Result<Agent> {
+    pub async fn start(
+        cfg: AgentConfig,
+        store: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Agent> {
         let client_tls = Arc::new(tls::client_config(&cfg.tls, cfg.allow_tls12)?);
         let queue = Arc::new(SendQueue::new(cfg.queue_capacity, cfg.backoff));
         let inner = Arc::new(Inner {
@@ -118,7 +122,11 @@ impl Agent {
         }));
         if cfg.mode == Mode::Managed {
             // what the principal last gave us survives an agent restart in the local objects
-            for obj in inner.store.list(Kind::Application, Some(&cfg.namespace)).await? {
+            for obj in inner
+                .store
+                .list(Kind::Application, Some(&cfg.namespace))
+                .await?
+            {
                 if !o::source_uid(&obj).is_empty() {
                     inner
                         .copies
@@ -134,7 +142,9 @@ impl Agent {
         tasks.push(tokio::spawn(async move { w.watch_local(ready_tx).await }));
         let _ = tokio::time::timeout(Duration::from_secs(30), ready_rx).await;
         let c = inner.clone();
-        tasks.push(tokio::spawn(async move { c.connect_loop(client_tls).await }));
+        tasks.push(tokio::spawn(
+            async move { c.connect_loop(client_tls).await },
+        ));
         inner.metrics.ready.store(true, Ordering::Relaxed);
         Ok(Agent { inner, tasks })
     }
@@ -152,8 +162,10 @@ impl Agent {
     /// have been established).
     pub async fn wait_connected(&self, after: u64) -> u64 {
         let mut rx = self.inner.connected_tx.subscribe();
-        let v = rx.wait_for(|n| *n > after).await.map(|v| *v).unwrap_or(after);
-        v
+        rx.wait_for(|n| *n > after)
+            .await
+            .map(|v| *v)
+            .unwrap_or(after)
     }
 
     /// Number of streams established so far.
@@ -262,7 +274,12 @@ impl Inner {
                 &status_payload(&obj),
             )],
             (Mode::Managed, None) => vec![],
-            (Mode::Autonomous, Some(obj)) => vec![Event::for_object(&src, EventType::SpecUpdate, Target::Application, &obj)],
+            (Mode::Autonomous, Some(obj)) => vec![Event::for_object(
+                &src,
+                EventType::SpecUpdate,
+                Target::Application,
+                &obj,
+            )],
             (Mode::Autonomous, None) => {
                 vec![Event::for_object(
                     &src,
@@ -290,15 +307,25 @@ impl Inner {
     async fn watch_local(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
         let mut ready = Some(ready);
         loop {
-            let mut s = self.store.watch(Kind::Application, Some(&self.cfg.namespace));
+            let mut s = self
+                .store
+                .watch(Kind::Application, Some(&self.cfg.namespace));
             while let Some(ev) = s.next().await {
                 match ev {
                     Ok(StoreEvent::Restarted(list)) => {
-                        let names: std::collections::HashSet<String> = list.iter().map(|x| o::name(x).to_string()).collect();
+                        let names: std::collections::HashSet<String> =
+                            list.iter().map(|x| o::name(x).to_string()).collect();
                         let old: Vec<Value> = {
                             let mut c = self.cache.lock().expect("poisoned");
-                            let old = c.values().filter(|v| !names.contains(o::name(v))).cloned().collect();
-                            *c = list.iter().map(|x| (o::name(x).to_string(), x.clone())).collect();
+                            let old = c
+                                .values()
+                                .filter(|v| !names.contains(o::name(v)))
+                                .cloned()
+                                .collect();
+                            *c = list
+                                .iter()
+                                .map(|x| (o::name(x).to_string(), x.clone()))
+                                .collect();
                             old
                         };
                         for obj in &list {
@@ -326,7 +353,10 @@ impl Inner {
                         }
                     }
                     Ok(StoreEvent::Applied(obj)) => {
-                        self.cache.lock().expect("poisoned").insert(o::name(&obj).to_string(), obj.clone());
+                        self.cache
+                            .lock()
+                            .expect("poisoned")
+                            .insert(o::name(&obj).to_string(), obj.clone());
                         self.on_local_apply(&obj);
                     }
                     Ok(StoreEvent::Deleted(obj)) => {
@@ -346,7 +376,12 @@ impl Inner {
         tokio::spawn(async move {
             let _g = me.locks.lock(o::name(&copy)).await;
             // the principal may have deleted it meanwhile: then the deletion wins
-            let current = me.copies.lock().expect("poisoned").get(o::name(&copy)).cloned();
+            let current = me
+                .copies
+                .lock()
+                .expect("poisoned")
+                .get(o::name(&copy))
+                .cloned();
             let Some(copy) = current else { return };
             if let Err(e) = me.upsert_local(&copy, false).await {
                 tracing::warn!(error = %e, "reverting a local edit failed");
@@ -413,7 +448,11 @@ impl Inner {
         let (ns, name) = (self.cfg.namespace.as_str(), o::name(want));
         for _ in 0..5 {
             let r = match self.store.get(Kind::Application, ns, name).await? {
-                None => self.store.create(Kind::Application, want.clone()).await.map(|_| ()),
+                None => self
+                    .store
+                    .create(Kind::Application, want.clone())
+                    .await
+                    .map(|_| ()),
                 Some(cur) => {
                     let mut n = o::overlay(&cur, want, false, false);
                     if with_op && let Some(op) = want.get("operation").filter(|v| !v.is_null()) {
@@ -431,7 +470,9 @@ impl Inner {
                 r => return r,
             }
         }
-        Err(StoreError::Conflict(format!("{ns}/{name}: too many conflicts")))
+        Err(StoreError::Conflict(format!(
+            "{ns}/{name}: too many conflicts"
+        )))
     }
 
     async fn handle_event(self: &Arc<Self>, ev: Event, out: &Outbox) -> Result<(), HandleError> {
@@ -442,12 +483,17 @@ impl Inner {
         };
         let ns = self.cfg.namespace.clone();
         if ev.ty.is_resource_change() && ev.target != Target::Application {
-            return Err(HandleError::Permanent(format!("unsupported target {:?}", ev.target.as_str())));
+            return Err(HandleError::Permanent(format!(
+                "unsupported target {:?}",
+                ev.target.as_str()
+            )));
         }
         match (self.cfg.mode, ev.ty) {
             (Mode::Managed, EventType::Create | EventType::SpecUpdate) => {
                 if o::name(&ev.data).is_empty() {
-                    return Err(HandleError::Permanent("payload has no metadata.name".into()));
+                    return Err(HandleError::Permanent(
+                        "payload has no metadata.name".into(),
+                    ));
                 }
                 let want = to_local(&ev.data, &ns);
                 let name = o::name(&want).to_string();
@@ -466,14 +512,19 @@ impl Inner {
             (_, EventType::SetOperation) => {
                 let op = ev.data.get("operation").cloned().unwrap_or(Value::Null);
                 if op.is_null() {
-                    return Err(HandleError::Permanent("set-operation without .operation".into()));
+                    return Err(HandleError::Permanent(
+                        "set-operation without .operation".into(),
+                    ));
                 }
                 match self
                     .store
                     .merge_patch(Kind::Application, &ns, ev.name(), json!({"operation": op}))
                     .await
                 {
-                    Err(StoreError::NotFound) => Err(HandleError::Permanent(format!("application {} not found", ev.name()))),
+                    Err(StoreError::NotFound) => Err(HandleError::Permanent(format!(
+                        "application {} not found",
+                        ev.name()
+                    ))),
                     r => r.map(|_| ()).map_err(Into::into),
                 }
             }
@@ -488,7 +539,10 @@ impl Inner {
                     )
                     .await
                 {
-                    Err(StoreError::NotFound) => Err(HandleError::Permanent(format!("application {} not found", ev.name()))),
+                    Err(StoreError::NotFound) => Err(HandleError::Permanent(format!(
+                        "application {} not found",
+                        ev.name()
+                    ))),
                     r => r.map(|_| ()).map_err(Into::into),
                 }
             }
@@ -521,7 +575,10 @@ impl Inner {
                     }
                     Some(obj) => {
                         if spec_checksum(&obj) != checksum {
-                            self.sent.lock().expect("poisoned").insert(name, report_hash(&obj));
+                            self.sent
+                                .lock()
+                                .expect("poisoned")
+                                .insert(name, report_hash(&obj));
                             self.push(EventType::SpecUpdate, &obj);
                         }
                     }
@@ -536,10 +593,19 @@ impl Inner {
                     .into_iter()
                     .filter(|x| !o::ignored(x))
                     .collect();
-                let sum = set_checksum(list.iter().map(|x| set_item("Application", o::name(x), o::uid(x))));
+                let sum = set_checksum(
+                    list.iter()
+                        .map(|x| set_item("Application", o::name(x), o::uid(x))),
+                );
                 if sum != ev.data["checksum"].as_str().unwrap_or_default() {
                     for x in &list {
-                        out.send(o::response_synced(&self.source(), o::name(x), &ns, o::uid(x))).await;
+                        out.send(o::response_synced(
+                            &self.source(),
+                            o::name(x),
+                            &ns,
+                            o::uid(x),
+                        ))
+                        .await;
                     }
                 }
                 Ok(())
@@ -555,16 +621,29 @@ impl Inner {
 
     /// Managed: the agent is the replica; tell the principal what we have.
     async fn replica_resync(&self, out: &Outbox) {
-        let copies: Vec<Value> = self.copies.lock().expect("poisoned").values().cloned().collect();
+        let copies: Vec<Value> = self
+            .copies
+            .lock()
+            .expect("poisoned")
+            .values()
+            .cloned()
+            .collect();
         let src = self.source();
         let mut items = Vec::new();
         for c in &copies {
             let suid = o::source_uid(c);
             items.push(set_item("Application", o::name(c), suid));
-            out.send(o::request_update(&src, o::name(c), &self.cfg.namespace, suid, &spec_checksum(c)))
-                .await;
+            out.send(o::request_update(
+                &src,
+                o::name(c),
+                &self.cfg.namespace,
+                suid,
+                &spec_checksum(c),
+            ))
+            .await;
         }
-        out.send(o::request_synced_list(&src, &set_checksum(items))).await;
+        out.send(o::request_synced_list(&src, &set_checksum(items)))
+            .await;
     }
 
     async fn connect_loop(self: Arc<Self>, client_tls: Arc<rustls::ClientConfig>) {
@@ -602,7 +681,11 @@ impl Inner {
             .connect_timeout(Duration::from_secs(10))
             .tcp_nodelay(true);
         let channel: Channel = endpoint
-            .connect_with_connector(tls::connector(client_tls.clone(), self.cfg.principal, self.cfg.server_name.clone()))
+            .connect_with_connector(tls::connector(
+                client_tls.clone(),
+                self.cfg.principal,
+                self.cfg.server_name.clone(),
+            ))
             .await
             .map_err(|e| anyhow::anyhow!("connecting to {}: {e:?}", self.cfg.principal))?;
         let v = VersionClient::new(channel.clone())
@@ -610,13 +693,18 @@ impl Inner {
             .await?
             .into_inner();
         if !crate::version_compatible(&v.version) {
-            anyhow::bail!("principal version {} is not compatible with agent version {VERSION}", v.version);
+            anyhow::bail!(
+                "principal version {} is not compatible with agent version {VERSION}",
+                v.version
+            );
         }
         let mut auth = AuthenticationClient::new(channel.clone());
         let mut resp = None;
         if let Some(r) = refresh.as_ref() {
             resp = auth
-                .refresh_token(authapi::RefreshTokenRequest { refresh_token: r.clone() })
+                .refresh_token(authapi::RefreshTokenRequest {
+                    refresh_token: r.clone(),
+                })
                 .await
                 .ok();
         }
@@ -631,7 +719,9 @@ impl Inner {
                     agent_namespace: self.cfg.namespace.clone(),
                 })
                 .await
-                .map_err(|s| anyhow::anyhow!("authentication rejected: {} ({:?})", s.message(), s.code()))?
+                .map_err(|s| {
+                    anyhow::anyhow!("authentication rejected: {} ({:?})", s.message(), s.code())
+                })?
                 .into_inner(),
         };
         *refresh = Some(resp.refresh_token.clone());
@@ -644,7 +734,8 @@ impl Inner {
         }
         let (tx, rx) = mpsc::channel(256);
         let mut req = tonic::Request::new(ReceiverStream::new(rx));
-        req.metadata_mut().insert("authorization", resp.access_token.parse()?);
+        req.metadata_mut()
+            .insert("authorization", resp.access_token.parse()?);
         let inbound = es.subscribe(req).await?.into_inner();
         self.connected.store(true, Ordering::SeqCst);
         *self.last_error.lock().expect("poisoned") = None;
@@ -657,7 +748,9 @@ impl Inner {
             max_event_size: self.cfg.max_event_size,
             concurrency: self.cfg.concurrency,
         };
-        let handler = Arc::new(SessionHandler { inner: self.clone() });
+        let handler = Arc::new(SessionHandler {
+            inner: self.clone(),
+        });
         Ok(session::run(ctx, handler, inbound, tx).await)
     }
 }

@@ -42,14 +42,19 @@ pub struct TokenIssuer {
 
 /// Generates an RSA private key as PKCS#8 PEM (slow in debug builds: generate once).
 pub fn generate_rsa_pem(bits: usize) -> anyhow::Result<String> {
-    let key = rsa::RsaPrivateKey::new(&mut rand::thread_rng(), bits).context("generating RSA key")?;
-    Ok(key.to_pkcs8_pem(LineEnding::LF).context("encoding RSA key")?.to_string())
+    let key =
+        rsa::RsaPrivateKey::new(&mut rand::thread_rng(), bits).context("generating RSA key")?;
+    Ok(key
+        .to_pkcs8_pem(LineEnding::LF)
+        .context("encoding RSA key")?
+        .to_string())
 }
 
 impl TokenIssuer {
     /// From an RSA PKCS#8 PEM private key.
     pub fn from_pem(pem: &str) -> anyhow::Result<Self> {
-        let key = rsa::RsaPrivateKey::from_pkcs8_pem(pem).context("JWT signing key must be an RSA PKCS#8 PEM key")?;
+        let key = rsa::RsaPrivateKey::from_pkcs8_pem(pem)
+            .context("JWT signing key must be an RSA PKCS#8 PEM key")?;
         let public = key
             .to_public_key()
             .to_public_key_pem(LineEnding::LF)
@@ -77,7 +82,11 @@ impl TokenIssuer {
             iat: now,
             jti: uuid::Uuid::new_v4().to_string(),
         };
-        Ok(jsonwebtoken::encode(&Header::new(Algorithm::RS512), &claims, &self.enc)?)
+        Ok(jsonwebtoken::encode(
+            &Header::new(Algorithm::RS512),
+            &claims,
+            &self.enc,
+        )?)
     }
 
     /// (access, refresh) tokens.
@@ -93,9 +102,12 @@ impl TokenIssuer {
         v.set_issuer(&[ISSUER]);
         v.set_audience(&[aud]);
         v.leeway = 5;
-        let data = jsonwebtoken::decode::<Claims>(token, &self.dec, &v).map_err(|e| anyhow!("invalid token: {e}"))?;
-        let sub: Subject = serde_json::from_str(&data.claims.sub).map_err(|e| anyhow!("invalid token subject: {e}"))?;
-        let mode = Mode::parse(&sub.mode).ok_or_else(|| anyhow!("invalid mode {:?} in token", sub.mode))?;
+        let data = jsonwebtoken::decode::<Claims>(token, &self.dec, &v)
+            .map_err(|e| anyhow!("invalid token: {e}"))?;
+        let sub: Subject = serde_json::from_str(&data.claims.sub)
+            .map_err(|e| anyhow!("invalid token subject: {e}"))?;
+        let mode = Mode::parse(&sub.mode)
+            .ok_or_else(|| anyhow!("invalid mode {:?} in token", sub.mode))?;
         Ok((sub.client_id, mode))
     }
 

@@ -22,7 +22,11 @@ fn read(p: &PathBuf) -> anyhow::Result<Vec<u8>> {
 #[derive(clap::Args, Debug, Clone)]
 pub struct PrincipalArgs {
     /// gRPC listen address.
-    #[arg(long, env = "ARGOCD_PRINCIPAL_LISTEN_HOST_PORT", default_value = "0.0.0.0:8443")]
+    #[arg(
+        long,
+        env = "ARGOCD_PRINCIPAL_LISTEN_HOST_PORT",
+        default_value = "0.0.0.0:8443"
+    )]
     pub listen: SocketAddr,
     /// Server certificate (PEM).
     #[arg(long = "tls-cert", env = "ARGOCD_PRINCIPAL_TLS_SERVER_CERT_PATH")]
@@ -31,10 +35,17 @@ pub struct PrincipalArgs {
     #[arg(long = "tls-key", env = "ARGOCD_PRINCIPAL_TLS_SERVER_KEY_PATH")]
     pub tls_key: PathBuf,
     /// CA that signs agent client certificates (PEM).
-    #[arg(long = "tls-client-ca", env = "ARGOCD_PRINCIPAL_TLS_SERVER_ROOT_CA_PATH")]
+    #[arg(
+        long = "tls-client-ca",
+        env = "ARGOCD_PRINCIPAL_TLS_SERVER_ROOT_CA_PATH"
+    )]
     pub tls_client_ca: PathBuf,
     /// Allow TLS 1.2 (default: TLS 1.3 only).
-    #[arg(long = "tls-allow-1.2", env = "ARGOCD_PRINCIPAL_TLS_ALLOW_12", default_value_t = false)]
+    #[arg(
+        long = "tls-allow-1.2",
+        env = "ARGOCD_PRINCIPAL_TLS_ALLOW_12",
+        default_value_t = false
+    )]
     pub tls_allow_12: bool,
     /// Regex over the client certificate subject; the first capture group is the agent name.
     #[arg(long = "auth-mtls-identity-regex", env = "ARGOCD_PRINCIPAL_AUTH_MTLS_IDENTITY_REGEX", default_value = crate::tls::DEFAULT_IDENTITY_REGEX)]
@@ -55,10 +66,18 @@ pub struct PrincipalArgs {
     #[arg(long, env = "ARGOCD_PRINCIPAL_CONCURRENCY", default_value_t = crate::DEFAULT_CONCURRENCY)]
     pub concurrency: usize,
     /// gzip-compress sent events.
-    #[arg(long = "enable-compression", env = "ARGOCD_PRINCIPAL_ENABLE_COMPRESSION", default_value_t = false)]
+    #[arg(
+        long = "enable-compression",
+        env = "ARGOCD_PRINCIPAL_ENABLE_COMPRESSION",
+        default_value_t = false
+    )]
     pub compression: bool,
     /// Metrics/health listen address.
-    #[arg(long = "metrics-addr", env = "ARGOCD_PRINCIPAL_METRICS_ADDR", default_value = "0.0.0.0:8000")]
+    #[arg(
+        long = "metrics-addr",
+        env = "ARGOCD_PRINCIPAL_METRICS_ADDR",
+        default_value = "0.0.0.0:8000"
+    )]
     pub metrics_addr: SocketAddr,
 }
 
@@ -72,7 +91,12 @@ pub struct AgentArgs {
     #[arg(long = "server-name", env = "ARGOCD_AGENT_REMOTE_SERVER_NAME")]
     pub server_name: Option<String>,
     /// Mode of operation.
-    #[arg(long = "agent-mode", env = "ARGOCD_AGENT_MODE", value_enum, default_value = "managed")]
+    #[arg(
+        long = "agent-mode",
+        env = "ARGOCD_AGENT_MODE",
+        value_enum,
+        default_value = "managed"
+    )]
     pub mode: Mode,
     /// Client certificate (PEM).
     #[arg(long = "tls-client-cert", env = "ARGOCD_AGENT_TLS_CLIENT_CERT_PATH")]
@@ -84,7 +108,11 @@ pub struct AgentArgs {
     #[arg(long = "tls-root-ca-path", env = "ARGOCD_AGENT_TLS_ROOT_CA_PATH")]
     pub tls_ca: PathBuf,
     /// Allow TLS 1.2 (default: TLS 1.3 only).
-    #[arg(long = "tls-allow-1.2", env = "ARGOCD_AGENT_TLS_ALLOW_12", default_value_t = false)]
+    #[arg(
+        long = "tls-allow-1.2",
+        env = "ARGOCD_AGENT_TLS_ALLOW_12",
+        default_value_t = false
+    )]
     pub tls_allow_12: bool,
     /// Local Argo CD namespace.
     #[arg(long, env = "ARGOCD_AGENT_NAMESPACE", default_value = "argocd")]
@@ -96,13 +124,21 @@ pub struct AgentArgs {
     #[arg(long = "queue-capacity", env = "ARGOCD_AGENT_QUEUE_CAPACITY", default_value_t = crate::DEFAULT_QUEUE_CAPACITY)]
     pub queue_capacity: usize,
     /// gzip-compress sent events.
-    #[arg(long = "enable-compression", env = "ARGOCD_AGENT_ENABLE_COMPRESSION", default_value_t = false)]
+    #[arg(
+        long = "enable-compression",
+        env = "ARGOCD_AGENT_ENABLE_COMPRESSION",
+        default_value_t = false
+    )]
     pub compression: bool,
     /// HTTP/2 keepalive ping interval.
     #[arg(long = "keep-alive-ping-interval", env = "ARGOCD_AGENT_KEEP_ALIVE_PING_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     pub keepalive: Duration,
     /// Metrics/health listen address.
-    #[arg(long = "metrics-addr", env = "ARGOCD_AGENT_METRICS_ADDR", default_value = "0.0.0.0:8181")]
+    #[arg(
+        long = "metrics-addr",
+        env = "ARGOCD_AGENT_METRICS_ADDR",
+        default_value = "0.0.0.0:8181"
+    )]
     pub metrics_addr: SocketAddr,
 }
 
@@ -125,7 +161,9 @@ pub struct PkiArgs {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = n.parse().map_err(|_| format!("invalid duration {s:?} (e.g. 30s, 500ms, 2m)"))?;
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (e.g. 30s, 500ms, 2m)"))?;
     match unit {
         "ms" => Ok(Duration::from_millis(n)),
         "s" | "" => Ok(Duration::from_secs(n)),
@@ -151,7 +189,9 @@ pub async fn run_principal(args: PrincipalArgs) -> anyhow::Result<()> {
     cfg.queue_capacity = args.queue_capacity;
     cfg.concurrency = args.concurrency;
     cfg.compression = args.compression;
-    let client = kube::Client::try_default().await.context("connecting to the hub cluster")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the hub cluster")?;
     let store: Arc<dyn Store> = Arc::new(KubeStore::new(client));
     let metrics = Metrics::new("argocd_principal");
     let (maddr, _admin) = serve_admin(args.metrics_addr, metrics.clone()).await?;
@@ -188,7 +228,9 @@ pub async fn run_agent(args: AgentArgs) -> anyhow::Result<()> {
     cfg.queue_capacity = args.queue_capacity;
     cfg.compression = args.compression;
     cfg.keepalive_interval = args.keepalive;
-    let client = kube::Client::try_default().await.context("connecting to the local cluster")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the local cluster")?;
     let store: Arc<dyn Store> = Arc::new(KubeStore::new(client));
     let metrics = Metrics::new("argocd_agent");
     let (maddr, _admin) = serve_admin(args.metrics_addr, metrics.clone()).await?;
@@ -201,7 +243,10 @@ pub async fn run_agent(args: AgentArgs) -> anyhow::Result<()> {
 
 /// Creates a CA, the principal certificate, agent certificates and the JWT key.
 pub async fn run_pki(args: PkiArgs) -> anyhow::Result<()> {
-    let files = tokio::task::spawn_blocking(move || crate::pki::write_local_pki(&args.dir, &args.agents, &args.sans, args.force)).await??;
+    let files = tokio::task::spawn_blocking(move || {
+        crate::pki::write_local_pki(&args.dir, &args.agents, &args.sans, args.force)
+    })
+    .await??;
     for f in files {
         println!("{}", f.display());
     }

@@ -96,7 +96,12 @@ impl EventType {
     pub fn is_resource_change(self) -> bool {
         matches!(
             self,
-            Self::Create | Self::Delete | Self::SpecUpdate | Self::StatusUpdate | Self::SetOperation | Self::TerminateOperation
+            Self::Create
+                | Self::Delete
+                | Self::SpecUpdate
+                | Self::StatusUpdate
+                | Self::SetOperation
+                | Self::TerminateOperation
         )
     }
 }
@@ -241,7 +246,12 @@ impl Event {
 
     /// The ACK (`processed`) for this event.
     pub fn ack(&self, source: &str) -> Self {
-        let mut e = Self::request(source, EventType::Processed, Target::EventProcessed, Value::Null);
+        let mut e = Self::request(
+            source,
+            EventType::Processed,
+            Target::EventProcessed,
+            Value::Null,
+        );
         e.subject = self.subject.clone();
         e.resource_id = self.resource_id.clone();
         e.event_id = self.event_id.clone();
@@ -249,7 +259,13 @@ impl Event {
     }
 
     /// An `error` event answering `self` (same resourceid/eventid so the sender can stop resending).
-    pub fn error_reply(source: &str, resource_id: &str, event_id: &str, reason: &str, message: &str) -> Self {
+    pub fn error_reply(
+        source: &str,
+        resource_id: &str,
+        event_id: &str,
+        reason: &str,
+        message: &str,
+    ) -> Self {
         let mut e = Self::request(
             source,
             EventType::Error,
@@ -258,7 +274,8 @@ impl Event {
         );
         e.resource_id = resource_id.to_string();
         e.event_id = event_id.to_string();
-        e.extra_attrs.insert(attr::ERRORREASON.into(), reason.into());
+        e.extra_attrs
+            .insert(attr::ERRORREASON.into(), reason.into());
         e
     }
 
@@ -288,7 +305,9 @@ impl Event {
         let data = if self.data.is_null() {
             None
         } else {
-            Some(Data::BinaryData(serde_json::to_vec(&self.data).expect("JSON values serialise")))
+            Some(Data::BinaryData(
+                serde_json::to_vec(&self.data).expect("JSON values serialise"),
+            ))
         };
         eventstreamapi::Event {
             event: Some(CloudEvent {
@@ -308,7 +327,8 @@ impl Event {
         if ce.spec_version != SPEC_VERSION {
             return Err(DecodeError::SpecVersion(ce.spec_version.clone()));
         }
-        let ty = EventType::parse(&ce.r#type).ok_or_else(|| DecodeError::UnknownType(ce.r#type.clone()))?;
+        let ty = EventType::parse(&ce.r#type)
+            .ok_or_else(|| DecodeError::UnknownType(ce.r#type.clone()))?;
         let mut attrs: HashMap<String, String> = ce
             .attributes
             .iter()
@@ -319,10 +339,16 @@ impl Event {
         let data = match &ce.data {
             None => Value::Null,
             Some(Data::BinaryData(b)) if b.is_empty() => Value::Null,
-            Some(Data::BinaryData(b)) => serde_json::from_slice(b).map_err(|e| DecodeError::Payload(e.to_string()))?,
-            Some(Data::TextData(t)) => serde_json::from_str(t).map_err(|e| DecodeError::Payload(e.to_string()))?,
+            Some(Data::BinaryData(b)) => {
+                serde_json::from_slice(b).map_err(|e| DecodeError::Payload(e.to_string()))?
+            }
+            Some(Data::TextData(t)) => {
+                serde_json::from_str(t).map_err(|e| DecodeError::Payload(e.to_string()))?
+            }
             Some(Data::ProtoData(_)) => {
-                return Err(DecodeError::Payload("proto_data is not supported, want JSON".into()));
+                return Err(DecodeError::Payload(
+                    "proto_data is not supported, want JSON".into(),
+                ));
             }
         };
         attrs.remove(attr::DATACONTENTTYPE);
@@ -359,7 +385,9 @@ fn attr_string(v: &CloudEventAttributeValue) -> Option<String> {
         Attr::CeBoolean(b) => Some(b.to_string()),
         Attr::CeInteger(i) => Some(i.to_string()),
         Attr::CeBytes(_) => None,
-        Attr::CeTimestamp(t) => jiff::Timestamp::new(t.seconds, t.nanos).ok().map(|t| t.to_string()),
+        Attr::CeTimestamp(t) => jiff::Timestamp::new(t.seconds, t.nanos)
+            .ok()
+            .map(|t| t.to_string()),
     }
 }
 
@@ -388,7 +416,12 @@ mod tests {
     #[test]
     fn round_trip_keeps_ids_and_payload() {
         let obj = json!({"metadata": {"name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "7"}, "spec": {"x": 1}});
-        let e = Event::for_object("principal", EventType::SpecUpdate, Target::Application, &obj);
+        let e = Event::for_object(
+            "principal",
+            EventType::SpecUpdate,
+            Target::Application,
+            &obj,
+        );
         assert_eq!(e.resource_id, "a_u1");
         assert_eq!(e.event_id, "a_u1_7");
         assert_eq!(e.subject, "ns/a");
@@ -417,10 +450,16 @@ mod tests {
     fn malformed_envelopes_name_the_problem() {
         let mut w = Event::request("x", EventType::Ping, Target::Heartbeat, Value::Null).to_wire();
         w.event.as_mut().unwrap().r#type = "bogus".into();
-        assert_eq!(Event::from_wire(&w), Err(DecodeError::UnknownType("bogus".into())));
+        assert_eq!(
+            Event::from_wire(&w),
+            Err(DecodeError::UnknownType("bogus".into()))
+        );
         let mut w = Event::request("x", EventType::Ping, Target::Heartbeat, Value::Null).to_wire();
         w.event.as_mut().unwrap().data = Some(Data::BinaryData(b"{not json".to_vec()));
         assert!(matches!(Event::from_wire(&w), Err(DecodeError::Payload(_))));
-        assert_eq!(Event::from_wire(&eventstreamapi::Event { event: None }), Err(DecodeError::Empty));
+        assert_eq!(
+            Event::from_wire(&eventstreamapi::Event { event: None }),
+            Err(DecodeError::Empty)
+        );
     }
 }

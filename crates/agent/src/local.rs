@@ -72,7 +72,11 @@ impl LocalDeployment {
 }
 
 /// Starts a principal on `hub` and one agent per `(name, cluster)` in `mode`, over loopback mTLS.
-pub async fn start_local(hub: kube::Client, agents: Vec<(String, kube::Client)>, mode: Mode) -> anyhow::Result<LocalDeployment> {
+pub async fn start_local(
+    hub: kube::Client,
+    agents: Vec<(String, kube::Client)>,
+    mode: Mode,
+) -> anyhow::Result<LocalDeployment> {
     let hub: Arc<dyn Store> = Arc::new(KubeStore::new(hub));
     let agents = agents
         .into_iter()
@@ -82,10 +86,18 @@ pub async fn start_local(hub: kube::Client, agents: Vec<(String, kube::Client)>,
 }
 
 /// Like [`start_local`] over any [`Store`]s.
-pub async fn start_local_stores(hub: Arc<dyn Store>, agents: Vec<(String, Arc<dyn Store>)>, mode: Mode) -> anyhow::Result<LocalDeployment> {
+pub async fn start_local_stores(
+    hub: Arc<dyn Store>,
+    agents: Vec<(String, Arc<dyn Store>)>,
+    mode: Mode,
+) -> anyhow::Result<LocalDeployment> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let pki = LocalPki::new()?;
-    let cfg = PrincipalConfig::new("127.0.0.1:0".parse()?, pki.principal.clone(), throwaway_jwt_key());
+    let cfg = PrincipalConfig::new(
+        "127.0.0.1:0".parse()?,
+        pki.principal.clone(),
+        throwaway_jwt_key(),
+    );
     let principal = Principal::start(cfg, hub, Metrics::new("argocd_principal")).await?;
     let addr = principal.local_addr();
     let mut out = Vec::new();
@@ -95,5 +107,8 @@ pub async fn start_local_stores(hub: Arc<dyn Store>, agents: Vec<(String, Arc<dy
         let a = Agent::start(c, store, Metrics::new("argocd_agent")).await?;
         out.push((name, a));
     }
-    Ok(LocalDeployment { principal, agents: out })
+    Ok(LocalDeployment {
+        principal,
+        agents: out,
+    })
 }

@@ -69,7 +69,11 @@ impl Metrics {
             propagation_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             ready: AtomicBool::new(false),
         };
-        reg.register("events_queued", "Events put into a send queue, by type", m.events_queued.clone());
+        reg.register(
+            "events_queued",
+            "Events put into a send queue, by type",
+            m.events_queued.clone(),
+        );
         reg.register(
             "events_coalesced",
             "Queued updates replaced by a newer one",
@@ -80,15 +84,31 @@ impl Metrics {
             "Pushes into a full queue deferred for regeneration (backpressure)",
             m.events_deferred.clone(),
         );
-        reg.register("events_sent", "Events put on the wire, by type", m.events_sent.clone());
-        reg.register("events_resent", "Events resent because no ACK arrived", m.events_resent.clone());
-        reg.register("events_acked", "Sent events ACKed by the peer", m.events_acked.clone());
+        reg.register(
+            "events_sent",
+            "Events put on the wire, by type",
+            m.events_sent.clone(),
+        );
+        reg.register(
+            "events_resent",
+            "Events resent because no ACK arrived",
+            m.events_resent.clone(),
+        );
+        reg.register(
+            "events_acked",
+            "Sent events ACKed by the peer",
+            m.events_acked.clone(),
+        );
         reg.register(
             "events_failed",
             "Events given up, by reason (oversized, peer error)",
             m.events_failed.clone(),
         );
-        reg.register("events_received", "Events received, by type", m.events_received.clone());
+        reg.register(
+            "events_received",
+            "Events received, by type",
+            m.events_received.clone(),
+        );
         reg.register(
             "events_processed",
             "Received resource events applied and ACKed",
@@ -99,22 +119,46 @@ impl Metrics {
             "Received events not ACKed after a retryable error",
             m.events_retry_later.clone(),
         );
-        reg.register("error_replies", "Error events sent to the peer, by reason", m.error_replies.clone());
+        reg.register(
+            "error_replies",
+            "Error events sent to the peer, by reason",
+            m.error_replies.clone(),
+        );
         reg.register(
             "local_edits_reverted",
             "Edits of the replica reverted to the source of truth",
             m.local_edits_reverted.clone(),
         );
-        reg.register("auth_failures", "Rejected authentications, by reason", m.auth_failures.clone());
+        reg.register(
+            "auth_failures",
+            "Rejected authentications, by reason",
+            m.auth_failures.clone(),
+        );
         reg.register(
             "tls_handshake_failures",
             "Rejected TLS handshakes",
             m.tls_handshake_failures.clone(),
         );
-        reg.register("connected_agents", "Agents with a live event stream", m.connected_agents.clone());
-        reg.register("queue_pending", "Events queued, not yet sent", m.queue_pending.clone());
-        reg.register("queue_inflight", "Events sent, awaiting ACK", m.queue_inflight.clone());
-        reg.register("queue_deferred", "Resources deferred by backpressure", m.queue_deferred.clone());
+        reg.register(
+            "connected_agents",
+            "Agents with a live event stream",
+            m.connected_agents.clone(),
+        );
+        reg.register(
+            "queue_pending",
+            "Events queued, not yet sent",
+            m.queue_pending.clone(),
+        );
+        reg.register(
+            "queue_inflight",
+            "Events sent, awaiting ACK",
+            m.queue_inflight.clone(),
+        );
+        reg.register(
+            "queue_deferred",
+            "Resources deferred by backpressure",
+            m.queue_deferred.clone(),
+        );
         reg.register(
             "event_propagation_latency_seconds",
             "Time from sentat to receipt",
@@ -150,7 +194,10 @@ impl Metrics {
         let mut s = String::new();
         encode(&mut s, &reg).expect("encode");
         s.lines()
-            .filter(|line| line.starts_with("x_total{") && (label_value.is_empty() || line.contains(&format!("\"{label_value}\""))))
+            .filter(|line| {
+                line.starts_with("x_total{")
+                    && (label_value.is_empty() || line.contains(&format!("\"{label_value}\"")))
+            })
             .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>() as u64
     }
@@ -164,7 +211,10 @@ impl Metrics {
 }
 
 /// Serves `/metrics`, `/healthz`, `/readyz` until the task is aborted. Returns the bound address.
-pub async fn serve_admin(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+pub async fn serve_admin(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     use axum::{Router, http::StatusCode, routing::get};
     let m1 = metrics.clone();
     let m2 = metrics.clone();

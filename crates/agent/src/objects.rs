@@ -161,13 +161,19 @@ pub fn response_synced(source: &str, name: &str, ns: &str, uid: &str) -> Event {
 }
 
 pub fn request_resource_resync(source: &str) -> Event {
-    Event::request(source, EventType::RequestResourceResync, Target::ResourceResync, json!({}))
+    Event::request(
+        source,
+        EventType::RequestResourceResync,
+        Target::ResourceResync,
+        json!({}),
+    )
 }
 
 /// Per-resource async locks: a revert and a received event of one resource never interleave.
 #[derive(Default)]
 pub struct KeyedLocks {
-    locks: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+    locks:
+        std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl KeyedLocks {
@@ -195,7 +201,9 @@ impl Drop for KeyGuard<'_> {
     fn drop(&mut self) {
         self.guard.take();
         let mut g = self.owner.locks.lock().expect("poisoned");
-        if g.get(&self.key).is_some_and(|m| std::sync::Arc::strong_count(m) == 1) {
+        if g.get(&self.key)
+            .is_some_and(|m| std::sync::Arc::strong_count(m) == 1)
+        {
             g.remove(&self.key);
         }
     }

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use anyhow::Context;
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-    SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 
 use crate::tls::TlsMaterial;
@@ -59,17 +59,23 @@ impl Ca {
 
     /// Server certificate for the principal: SANs localhost, 127.0.0.1, ::1 and `extra` names.
     pub fn issue_server(&self, extra: &[String]) -> anyhow::Result<Issued> {
-        let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+        let mut names = vec![
+            "localhost".to_string(),
+            "127.0.0.1".to_string(),
+            "::1".to_string(),
+        ];
         names.extend(extra.iter().cloned());
         let mut p = CertificateParams::new(Vec::<String>::new())?;
         for n in names {
-            p.subject_alt_names.push(match n.parse::<std::net::IpAddr>() {
-                Ok(ip) => SanType::IpAddress(ip),
-                Err(_) => SanType::DnsName(n.clone().try_into()?),
-            });
+            p.subject_alt_names
+                .push(match n.parse::<std::net::IpAddr>() {
+                    Ok(ip) => SanType::IpAddress(ip),
+                    Err(_) => SanType::DnsName(n.clone().try_into()?),
+                });
         }
         p.distinguished_name = DistinguishedName::new();
-        p.distinguished_name.push(DnType::CommonName, "argocd-agent-principal");
+        p.distinguished_name
+            .push(DnType::CommonName, "argocd-agent-principal");
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         self.issue(p)
     }
@@ -80,7 +86,11 @@ impl Ca {
     }
 
     /// Like [`Ca::issue_agent`] with an explicit validity window (tests: expired certificates).
-    pub fn issue_agent_with(&self, agent: &str, validity: Option<(time_like::Ts, time_like::Ts)>) -> anyhow::Result<Issued> {
+    pub fn issue_agent_with(
+        &self,
+        agent: &str,
+        validity: Option<(time_like::Ts, time_like::Ts)>,
+    ) -> anyhow::Result<Issued> {
         let mut p = CertificateParams::default();
         p.distinguished_name = DistinguishedName::new();
         p.distinguished_name.push(DnType::CommonName, agent);
@@ -109,9 +119,17 @@ pub mod time_like {
 
 /// Writes a complete PKI for a local setup into `dir`: `ca.crt`, `ca.key`, `principal.crt`,
 /// `principal.key`, `jwt.key` and `<agent>.crt`/`<agent>.key` per agent. Refuses to overwrite.
-pub fn write_local_pki(dir: &Path, agents: &[String], extra_names: &[String], overwrite: bool) -> anyhow::Result<Vec<std::path::PathBuf>> {
+pub fn write_local_pki(
+    dir: &Path,
+    agents: &[String],
+    extra_names: &[String],
+    overwrite: bool,
+) -> anyhow::Result<Vec<std::path::PathBuf>> {
     for a in agents {
-        anyhow::ensure!(crate::tls::is_dns_label(a), "agent name {a:?} is not a DNS label");
+        anyhow::ensure!(
+            crate::tls::is_dns_label(a),
+            "agent name {a:?} is not a DNS label"
+        );
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let ca = Ca::new("argocd-pull agent CA")?;
@@ -131,7 +149,11 @@ pub fn write_local_pki(dir: &Path, agents: &[String], extra_names: &[String], ov
     if !overwrite {
         for (n, _) in &files {
             let p = dir.join(n);
-            anyhow::ensure!(!p.exists(), "{} exists; pass --force to overwrite", p.display());
+            anyhow::ensure!(
+                !p.exists(),
+                "{} exists; pass --force to overwrite",
+                p.display()
+            );
         }
     }
     let mut out = Vec::new();

@@ -120,8 +120,13 @@ pub struct Principal {
 
 impl Principal {
     /// Binds, starts the hub watcher and serves.
-    pub async fn start(cfg: PrincipalConfig, store: Arc<dyn Store>, metrics: Arc<Metrics>) -> anyhow::Result<Principal> {
-        let identity = Regex::new(&cfg.identity_regex).map_err(|e| anyhow::anyhow!("invalid identity regex: {e}"))?;
+    pub async fn start(
+        cfg: PrincipalConfig,
+        store: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Principal> {
+        let identity = Regex::new(&cfg.identity_regex)
+            .map_err(|e| anyhow::anyhow!("invalid identity regex: {e}"))?;
         let tokens = TokenIssuer::from_pem(&cfg.jwt_key_pem)?;
         let server_tls = Arc::new(tls::server_config(&cfg.tls, cfg.allow_tls12)?);
         let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
@@ -153,7 +158,9 @@ impl Principal {
         .await;
         let (incoming, accept_task) = incoming;
         let incoming = ReceiverStream::new(incoming);
-        let svc = Svc { inner: inner.clone() };
+        let svc = Svc {
+            inner: inner.clone(),
+        };
         let mut es = EventStreamServer::new(svc.clone())
             .max_decoding_message_size(cfg.max_event_size.saturating_mul(2).max(4096))
             .max_encoding_message_size(cfg.max_event_size.saturating_mul(2).max(4096));
@@ -276,7 +283,9 @@ impl Inner {
         let me = Arc::downgrade(self);
         let agent = name.to_string();
         queue.set_regenerate(Arc::new(move |key: &str| {
-            let Some(me) = me.upgrade() else { return vec![] };
+            let Some(me) = me.upgrade() else {
+                return vec![];
+            };
             me.regenerate(&agent, key)
         }));
         let a = Arc::new(AgentState {
@@ -294,12 +303,19 @@ impl Inner {
     }
 
     fn cached(&self, ns: &str, name: &str) -> Option<Value> {
-        self.cache.lock().expect("poisoned").get(ns).and_then(|m| m.get(name)).cloned()
+        self.cache
+            .lock()
+            .expect("poisoned")
+            .get(ns)
+            .and_then(|m| m.get(name))
+            .cloned()
     }
 
     /// Current events for a deferred key (backpressure path).
     fn regenerate(&self, agent: &str, name: &str) -> Vec<Event> {
-        let Some(a) = self.agent(agent) else { return vec![] };
+        let Some(a) = self.agent(agent) else {
+            return vec![];
+        };
         let mode = *a.mode.lock().expect("poisoned");
         match (mode, self.cached(agent, name)) {
             (Mode::Managed, Some(h)) => {
@@ -310,7 +326,12 @@ impl Inner {
                     &o::without_operation(&h),
                 )];
                 if !o::op_hash(&h).is_empty() {
-                    v.push(Event::for_object(SOURCE, EventType::SetOperation, Target::Application, &h));
+                    v.push(Event::for_object(
+                        SOURCE,
+                        EventType::SetOperation,
+                        Target::Application,
+                        &h,
+                    ));
                 }
                 v
             }
@@ -363,7 +384,10 @@ impl Inner {
                                 .or_default()
                                 .insert(o::name(&h).to_string(), h);
                         }
-                        let old = std::mem::replace(&mut *self.cache.lock().expect("poisoned"), by_ns.clone());
+                        let old = std::mem::replace(
+                            &mut *self.cache.lock().expect("poisoned"),
+                            by_ns.clone(),
+                        );
                         for (ns, objs) in &by_ns {
                             for h in objs.values() {
                                 self.on_hub_apply(ns, h);
@@ -450,7 +474,9 @@ impl Inner {
             }
             Mode::Autonomous => {
                 let mut views = a.views.lock().expect("poisoned");
-                let Some(v) = views.get_mut(&name) else { return };
+                let Some(v) = views.get_mut(&name) else {
+                    return;
+                };
                 if let Some(copy) = v.copy.clone()
                     && o::full_spec_hash(h) != o::full_spec_hash(&copy)
                 {
@@ -465,7 +491,11 @@ impl Inner {
                 let st = o::status_hash(h);
                 if v.status != st {
                     if o::terminating(h) {
-                        self.push(&a, EventType::TerminateOperation, &self.to_agent_form(ns, h));
+                        self.push(
+                            &a,
+                            EventType::TerminateOperation,
+                            &self.to_agent_form(ns, h),
+                        );
                     }
                     v.status = st;
                 }
@@ -484,7 +514,12 @@ impl Inner {
                 }
             }
             Mode::Autonomous => {
-                let copy = a.views.lock().expect("poisoned").get(&name).and_then(|v| v.copy.clone());
+                let copy = a
+                    .views
+                    .lock()
+                    .expect("poisoned")
+                    .get(&name)
+                    .and_then(|v| v.copy.clone());
                 if copy.is_some() {
                     // deleted on the hub while the agent still has it: recreate
                     self.spawn_revert(&a, name, true);
@@ -501,9 +536,19 @@ impl Inner {
         let a = a.clone();
         tokio::spawn(async move {
             let _g = a.locks.lock(&name).await;
-            let copy = a.views.lock().expect("poisoned").get(&name).and_then(|v| v.copy.clone());
+            let copy = a
+                .views
+                .lock()
+                .expect("poisoned")
+                .get(&name)
+                .and_then(|v| v.copy.clone());
             let Some(copy) = copy else { return };
-            if !allow_create && matches!(me.store.get(Kind::Application, &a.name, &name).await, Ok(None)) {
+            if !allow_create
+                && matches!(
+                    me.store.get(Kind::Application, &a.name, &name).await,
+                    Ok(None)
+                )
+            {
                 return;
             }
             if let Err(e) = me.write_hub(&copy, true).await {
@@ -517,7 +562,11 @@ impl Inner {
         let (ns, name) = (o::namespace(want).to_string(), o::name(want).to_string());
         for _ in 0..5 {
             let r = match self.store.get(Kind::Application, &ns, &name).await? {
-                None => self.store.create(Kind::Application, want.clone()).await.map(|_| ()),
+                None => self
+                    .store
+                    .create(Kind::Application, want.clone())
+                    .await
+                    .map(|_| ()),
                 Some(cur) => {
                     let n = o::overlay(&cur, want, with_status, with_status);
                     if n == cur {
@@ -532,7 +581,9 @@ impl Inner {
                 r => return r,
             }
         }
-        Err(StoreError::Conflict(format!("{ns}/{name}: too many conflicts")))
+        Err(StoreError::Conflict(format!(
+            "{ns}/{name}: too many conflicts"
+        )))
     }
 
     /// Hub form of an autonomous agent's application: namespace = agent, project prefixed.
@@ -566,7 +617,12 @@ impl Inner {
         a
     }
 
-    async fn handle_event(self: &Arc<Self>, a: &Arc<AgentState>, ev: Event, out: &Outbox) -> Result<(), HandleError> {
+    async fn handle_event(
+        self: &Arc<Self>,
+        a: &Arc<AgentState>,
+        ev: Event,
+        out: &Outbox,
+    ) -> Result<(), HandleError> {
         let _g = if ev.ty.is_resource_change() {
             Some(a.locks.lock(ev.name()).await)
         } else {
@@ -598,7 +654,10 @@ impl Inner {
                 let agent_op = ev.data.get("operation").filter(|v| !v.is_null());
                 if agent_op.is_none()
                     && let Some(hop) = h.get("operation").filter(|v| !v.is_null())
-                    && crate::checksum::hash_value(hop) == crate::checksum::hash_value(&ev.data["status"]["operationState"]["operation"])
+                    && crate::checksum::hash_value(hop)
+                        == crate::checksum::hash_value(
+                            &ev.data["status"]["operationState"]["operation"],
+                        )
                 {
                     n.as_object_mut().map(|m| m.remove("operation"));
                 }
@@ -645,10 +704,14 @@ impl Inner {
             (Mode::Managed, EventType::RequestSyncedResourceList) => {
                 let list = self.store.list(Kind::Application, Some(agent)).await?;
                 let list: Vec<Value> = list.into_iter().filter(|h| !o::ignored(h)).collect();
-                let sum = set_checksum(list.iter().map(|h| set_item("Application", o::name(h), o::uid(h))));
+                let sum = set_checksum(
+                    list.iter()
+                        .map(|h| set_item("Application", o::name(h), o::uid(h))),
+                );
                 if sum != ev.data["checksum"].as_str().unwrap_or_default() {
                     for h in &list {
-                        out.send(o::response_synced(SOURCE, o::name(h), agent, o::uid(h))).await;
+                        out.send(o::response_synced(SOURCE, o::name(h), agent, o::uid(h)))
+                            .await;
                     }
                 }
                 Ok(())
@@ -658,7 +721,9 @@ impl Inner {
                 let want = self.to_hub_form(agent, &ev.data);
                 let name = o::name(&want).to_string();
                 if name.is_empty() {
-                    return Err(HandleError::Permanent("payload has no metadata.name".into()));
+                    return Err(HandleError::Permanent(
+                        "payload has no metadata.name".into(),
+                    ));
                 }
                 {
                     let mut views = a.views.lock().expect("poisoned");
@@ -679,10 +744,21 @@ impl Inner {
             }
             (Mode::Autonomous, EventType::ResponseSyncedResource) => {
                 let name = ev.data["name"].as_str().unwrap_or_default();
-                if self.store.get(Kind::Application, agent, name).await?.is_none() {
+                if self
+                    .store
+                    .get(Kind::Application, agent, name)
+                    .await?
+                    .is_none()
+                {
                     let ns = ev.data["namespace"].as_str().unwrap_or_default();
-                    out.send(o::request_update(SOURCE, name, ns, ev.data["uid"].as_str().unwrap_or_default(), ""))
-                        .await;
+                    out.send(o::request_update(
+                        SOURCE,
+                        name,
+                        ns,
+                        ev.data["uid"].as_str().unwrap_or_default(),
+                        "",
+                    ))
+                    .await;
                 }
                 Ok(())
             }
@@ -725,10 +801,17 @@ impl Inner {
                 v.copy = Some(h.clone());
             }
             items.push(set_item("Application", o::name(h), &suid));
-            out.send(o::request_update(SOURCE, o::name(h), &agent, &suid, &spec_checksum(&agent_form)))
-                .await;
+            out.send(o::request_update(
+                SOURCE,
+                o::name(h),
+                &agent,
+                &suid,
+                &spec_checksum(&agent_form),
+            ))
+            .await;
         }
-        out.send(o::request_synced_list(SOURCE, &set_checksum(items))).await;
+        out.send(o::request_synced_list(SOURCE, &set_checksum(items)))
+            .await;
     }
 }
 
@@ -773,14 +856,22 @@ impl Svc {
 
 #[tonic::async_trait]
 impl Version for Svc {
-    async fn version(&self, _r: Request<versionapi::VersionRequest>) -> Result<Response<versionapi::VersionResponse>, Status> {
-        Ok(Response::new(versionapi::VersionResponse { version: VERSION.into() }))
+    async fn version(
+        &self,
+        _r: Request<versionapi::VersionRequest>,
+    ) -> Result<Response<versionapi::VersionResponse>, Status> {
+        Ok(Response::new(versionapi::VersionResponse {
+            version: VERSION.into(),
+        }))
     }
 }
 
 #[tonic::async_trait]
 impl Authentication for Svc {
-    async fn authenticate(&self, req: Request<authapi::AuthRequest>) -> Result<Response<authapi::AuthResponse>, Status> {
+    async fn authenticate(
+        &self,
+        req: Request<authapi::AuthRequest>,
+    ) -> Result<Response<authapi::AuthResponse>, Status> {
         let agent = self.cert_identity(&req)?;
         let r = req.into_inner();
         if r.method != "mtls" {
@@ -830,15 +921,24 @@ impl Authentication for Svc {
         }))
     }
 
-    async fn refresh_token(&self, req: Request<authapi::RefreshTokenRequest>) -> Result<Response<authapi::AuthResponse>, Status> {
+    async fn refresh_token(
+        &self,
+        req: Request<authapi::RefreshTokenRequest>,
+    ) -> Result<Response<authapi::AuthResponse>, Status> {
         let agent = self.cert_identity(&req)?;
-        let (who, mode) = self.inner.tokens.verify_refresh(&req.get_ref().refresh_token).map_err(|e| {
-            self.inner.metrics.auth_failure("token");
-            Status::unauthenticated(e.to_string())
-        })?;
+        let (who, mode) = self
+            .inner
+            .tokens
+            .verify_refresh(&req.get_ref().refresh_token)
+            .map_err(|e| {
+                self.inner.metrics.auth_failure("token");
+                Status::unauthenticated(e.to_string())
+            })?;
         if who != agent {
             self.inner.metrics.auth_failure("identity-mismatch");
-            return Err(Status::permission_denied(format!("token of {who:?} presented by {agent:?}")));
+            return Err(Status::permission_denied(format!(
+                "token of {who:?} presented by {agent:?}"
+            )));
         }
         let (access, refresh) = self
             .inner
@@ -861,12 +961,19 @@ type EventStreamOut = Pin<Box<dyn Stream<Item = Result<eventstreamapi::Event, St
 impl EventStream for Svc {
     type SubscribeStream = EventStreamOut;
 
-    async fn subscribe(&self, req: Request<tonic::Streaming<eventstreamapi::Event>>) -> Result<Response<Self::SubscribeStream>, Status> {
+    async fn subscribe(
+        &self,
+        req: Request<tonic::Streaming<eventstreamapi::Event>>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
         let cert_agent = self.cert_identity(&req)?;
-        let token = req.metadata().get("authorization").and_then(|v| v.to_str().ok()).ok_or_else(|| {
-            self.inner.metrics.auth_failure("no-token");
-            Status::unauthenticated("missing authorization metadata")
-        })?;
+        let token = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| {
+                self.inner.metrics.auth_failure("no-token");
+                Status::unauthenticated("missing authorization metadata")
+            })?;
         let token = token.strip_prefix("Bearer ").unwrap_or(token);
         let (agent, mode) = self.inner.tokens.verify_access(token).map_err(|e| {
             self.inner.metrics.auth_failure("token");
@@ -920,11 +1027,19 @@ impl EventStream for Svc {
         Ok(Response::new(Box::pin(out)))
     }
 
-    async fn push(&self, _r: Request<tonic::Streaming<eventstreamapi::Event>>) -> Result<Response<eventstreamapi::PushSummary>, Status> {
-        Err(Status::unimplemented("Push is not implemented; use Subscribe"))
+    async fn push(
+        &self,
+        _r: Request<tonic::Streaming<eventstreamapi::Event>>,
+    ) -> Result<Response<eventstreamapi::PushSummary>, Status> {
+        Err(Status::unimplemented(
+            "Push is not implemented; use Subscribe",
+        ))
     }
 
-    async fn ping(&self, _r: Request<eventstreamapi::PingRequest>) -> Result<Response<eventstreamapi::PongReply>, Status> {
+    async fn ping(
+        &self,
+        _r: Request<eventstreamapi::PingRequest>,
+    ) -> Result<Response<eventstreamapi::PongReply>, Status> {
         Ok(Response::new(eventstreamapi::PongReply {}))
     }
 }

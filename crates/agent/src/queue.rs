@@ -114,7 +114,7 @@ pub struct Outgoing {
 /// Result of an ACK or error answer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answered {
-    Acked(Event),
+    Acked(Box<Event>),
     Unknown,
 }
 
@@ -198,7 +198,11 @@ impl SendQueue {
                     return Pushed::Coalesced;
                 }
                 if ev.ty == EventType::SpecUpdate
-                    && let Some(q) = slot.pending.iter_mut().rev().find(|q| q.ty == EventType::Create)
+                    && let Some(q) = slot
+                        .pending
+                        .iter_mut()
+                        .rev()
+                        .find(|q| q.ty == EventType::Create)
                 {
                     q.data = ev.data;
                     q.event_id = ev.event_id;
@@ -257,11 +261,15 @@ impl SendQueue {
         }
         while let Some(k) = s.ready.pop_front() {
             s.ready_set.remove(&k);
-            let Some(slot) = s.slots.get_mut(&k) else { continue };
+            let Some(slot) = s.slots.get_mut(&k) else {
+                continue;
+            };
             if slot.inflight.is_some() {
                 continue;
             }
-            let Some(mut ev) = slot.pending.pop_front() else { continue };
+            let Some(mut ev) = slot.pending.pop_front() else {
+                continue;
+            };
             if slot.recent_ids.contains(&ev.event_id) {
                 // keep ACK matching unambiguous for a later event of the same object version
                 let seq = s.seq;
@@ -309,12 +317,15 @@ impl SendQueue {
             .slots
             .iter()
             .find(|(_, slot)| {
-                slot.inflight
-                    .as_ref()
-                    .is_some_and(|f| f.ev.event_id == event_id && (resource_id.is_empty() || f.ev.resource_id == resource_id))
+                slot.inflight.as_ref().is_some_and(|f| {
+                    f.ev.event_id == event_id
+                        && (resource_id.is_empty() || f.ev.resource_id == resource_id)
+                })
             })
             .map(|(k, _)| k.clone());
-        let Some(key) = key else { return Answered::Unknown };
+        let Some(key) = key else {
+            return Answered::Unknown;
+        };
         let slot = s.slots.get_mut(&key).expect("slot");
         let f = slot.inflight.take().expect("inflight");
         slot.recent_ids.push_back(f.ev.event_id.clone());
@@ -331,7 +342,7 @@ impl SendQueue {
         s.inflight -= 1;
         drop(s);
         self.notify.notify_one();
-        Answered::Acked(f.ev)
+        Answered::Acked(Box::new(f.ev))
     }
 
     /// Drops whatever is queued or in flight for `key` that an `error` answered (not resendable).
@@ -344,7 +355,9 @@ impl SendQueue {
                 if s.pending >= self.capacity {
                     return;
                 }
-                let Some(k) = s.deferred.pop_front() else { return };
+                let Some(k) = s.deferred.pop_front() else {
+                    return;
+                };
                 s.deferred_set.remove(&k);
                 k
             };
@@ -403,12 +416,21 @@ mod tests {
         let y = q.next(now).unwrap();
         assert_eq!(y.key, "b", "a is blocked behind its in-flight create");
         assert!(q.next(now).is_err());
-        assert!(matches!(q.answer(&x.event.resource_id, &x.event.event_id), Answered::Acked(_)));
+        assert!(matches!(
+            q.answer(&x.event.resource_id, &x.event.event_id),
+            Answered::Acked(_)
+        ));
         let z = q.next(now).unwrap();
         assert_eq!(z.event.ty, EventType::SetOperation);
-        assert_ne!(z.event.event_id, x.event.event_id, "same object version gets a distinct event id");
+        assert_ne!(
+            z.event.event_id, x.event.event_id,
+            "same object version gets a distinct event id"
+        );
         // the stale ACK of the first event does not ACK the second
-        assert_eq!(q.answer(&x.event.resource_id, &x.event.event_id), Answered::Unknown);
+        assert_eq!(
+            q.answer(&x.event.resource_id, &x.event.event_id),
+            Answered::Unknown
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -417,9 +439,18 @@ mod tests {
         q.push("a", ev(EventType::Create, "a", 1));
         let now = Instant::now();
         let _first = q.next(now).unwrap();
-        assert_eq!(q.push("a", ev(EventType::SpecUpdate, "a", 2)), Pushed::Queued);
-        assert_eq!(q.push("a", ev(EventType::SpecUpdate, "a", 3)), Pushed::Coalesced);
-        assert_eq!(q.push("a", ev(EventType::StatusUpdate, "a", 3)), Pushed::Queued);
+        assert_eq!(
+            q.push("a", ev(EventType::SpecUpdate, "a", 2)),
+            Pushed::Queued
+        );
+        assert_eq!(
+            q.push("a", ev(EventType::SpecUpdate, "a", 3)),
+            Pushed::Coalesced
+        );
+        assert_eq!(
+            q.push("a", ev(EventType::StatusUpdate, "a", 3)),
+            Pushed::Queued
+        );
         assert_eq!(q.stats().pending, 2);
         q.push("a", ev(EventType::Delete, "a", 4));
         assert_eq!(q.stats().pending, 1);
@@ -433,8 +464,14 @@ mod tests {
         let x = q.next(t0).unwrap();
         assert_eq!(q.next(t0).unwrap_err(), Some(t0 + Duration::from_secs(5)));
         let r = q.next(t0 + Duration::from_secs(5)).unwrap();
-        assert_eq!((r.attempt, r.event.event_id.as_str()), (2, x.event.event_id.as_str()));
-        assert_eq!(q.next(t0 + Duration::from_secs(5)).unwrap_err(), Some(t0 + Duration::from_secs(25)));
+        assert_eq!(
+            (r.attempt, r.event.event_id.as_str()),
+            (2, x.event.event_id.as_str())
+        );
+        assert_eq!(
+            q.next(t0 + Duration::from_secs(5)).unwrap_err(),
+            Some(t0 + Duration::from_secs(25))
+        );
         assert_eq!(Backoff::default().delay(10), Duration::from_secs(120));
     }
 

@@ -93,11 +93,20 @@ fn to_wire_checked(ctx: &SessionCtx, ev: &Event) -> Result<eventstreamapi::Event
     e.sent_at = Some(crate::event::now_rfc3339());
     let w = e.to_wire();
     let n = w.encoded_len();
-    if n > ctx.max_event_size { Err(n) } else { Ok(w) }
+    if n > ctx.max_event_size {
+        Err(n)
+    } else {
+        Ok(w)
+    }
 }
 
 /// Runs the session until the stream ends. `wire` carries outbound events.
-pub async fn run<S>(ctx: SessionCtx, handler: Arc<dyn Handler>, mut inbound: S, wire: mpsc::Sender<eventstreamapi::Event>) -> SessionEnd
+pub async fn run<S>(
+    ctx: SessionCtx,
+    handler: Arc<dyn Handler>,
+    mut inbound: S,
+    wire: mpsc::Sender<eventstreamapi::Event>,
+) -> SessionEnd
 where
     S: Stream<Item = Result<eventstreamapi::Event, tonic::Status>> + Unpin + Send,
 {
@@ -183,10 +192,13 @@ where
     let h = handler.clone();
     let o2 = out.clone();
     let connect = tokio::spawn(async move { h.on_connect(&o2).await });
-    let _guards = (AbortOnDrop(sender.abort_handle()), AbortOnDrop(connect.abort_handle()));
+    let _guards = (
+        AbortOnDrop(sender.abort_handle()),
+        AbortOnDrop(connect.abort_handle()),
+    );
 
     let sem = Arc::new(Semaphore::new(ctx.concurrency.max(1)));
-    let end = loop {
+    loop {
         let msg = match inbound.next().await {
             None => break SessionEnd::Closed,
             Some(Err(s)) => break SessionEnd::Status(s),
@@ -209,7 +221,10 @@ where
                 &rid,
                 &eid,
                 "oversized",
-                &format!("event of {size} bytes exceeds the limit of {} bytes", ctx.max_event_size),
+                &format!(
+                    "event of {size} bytes exceeds the limit of {} bytes",
+                    ctx.max_event_size
+                ),
             ))
             .await;
             continue;
@@ -220,13 +235,23 @@ where
                 let (rid, eid) = raw_ids(&msg);
                 tracing::warn!(error = %e, "received malformed event; answered with an error event");
                 ctx.metrics.error_reply("malformed");
-                out.send(Event::error_reply(&ctx.source, &rid, &eid, "malformed", &e.to_string()))
-                    .await;
+                out.send(Event::error_reply(
+                    &ctx.source,
+                    &rid,
+                    &eid,
+                    "malformed",
+                    &e.to_string(),
+                ))
+                .await;
                 continue;
             }
         };
         ctx.metrics.received(ev.ty.short());
-        if let Some(sent) = ev.sent_at.as_deref().and_then(|s| s.parse::<jiff::Timestamp>().ok()) {
+        if let Some(sent) = ev
+            .sent_at
+            .as_deref()
+            .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+        {
             let lat = jiff::Timestamp::now().duration_since(sent).as_secs_f64();
             if lat >= 0.0 {
                 ctx.metrics.propagation_latency.observe(lat);
@@ -274,7 +299,11 @@ where
             let _permit = permit;
             let is_change = ev.ty.is_resource_change();
             let (rid, eid, ty) = (ev.resource_id.clone(), ev.event_id.clone(), ev.ty);
-            let ack = if is_change { Some(ev.ack(&ctx2.source)) } else { None };
+            let ack = if is_change {
+                Some(ev.ack(&ctx2.source))
+            } else {
+                None
+            };
             match h.handle(ev, &out).await {
                 Ok(()) => {
                     if let Some(a) = ack {
@@ -289,12 +318,12 @@ where
                 Err(HandleError::Permanent(e)) => {
                     tracing::warn!(r#type = ty.short(), resource = %rid, error = %e, "event rejected");
                     ctx2.metrics.error_reply("rejected");
-                    out.send(Event::error_reply(&ctx2.source, &rid, &eid, "rejected", &e)).await;
+                    out.send(Event::error_reply(&ctx2.source, &rid, &eid, "rejected", &e))
+                        .await;
                 }
             }
         });
-    };
-    end
+    }
 }
 
 struct AbortOnDrop(tokio::task::AbortHandle);

@@ -36,7 +36,10 @@ impl Kind {
         }
     }
     pub fn api_resource(self) -> ApiResource {
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("argoproj.io", "v1alpha1", self.as_str()), self.plural())
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("argoproj.io", "v1alpha1", self.as_str()),
+            self.plural(),
+        )
     }
     pub fn parse(s: &str) -> Option<Kind> {
         match s {
@@ -74,7 +77,10 @@ pub enum StoreError {
 impl StoreError {
     /// Whether retrying later may succeed (the receiver then sends no ACK and the sender resends).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, StoreError::Conflict(_) | StoreError::Other(_) | StoreError::AlreadyExists)
+        matches!(
+            self,
+            StoreError::Conflict(_) | StoreError::Other(_) | StoreError::AlreadyExists
+        )
     }
 }
 
@@ -90,7 +96,13 @@ pub trait Store: Send + Sync + 'static {
     /// Replaces `obj`; its `metadata.resourceVersion` must be current (else `Conflict`).
     async fn replace(&self, kind: Kind, obj: Value) -> StoreResult<Value>;
     /// JSON merge patch (RFC 7386).
-    async fn merge_patch(&self, kind: Kind, ns: &str, name: &str, patch: Value) -> StoreResult<Value>;
+    async fn merge_patch(
+        &self,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+        patch: Value,
+    ) -> StoreResult<Value>;
     /// Deletes; `NotFound` is success.
     async fn delete(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<()>;
     /// Ensures a namespace exists.
@@ -125,9 +137,13 @@ impl KubeStore {
 fn kube_err(e: kube::Error) -> StoreError {
     match &e {
         kube::Error::Api(s) if s.code == 404 => StoreError::NotFound,
-        kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists" => StoreError::AlreadyExists,
+        kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists" => {
+            StoreError::AlreadyExists
+        }
         kube::Error::Api(s) if s.code == 409 => StoreError::Conflict(s.message.clone()),
-        kube::Error::Api(s) if s.code == 422 || s.code == 400 => StoreError::Invalid(s.message.clone()),
+        kube::Error::Api(s) if s.code == 422 || s.code == 400 => {
+            StoreError::Invalid(s.message.clone())
+        }
         _ => StoreError::Other(e.to_string()),
     }
 }
@@ -153,7 +169,11 @@ fn ns_name(v: &Value) -> (String, String) {
 #[async_trait]
 impl Store for KubeStore {
     async fn list(&self, kind: Kind, ns: Option<&str>) -> StoreResult<Vec<Value>> {
-        let l = self.api(kind, ns).list(&Default::default()).await.map_err(kube_err)?;
+        let l = self
+            .api(kind, ns)
+            .list(&Default::default())
+            .await
+            .map_err(kube_err)?;
         Ok(l.items.iter().map(to_value).collect())
     }
     async fn get(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<Option<Value>> {
@@ -185,7 +205,13 @@ impl Store for KubeStore {
             .map_err(kube_err)?;
         Ok(to_value(&r))
     }
-    async fn merge_patch(&self, kind: Kind, ns: &str, name: &str, patch: Value) -> StoreResult<Value> {
+    async fn merge_patch(
+        &self,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+        patch: Value,
+    ) -> StoreResult<Value> {
         let r = self
             .api(kind, Some(ns))
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -194,7 +220,11 @@ impl Store for KubeStore {
         Ok(to_value(&r))
     }
     async fn delete(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<()> {
-        match self.api(kind, Some(ns)).delete(name, &DeleteParams::foreground()).await {
+        match self
+            .api(kind, Some(ns))
+            .delete(name, &DeleteParams::foreground())
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) => match kube_err(e) {
                 StoreError::NotFound => Ok(()),
@@ -208,7 +238,8 @@ impl Store for KubeStore {
         if api.get_opt(ns).await.map_err(kube_err)?.is_some() {
             return Ok(());
         }
-        let n: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
+        let n: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
         match api.create(&PostParams::default(), &n).await {
             Ok(_) => Ok(()),
             Err(e) => match kube_err(e) {
@@ -278,10 +309,18 @@ impl MemStore {
         }
     }
 
-    fn write(&self, kind: Kind, mut obj: Value, is_create: bool, check_rv: bool) -> StoreResult<Value> {
+    fn write(
+        &self,
+        kind: Kind,
+        mut obj: Value,
+        is_create: bool,
+        check_rv: bool,
+    ) -> StoreResult<Value> {
         let (ns, name) = ns_name(&obj);
         if name.is_empty() || ns.is_empty() {
-            return Err(StoreError::Invalid("metadata.name and metadata.namespace are required".into()));
+            return Err(StoreError::Invalid(
+                "metadata.name and metadata.namespace are required".into(),
+            ));
         }
         let mut g = self.inner.lock().expect("poisoned");
         let key = (kind, ns, name);
@@ -293,8 +332,15 @@ impl MemStore {
         }
         if let Some(old) = &existing {
             if check_rv {
-                let want = obj["metadata"]["resourceVersion"].as_str().unwrap_or_default();
-                if !want.is_empty() && want != old["metadata"]["resourceVersion"].as_str().unwrap_or_default() {
+                let want = obj["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default();
+                if !want.is_empty()
+                    && want
+                        != old["metadata"]["resourceVersion"]
+                            .as_str()
+                            .unwrap_or_default()
+                {
                     return Err(StoreError::Conflict("resourceVersion is stale".into()));
                 }
             }
@@ -353,7 +399,9 @@ impl Store for MemStore {
     }
     async fn get(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<Option<Value>> {
         let g = self.inner.lock().expect("poisoned");
-        Ok(g.objects.get(&(kind, ns.to_string(), name.to_string())).cloned())
+        Ok(g.objects
+            .get(&(kind, ns.to_string(), name.to_string()))
+            .cloned())
     }
     async fn create(&self, kind: Kind, obj: Value) -> StoreResult<Value> {
         self.write(kind, obj, true, false)
@@ -361,18 +409,26 @@ impl Store for MemStore {
     async fn replace(&self, kind: Kind, obj: Value) -> StoreResult<Value> {
         self.write(kind, obj, false, true)
     }
-    async fn merge_patch(&self, kind: Kind, ns: &str, name: &str, patch: Value) -> StoreResult<Value> {
-        let mut cur = self.get(kind, ns, name).await?.ok_or(StoreError::NotFound)?;
+    async fn merge_patch(
+        &self,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+        patch: Value,
+    ) -> StoreResult<Value> {
+        let mut cur = self
+            .get(kind, ns, name)
+            .await?
+            .ok_or(StoreError::NotFound)?;
         merge_json(&mut cur, &patch);
         self.write(kind, cur, false, false)
     }
     async fn delete(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<()> {
-        let old = self
-            .inner
-            .lock()
-            .expect("poisoned")
-            .objects
-            .remove(&(kind, ns.to_string(), name.to_string()));
+        let old = self.inner.lock().expect("poisoned").objects.remove(&(
+            kind,
+            ns.to_string(),
+            name.to_string(),
+        ));
         if let Some(o) = old {
             let _ = self.tx.send((kind, StoreEvent::Deleted(o)));
         }
@@ -397,7 +453,10 @@ impl Store for MemStore {
                                 StoreEvent::Applied(o) | StoreEvent::Deleted(o) => o,
                                 StoreEvent::Restarted(_) => continue,
                             };
-                            if ns.as_deref().is_none_or(|n| obj["metadata"]["namespace"] == n) {
+                            if ns
+                                .as_deref()
+                                .is_none_or(|n| obj["metadata"]["namespace"] == n)
+                            {
                                 return Some((Ok(ev), rx));
                             }
                         }

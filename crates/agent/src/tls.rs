@@ -25,7 +25,11 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// TLS protocol versions: TLS 1.3 only by default.
 pub fn versions(allow_tls12: bool) -> &'static [&'static rustls::SupportedProtocolVersion] {
     static TLS13_ONLY: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
-    if allow_tls12 { rustls::ALL_VERSIONS } else { TLS13_ONLY }
+    if allow_tls12 {
+        rustls::ALL_VERSIONS
+    } else {
+        TLS13_ONLY
+    }
 }
 
 /// PEM certificates.
@@ -65,9 +69,12 @@ pub struct TlsMaterial {
 /// Server config demanding a client certificate signed by `ca`.
 pub fn server_config(m: &TlsMaterial, allow_tls12: bool) -> anyhow::Result<ServerConfig> {
     let provider = provider();
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots(&parse_certs(&m.ca_pem)?)?), provider.clone())
-        .build()
-        .context("building client certificate verifier")?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots(&parse_certs(&m.ca_pem)?)?),
+        provider.clone(),
+    )
+    .build()
+    .context("building client certificate verifier")?;
     let mut cfg = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(versions(allow_tls12))?
         .with_client_cert_verifier(verifier)
@@ -91,7 +98,8 @@ pub fn client_config(m: &TlsMaterial, allow_tls12: bool) -> anyhow::Result<Clien
 /// The certificate subject in Go's `pkix.Name.String()` form (RDNs reversed, `,`-joined), which
 /// is what argocd-agent's identity regex is written against (`CN=agent-1`).
 pub fn subject_string(der: &[u8]) -> anyhow::Result<String> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| anyhow!("parsing client certificate: {e}"))?;
+    let (_, cert) = x509_parser::parse_x509_certificate(der)
+        .map_err(|e| anyhow!("parsing client certificate: {e}"))?;
     let reg = x509_parser::objects::oid_registry();
     let mut parts = Vec::new();
     for rdn in cert.subject().iter_rdn() {
@@ -114,9 +122,9 @@ pub fn subject_string(der: &[u8]) -> anyhow::Result<String> {
 /// Agent identity: first capture group of `re` over the subject; must be a DNS label.
 pub fn identity_from_cert(der: &[u8], re: &Regex) -> anyhow::Result<String> {
     let subject = subject_string(der)?;
-    let caps = re
-        .captures(&subject)
-        .ok_or_else(|| anyhow!("client certificate subject {subject:?} does not match the identity regex {re}"))?;
+    let caps = re.captures(&subject).ok_or_else(|| {
+        anyhow!("client certificate subject {subject:?} does not match the identity regex {re}")
+    })?;
     let id = caps
         .get(1)
         .ok_or_else(|| anyhow!("identity regex {re} has no capture group"))?
@@ -132,7 +140,8 @@ pub fn identity_from_cert(der: &[u8], re: &Regex) -> anyhow::Result<String> {
 pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -192,8 +201,12 @@ pub fn connector(
     cfg: Arc<ClientConfig>,
     addr: SocketAddr,
     server_name: String,
-) -> impl tower::Service<http::Uri, Response = TokioIo<tokio_rustls::client::TlsStream<TcpStream>>, Error = std::io::Error, Future = impl Send>
-+ Clone {
+) -> impl tower::Service<
+    http::Uri,
+    Response = TokioIo<tokio_rustls::client::TlsStream<TcpStream>>,
+    Error = std::io::Error,
+    Future = impl Send,
+> + Clone {
     let connector = TlsConnector::from(cfg);
     tower::service_fn(move |_uri: http::Uri| {
         let connector = connector.clone();
@@ -201,7 +214,8 @@ pub fn connector(
         async move {
             let tcp = TcpStream::connect(addr).await?;
             tcp.set_nodelay(true)?;
-            let sn = ServerName::try_from(name).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+            let sn = ServerName::try_from(name)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
             let tls = connector.connect(sn, tcp).await?;
             Ok(TokioIo::new(tls))
         }

@@ -12,9 +12,17 @@ async fn autonomous_create_update_delete_and_operations() {
     let p = principal(&pki, &hub, "127.0.0.1:0").await;
     let a = agent(&pki, &p, "auto-1", Mode::Autonomous, &spoke).await;
     let l = put(&spoke, app("argocd", "web", "v1")).await;
-    let h = wait_for(&hub, "auto-1", "web", "created on hub", |o| o.is_some()).await.unwrap();
-    assert_eq!(h["spec"]["project"], "auto-1-default", "project prefixed with the agent name");
-    assert_eq!(h["metadata"]["annotations"]["argocd.argoproj.io/source-uid"], l["metadata"]["uid"]);
+    let h = wait_for(&hub, "auto-1", "web", "created on hub", |o| o.is_some())
+        .await
+        .unwrap();
+    assert_eq!(
+        h["spec"]["project"], "auto-1-default",
+        "project prefixed with the agent name"
+    );
+    assert_eq!(
+        h["metadata"]["annotations"]["argocd.argoproj.io/source-uid"],
+        l["metadata"]["uid"]
+    );
 
     patch(
         &spoke,
@@ -24,19 +32,33 @@ async fn autonomous_create_update_delete_and_operations() {
     )
     .await;
     wait_for(&hub, "auto-1", "web", "updated", |o| {
-        o.is_some_and(|o| o["spec"]["source"]["path"] == "v2" && o["status"]["health"]["status"] == "Healthy")
+        o.is_some_and(|o| {
+            o["spec"]["source"]["path"] == "v2" && o["status"]["health"]["status"] == "Healthy"
+        })
     })
     .await;
 
     // hub edits are reverted
-    patch(&hub, "auto-1", "web", json!({"spec": {"source": {"path": "hub-edit"}}})).await;
+    patch(
+        &hub,
+        "auto-1",
+        "web",
+        json!({"spec": {"source": {"path": "hub-edit"}}}),
+    )
+    .await;
     wait_for(&hub, "auto-1", "web", "hub edit reverted", |o| {
         o.is_some_and(|o| o["spec"]["source"]["path"] == "v2")
     })
     .await;
 
     // sync and terminate still flow down
-    patch(&hub, "auto-1", "web", json!({"operation": {"sync": {"revision": "r1"}}})).await;
+    patch(
+        &hub,
+        "auto-1",
+        "web",
+        json!({"operation": {"sync": {"revision": "r1"}}}),
+    )
+    .await;
     wait_for(&spoke, "argocd", "web", "operation on agent", |o| {
         o.is_some_and(|o| o["operation"]["sync"]["revision"] == "r1")
     })
@@ -56,7 +78,12 @@ async fn autonomous_create_update_delete_and_operations() {
     del(&spoke, "argocd", "web").await;
     wait_for(&hub, "auto-1", "web", "deleted on hub", |o| o.is_none()).await;
     wait_idle(|| p.agent_idle("auto-1") && a.idle()).await;
-    assert!(hub.get(Kind::Application, "auto-1", "web").await.unwrap().is_none());
+    assert!(
+        hub.get(Kind::Application, "auto-1", "web")
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
 
 #[tokio::test]
@@ -74,17 +101,28 @@ async fn autonomous_delete_race_agent_delete_during_hub_edit() {
     for i in 0..10 {
         let n = format!("x{i}");
         tokio::join!(
-            try_patch(&hub, "auto-2", &n, json!({"spec": {"source": {"path": "hub"}}})),
+            try_patch(
+                &hub,
+                "auto-2",
+                &n,
+                json!({"spec": {"source": {"path": "hub"}}})
+            ),
             del(&spoke, "argocd", &n)
         );
     }
     for i in 0..10 {
-        wait_for(&hub, "auto-2", &format!("x{i}"), "deleted on hub", |o| o.is_none()).await;
+        wait_for(&hub, "auto-2", &format!("x{i}"), "deleted on hub", |o| {
+            o.is_none()
+        })
+        .await;
     }
     wait_idle(|| p.agent_idle("auto-2") && a.idle()).await;
     for i in 0..10 {
         assert!(
-            hub.get(Kind::Application, "auto-2", &format!("x{i}")).await.unwrap().is_none(),
+            hub.get(Kind::Application, "auto-2", &format!("x{i}"))
+                .await
+                .unwrap()
+                .is_none(),
             "no resurrection"
         );
     }

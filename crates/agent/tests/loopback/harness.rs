@@ -20,22 +20,39 @@ pub async fn principal(pki: &LocalPki, hub: &MemStore, addr: &str) -> Principal 
     principal_with(pki, hub, addr, |_| {}).await
 }
 
-pub async fn principal_with(pki: &LocalPki, hub: &MemStore, addr: &str, f: impl FnOnce(&mut PrincipalConfig)) -> Principal {
+pub async fn principal_with(
+    pki: &LocalPki,
+    hub: &MemStore,
+    addr: &str,
+    f: impl FnOnce(&mut PrincipalConfig),
+) -> Principal {
     init();
-    let mut cfg = PrincipalConfig::new(addr.parse().unwrap(), pki.principal.clone(), throwaway_jwt_key());
+    let mut cfg = PrincipalConfig::new(
+        addr.parse().unwrap(),
+        pki.principal.clone(),
+        throwaway_jwt_key(),
+    );
     f(&mut cfg);
     Principal::start(cfg, Arc::new(hub.clone()), Metrics::new("argocd_principal"))
         .await
         .unwrap()
 }
 
-pub async fn agent(pki: &LocalPki, p: &Principal, name: &str, mode: Mode, store: &MemStore) -> Agent {
+pub async fn agent(
+    pki: &LocalPki,
+    p: &Principal,
+    name: &str,
+    mode: Mode,
+    store: &MemStore,
+) -> Agent {
     let mut c = AgentConfig::new(p.local_addr(), pki.agent(name).unwrap(), mode);
     c.reconnect_max = Duration::from_millis(500);
     let a = Agent::start(c, Arc::new(store.clone()), Metrics::new("argocd_agent"))
         .await
         .unwrap();
-    tokio::time::timeout(T, a.wait_connected(0)).await.expect("agent connects");
+    tokio::time::timeout(T, a.wait_connected(0))
+        .await
+        .expect("agent connects");
     a
 }
 
@@ -51,7 +68,13 @@ pub fn app(ns: &str, name: &str, path: &str) -> Value {
 }
 
 /// Waits (on watch events, not sleeps) until `pred` holds for the object (None = absent).
-pub async fn wait_for(store: &MemStore, ns: &str, name: &str, what: &str, pred: impl Fn(Option<&Value>) -> bool) -> Option<Value> {
+pub async fn wait_for(
+    store: &MemStore,
+    ns: &str,
+    name: &str,
+    what: &str,
+    pred: impl Fn(Option<&Value>) -> bool,
+) -> Option<Value> {
     let mut w = store.watch(Kind::Application, Some(ns));
     let r = tokio::time::timeout(T, async {
         loop {
@@ -60,7 +83,9 @@ pub async fn wait_for(store: &MemStore, ns: &str, name: &str, what: &str, pred: 
                 return cur;
             }
             match w.next().await {
-                Some(Ok(StoreEvent::Restarted(_) | StoreEvent::Applied(_) | StoreEvent::Deleted(_))) => {}
+                Some(Ok(
+                    StoreEvent::Restarted(_) | StoreEvent::Applied(_) | StoreEvent::Deleted(_),
+                )) => {}
                 other => panic!("watch ended: {other:?}"),
             }
         }
@@ -80,7 +105,10 @@ pub async fn put(store: &MemStore, obj: Value) -> Value {
 }
 
 pub async fn patch(store: &MemStore, ns: &str, name: &str, p: Value) -> Value {
-    store.merge_patch(Kind::Application, ns, name, p).await.unwrap()
+    store
+        .merge_patch(Kind::Application, ns, name, p)
+        .await
+        .unwrap()
 }
 
 pub async fn try_patch(store: &MemStore, ns: &str, name: &str, p: Value) {

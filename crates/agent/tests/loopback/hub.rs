@@ -15,7 +15,12 @@ fn hub() -> argocd_pull_hub::Hub {
     h
 }
 
-async fn wait_kube(s: &KubeStore, ns: &str, name: &str, pred: impl Fn(Option<&serde_json::Value>) -> bool) {
+async fn wait_kube(
+    s: &KubeStore,
+    ns: &str,
+    name: &str,
+    pred: impl Fn(Option<&serde_json::Value>) -> bool,
+) {
     let mut w = s.watch(Kind::Application, Some(ns));
     tokio::time::timeout(T, async {
         loop {
@@ -23,7 +28,9 @@ async fn wait_kube(s: &KubeStore, ns: &str, name: &str, pred: impl Fn(Option<&se
                 return;
             }
             match w.next().await {
-                Some(Ok(StoreEvent::Restarted(_) | StoreEvent::Applied(_) | StoreEvent::Deleted(_))) => {}
+                Some(Ok(
+                    StoreEvent::Restarted(_) | StoreEvent::Applied(_) | StoreEvent::Deleted(_),
+                )) => {}
                 other => panic!("watch ended: {other:?}"),
             }
         }
@@ -36,15 +43,21 @@ async fn wait_kube(s: &KubeStore, ns: &str, name: &str, pred: impl Fn(Option<&se
 async fn managed_mode_over_the_embedded_hub_and_simulated_cluster() {
     init();
     let (h, spoke) = (hub(), hub());
-    let d = start_local(h.client(), vec![("cluster-1".into(), spoke.client())], Mode::Managed)
-        .await
-        .unwrap();
+    let d = start_local(
+        h.client(),
+        vec![("cluster-1".into(), spoke.client())],
+        Mode::Managed,
+    )
+    .await
+    .unwrap();
     d.wait_connected(T).await.unwrap();
     let hs = KubeStore::new(h.client());
     let ss = KubeStore::new(spoke.client());
     hs.ensure_namespace("cluster-1").await.unwrap();
     ss.ensure_namespace("argocd").await.unwrap();
-    hs.create(Kind::Application, app("cluster-1", "guestbook", "v1")).await.unwrap();
+    hs.create(Kind::Application, app("cluster-1", "guestbook", "v1"))
+        .await
+        .unwrap();
     wait_kube(&ss, "argocd", "guestbook", |o| o.is_some()).await;
     hs.merge_patch(
         Kind::Application,
@@ -70,7 +83,9 @@ async fn managed_mode_over_the_embedded_hub_and_simulated_cluster() {
         o.is_some_and(|o| o["status"]["health"]["status"] == "Healthy")
     })
     .await;
-    hs.delete(Kind::Application, "cluster-1", "guestbook").await.unwrap();
+    hs.delete(Kind::Application, "cluster-1", "guestbook")
+        .await
+        .unwrap();
     wait_kube(&ss, "argocd", "guestbook", |o| o.is_none()).await;
     d.shutdown().await;
 }

@@ -17,13 +17,27 @@ async fn managed_create_update_status_delete() {
     assert_eq!(p.connected_agents(), vec!["cluster-a"]);
 
     let h = put(&hub, app("cluster-a", "guestbook", "v1")).await;
-    let l = wait_for(&spoke, "argocd", "guestbook", "created", |o| o.is_some()).await.unwrap();
+    let l = wait_for(&spoke, "argocd", "guestbook", "created", |o| o.is_some())
+        .await
+        .unwrap();
     assert_eq!(l["spec"]["source"]["path"], "v1");
-    assert_eq!(l["spec"]["destination"], json!({"name": "in-cluster", "namespace": "guestbook"}));
-    assert_eq!(l["metadata"]["annotations"]["argocd.argoproj.io/source-uid"], h["metadata"]["uid"]);
+    assert_eq!(
+        l["spec"]["destination"],
+        json!({"name": "in-cluster", "namespace": "guestbook"})
+    );
+    assert_eq!(
+        l["metadata"]["annotations"]["argocd.argoproj.io/source-uid"],
+        h["metadata"]["uid"]
+    );
     assert_eq!(l["metadata"]["annotations"]["keep"], "me");
 
-    patch(&hub, "cluster-a", "guestbook", json!({"spec": {"source": {"path": "v2"}}})).await;
+    patch(
+        &hub,
+        "cluster-a",
+        "guestbook",
+        json!({"spec": {"source": {"path": "v2"}}}),
+    )
+    .await;
     wait_for(&spoke, "argocd", "guestbook", "spec updated", |o| {
         o.is_some_and(|o| o["spec"]["source"]["path"] == "v2")
     })
@@ -43,14 +57,20 @@ async fn managed_create_update_status_delete() {
     .await
     .unwrap();
     assert_eq!(h["unknownTopLevel"], json!({"kept": true}));
-    assert_eq!(h["spec"]["source"]["path"], "v2", "status write does not touch the spec");
+    assert_eq!(
+        h["spec"]["source"]["path"], "v2",
+        "status write does not touch the spec"
+    );
 
     del(&hub, "cluster-a", "guestbook").await;
     wait_for(&spoke, "argocd", "guestbook", "deleted", |o| o.is_none()).await;
     wait_idle(|| p.agent_idle("cluster-a") && a.idle()).await;
     let m = p.metrics();
     assert!(Metrics::total(&m.events_sent, "create") >= 1);
-    assert!(m.events_acked.get() >= 3, "create, spec-update, delete were ACKed");
+    assert!(
+        m.events_acked.get() >= 3,
+        "create, spec-update, delete were ACKed"
+    );
     assert_eq!(Metrics::total(&m.events_failed, ""), 0);
     a.shutdown().await;
     p.shutdown().await;
@@ -78,12 +98,24 @@ async fn managed_sync_and_terminate_operations_flow_down() {
     .unwrap();
     assert_eq!(l["spec"]["source"]["path"], "v1");
     // the app controller reports Running; the user terminates on the hub
-    patch(&spoke, "argocd", "app", json!({"status": {"operationState": {"phase": "Running"}}})).await;
+    patch(
+        &spoke,
+        "argocd",
+        "app",
+        json!({"status": {"operationState": {"phase": "Running"}}}),
+    )
+    .await;
     wait_for(&hub, "c1", "app", "running", |o| {
         o.is_some_and(|o| o["status"]["operationState"]["phase"] == "Running")
     })
     .await;
-    patch(&hub, "c1", "app", json!({"status": {"operationState": {"phase": "Terminating"}}})).await;
+    patch(
+        &hub,
+        "c1",
+        "app",
+        json!({"status": {"operationState": {"phase": "Terminating"}}}),
+    )
+    .await;
     wait_for(&spoke, "argocd", "app", "terminating", |o| {
         o.is_some_and(|o| o["status"]["operationState"]["phase"] == "Terminating")
     })
@@ -91,7 +123,9 @@ async fn managed_sync_and_terminate_operations_flow_down() {
     // the operation completes on the agent: the hub's operation is cleared
     patch(&spoke, "argocd", "app", json!({"operation": null, "status": {"operationState": {"phase": "Succeeded", "operation": {"sync": {"revision": "abc"}, "initiatedBy": {"username": "admin"}}}}})).await;
     wait_for(&hub, "c1", "app", "operation cleared", |o| {
-        o.is_some_and(|o| o.get("operation").is_none() && o["status"]["operationState"]["phase"] == "Succeeded")
+        o.is_some_and(|o| {
+            o.get("operation").is_none() && o["status"]["operationState"]["phase"] == "Succeeded"
+        })
     })
     .await;
 }
@@ -104,7 +138,13 @@ async fn managed_local_edit_and_local_delete_are_reverted() {
     let a = agent(&pki, &p, "c1", Mode::Managed, &spoke).await;
     put(&hub, app("c1", "app", "v1")).await;
     wait_for(&spoke, "argocd", "app", "created", |o| o.is_some()).await;
-    patch(&spoke, "argocd", "app", json!({"spec": {"source": {"path": "hacked"}}})).await;
+    patch(
+        &spoke,
+        "argocd",
+        "app",
+        json!({"spec": {"source": {"path": "hacked"}}}),
+    )
+    .await;
     wait_for(&spoke, "argocd", "app", "reverted", |o| {
         o.is_some_and(|o| o["spec"]["source"]["path"] == "v1")
     })
@@ -115,8 +155,14 @@ async fn managed_local_edit_and_local_delete_are_reverted() {
     })
     .await;
     assert!(a.metrics().local_edits_reverted.get() >= 2);
-    let h = hub.get(argocd_pull_agent::store::Kind::Application, "c1", "app").await;
-    assert_eq!(h.unwrap().unwrap()["spec"]["source"]["path"], "v1", "the hub copy is untouched");
+    let h = hub
+        .get(argocd_pull_agent::store::Kind::Application, "c1", "app")
+        .await;
+    assert_eq!(
+        h.unwrap().unwrap()["spec"]["source"]["path"],
+        "v1",
+        "the hub copy is untouched"
+    );
 }
 
 #[tokio::test]
@@ -129,7 +175,10 @@ async fn managed_delete_race_hub_delete_during_local_edit() {
         put(&hub, app("c1", &format!("app{i}"), "v1")).await;
     }
     for i in 0..20 {
-        wait_for(&spoke, "argocd", &format!("app{i}"), "created", |o| o.is_some()).await;
+        wait_for(&spoke, "argocd", &format!("app{i}"), "created", |o| {
+            o.is_some()
+        })
+        .await;
     }
     for i in 0..20 {
         let n = format!("app{i}");
@@ -144,15 +193,26 @@ async fn managed_delete_race_hub_delete_during_local_edit() {
         );
     }
     for i in 0..20 {
-        wait_for(&spoke, "argocd", &format!("app{i}"), "deleted on the agent too", |o| o.is_none()).await;
+        wait_for(
+            &spoke,
+            "argocd",
+            &format!("app{i}"),
+            "deleted on the agent too",
+            |o| o.is_none(),
+        )
+        .await;
     }
     wait_idle(|| p.agent_idle("c1") && a.idle()).await;
     for i in 0..20 {
         assert!(
-            hub.get(argocd_pull_agent::store::Kind::Application, "c1", &format!("app{i}"))
-                .await
-                .unwrap()
-                .is_none(),
+            hub.get(
+                argocd_pull_agent::store::Kind::Application,
+                "c1",
+                &format!("app{i}")
+            )
+            .await
+            .unwrap()
+            .is_none(),
             "status of a deleted app does not resurrect it"
         );
     }

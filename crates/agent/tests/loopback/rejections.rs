@@ -56,9 +56,15 @@ async fn wrong_ca_and_expired_certificates_are_rejected() {
             .map(|_| ())
             .map_err(|e| e.to_string()),
     };
-    assert!(r.is_err(), "a certificate from a foreign CA must not get through");
+    assert!(
+        r.is_err(),
+        "a certificate from a foreign CA must not get through"
+    );
     // expired certificate from the right CA
-    let c = pki.ca.issue_agent_with("old", Some(((2020, 1, 1), (2021, 1, 1)))).unwrap();
+    let c = pki
+        .ca
+        .issue_agent_with("old", Some(((2020, 1, 1), (2021, 1, 1))))
+        .unwrap();
     let m = TlsMaterial {
         cert_pem: c.cert_pem.into(),
         key_pem: c.key_pem.into(),
@@ -88,11 +94,19 @@ async fn identity_mismatch_and_unknown_mode_are_rejected() {
     let pki = LocalPki::new().unwrap();
     let hub = MemStore::new();
     let p = principal(&pki, &hub, "127.0.0.1:0").await;
-    let ch_a = channel(p.local_addr(), &pki.agent("agent-a").unwrap()).await.unwrap();
-    let ch_b = channel(p.local_addr(), &pki.agent("agent-b").unwrap()).await.unwrap();
+    let ch_a = channel(p.local_addr(), &pki.agent("agent-a").unwrap())
+        .await
+        .unwrap();
+    let ch_b = channel(p.local_addr(), &pki.agent("agent-b").unwrap())
+        .await
+        .unwrap();
     let e = auth(ch_a.clone(), "bogus").await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
-    assert!(e.message().contains("unknown agent mode \"bogus\""), "{}", e.message());
+    assert!(
+        e.message().contains("unknown agent mode \"bogus\""),
+        "{}",
+        e.message()
+    );
     // a claimed client ID that is not the certificate's
     let e = AuthenticationClient::new(ch_a.clone())
         .authenticate(AuthRequest {
@@ -108,8 +122,12 @@ async fn identity_mismatch_and_unknown_mode_are_rejected() {
     let token = auth(ch_a, "managed").await.unwrap();
     let (_tx, rx) = tokio::sync::mpsc::channel::<eventstreamapi::Event>(1);
     let mut req = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
-    req.metadata_mut().insert("authorization", token.parse().unwrap());
-    let e = EventStreamClient::new(ch_b.clone()).subscribe(req).await.unwrap_err();
+    req.metadata_mut()
+        .insert("authorization", token.parse().unwrap());
+    let e = EventStreamClient::new(ch_b.clone())
+        .subscribe(req)
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
     assert!(
         e.message().contains("agent-a") && e.message().contains("agent-b"),
@@ -119,7 +137,9 @@ async fn identity_mismatch_and_unknown_mode_are_rejected() {
     // no token at all
     let (_tx, rx) = tokio::sync::mpsc::channel::<eventstreamapi::Event>(1);
     let e = EventStreamClient::new(ch_b)
-        .subscribe(tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+        .subscribe(tonic::Request::new(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        ))
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated);
@@ -130,11 +150,14 @@ async fn malformed_and_oversized_events_get_error_events_and_the_stream_survives
     let pki = LocalPki::new().unwrap();
     let hub = MemStore::new();
     let p = principal_with(&pki, &hub, "127.0.0.1:0", |c| c.max_event_size = 64 * 1024).await;
-    let ch = channel(p.local_addr(), &pki.agent("raw").unwrap()).await.unwrap();
+    let ch = channel(p.local_addr(), &pki.agent("raw").unwrap())
+        .await
+        .unwrap();
     let token = auth(ch.clone(), "managed").await.unwrap();
     let (tx, rx) = tokio::sync::mpsc::channel::<eventstreamapi::Event>(8);
     let mut req = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
-    req.metadata_mut().insert("authorization", token.parse().unwrap());
+    req.metadata_mut()
+        .insert("authorization", token.parse().unwrap());
     let mut inbound = EventStreamClient::new(ch)
         .max_decoding_message_size(1 << 20)
         .subscribe(req)
@@ -146,10 +169,17 @@ async fn malformed_and_oversized_events_get_error_events_and_the_stream_survives
         async move { ty }
     };
     let _ = next_of;
-    async fn next_type(inbound: &mut tonic::Streaming<eventstreamapi::Event>, ty: EventType) -> Event {
+    async fn next_type(
+        inbound: &mut tonic::Streaming<eventstreamapi::Event>,
+        ty: EventType,
+    ) -> Event {
         tokio::time::timeout(T, async {
             loop {
-                let m = inbound.next().await.expect("stream open").expect("no stream error");
+                let m = inbound
+                    .next()
+                    .await
+                    .expect("stream open")
+                    .expect("no stream error");
                 let e = Event::from_wire(&m).unwrap();
                 if e.ty == ty {
                     return e;
@@ -160,7 +190,8 @@ async fn malformed_and_oversized_events_get_error_events_and_the_stream_survives
         .expect("answer arrives")
     }
     // unknown event type
-    let mut w = Event::request("raw", EventType::SpecUpdate, Target::Application, json!({})).to_wire();
+    let mut w =
+        Event::request("raw", EventType::SpecUpdate, Target::Application, json!({})).to_wire();
     w.event.as_mut().unwrap().r#type = "io.argoproj.argocd-agent.event.explode".into();
     tx.send(w).await.unwrap();
     let e = next_type(&mut inbound, EventType::Error).await;
@@ -177,8 +208,16 @@ async fn malformed_and_oversized_events_get_error_events_and_the_stream_survives
         "the error names the rejected event so the sender stops resending"
     );
     // the stream is still alive
-    tx.send(Event::request("raw", EventType::Ping, Target::Heartbeat, serde_json::Value::Null).to_wire())
-        .await
-        .unwrap();
+    tx.send(
+        Event::request(
+            "raw",
+            EventType::Ping,
+            Target::Heartbeat,
+            serde_json::Value::Null,
+        )
+        .to_wire(),
+    )
+    .await
+    .unwrap();
     next_type(&mut inbound, EventType::Pong).await;
 }

@@ -28,7 +28,9 @@ async fn managed_agent_down_while_hub_changes_then_restarts() {
     put(&hub, app("c1", "new", "v1")).await;
     let _a = agent(&pki, &p, "c1", Mode::Managed, &spoke).await;
     wait_for(&spoke, "argocd", "keep", "updated", |o| {
-        o.is_some_and(|o| o["spec"]["source"]["path"] == "v2" && o["operation"]["sync"]["revision"] == "r9")
+        o.is_some_and(|o| {
+            o["spec"]["source"]["path"] == "v2" && o["operation"]["sync"]["revision"] == "r9"
+        })
     })
     .await;
     wait_for(&spoke, "argocd", "gone", "deleted", |o| o.is_none()).await;
@@ -50,12 +52,26 @@ async fn managed_principal_restart_with_changes_on_both_sides() {
     let n = a.connections();
     p.shutdown().await;
     // changes while the principal is down: hub side and agent side
-    patch(&hub, "c1", "one", json!({"spec": {"source": {"path": "v2"}}})).await;
+    patch(
+        &hub,
+        "c1",
+        "one",
+        json!({"spec": {"source": {"path": "v2"}}}),
+    )
+    .await;
     del(&hub, "c1", "two").await;
     put(&hub, app("c1", "three", "v1")).await;
-    patch(&spoke, "argocd", "one", json!({"status": {"health": {"status": "Progressing"}}})).await;
+    patch(
+        &spoke,
+        "argocd",
+        "one",
+        json!({"status": {"health": {"status": "Progressing"}}}),
+    )
+    .await;
     let p2 = principal(&pki, &hub, &addr).await;
-    tokio::time::timeout(T, a.wait_connected(n)).await.expect("agent reconnects");
+    tokio::time::timeout(T, a.wait_connected(n))
+        .await
+        .expect("agent reconnects");
     wait_for(&spoke, "argocd", "one", "updated", |o| {
         o.is_some_and(|o| o["spec"]["source"]["path"] == "v2")
     })
@@ -82,11 +98,19 @@ async fn autonomous_principal_restart_and_agent_restart() {
     wait_for(&hub, "au", "two", "created", |o| o.is_some()).await;
     let n = a.connections();
     p.shutdown().await;
-    patch(&spoke, "argocd", "one", json!({"spec": {"source": {"path": "v2"}}})).await;
+    patch(
+        &spoke,
+        "argocd",
+        "one",
+        json!({"spec": {"source": {"path": "v2"}}}),
+    )
+    .await;
     del(&spoke, "argocd", "two").await;
     put(&spoke, app("argocd", "three", "v1")).await;
     let p2 = principal(&pki, &hub, &addr).await;
-    tokio::time::timeout(T, a.wait_connected(n)).await.expect("agent reconnects");
+    tokio::time::timeout(T, a.wait_connected(n))
+        .await
+        .expect("agent reconnects");
     wait_for(&hub, "au", "one", "updated", |o| {
         o.is_some_and(|o| o["spec"]["source"]["path"] == "v2")
     })
@@ -95,12 +119,21 @@ async fn autonomous_principal_restart_and_agent_restart() {
     wait_for(&hub, "au", "three", "created", |o| o.is_some()).await;
     // agent restart with a change made while it was down
     a.shutdown().await;
-    patch(&spoke, "argocd", "three", json!({"spec": {"source": {"path": "v3"}}})).await;
+    patch(
+        &spoke,
+        "argocd",
+        "three",
+        json!({"spec": {"source": {"path": "v3"}}}),
+    )
+    .await;
     del(&spoke, "argocd", "one").await;
     let _a2 = agent(&pki, &p2, "au", Mode::Autonomous, &spoke).await;
     wait_for(&hub, "au", "three", "updated", |o| {
         o.is_some_and(|o| o["spec"]["source"]["path"] == "v3")
     })
     .await;
-    wait_for(&hub, "au", "one", "deleted after agent restart", |o| o.is_none()).await;
+    wait_for(&hub, "au", "one", "deleted after agent restart", |o| {
+        o.is_none()
+    })
+    .await;
 }
