@@ -24,6 +24,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the whole product on an embedded hub and a simulated fleet: no cluster, no Docker.
+    Demo(argocd_pull_demo::DemoArgs),
     /// Config Management Plugin mode: wrap rendered manifests in ManifestWorks (run by Argo CD's cmp-server).
     Cmp(argocd_pull_cmp::cli::CmpArgs),
     /// Agent-based model: run the principal beside the hub's Argo CD (agents connect to it over mTLS gRPC).
@@ -41,6 +43,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Demo(args) => demo(args),
         Command::Cmp(args) => argocd_pull_cmp::cli::run(args),
         Command::Principal(args) => serve(argocd_pull_agent::cli::run_principal(args)),
         Command::Agent(args) => serve(argocd_pull_agent::cli::run_agent(args)),
@@ -50,6 +53,19 @@ fn main() -> ExitCode {
             println!("argocd-pull {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
+    }
+}
+
+fn demo(args: argocd_pull_demo::DemoArgs) -> ExitCode {
+    let mut code = ExitCode::FAILURE;
+    let result = block_on(async {
+        code = argocd_pull_demo::run(args).await?;
+        Ok(())
+    });
+    if result == ExitCode::SUCCESS {
+        code
+    } else {
+        result
     }
 }
 
