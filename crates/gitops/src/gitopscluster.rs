@@ -182,7 +182,8 @@ where
     K: Resource + Send + 'static,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
-    let seen: Arc<Mutex<HashMap<(Option<String>, String), u64>>> = Default::default();
+    type Seen = HashMap<(Option<String>, String), u64>;
+    let seen: Arc<Mutex<Seen>> = Default::default();
     events.filter_map(move |ev| {
         let seen = seen.clone();
         async move {

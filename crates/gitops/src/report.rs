@@ -182,20 +182,20 @@ pub struct WorkEntry {
 
 fn text_values(v: &FeedbackValue) -> Vec<String> {
     let f = &v.field_value;
-    if f.type_ == "JsonRaw" {
-        if let Some(raw) = &f.json_raw {
-            return match serde_json::from_str::<serde_json::Value>(raw) {
-                Ok(serde_json::Value::Array(items)) => items
-                    .into_iter()
-                    .map(|i| match i {
-                        serde_json::Value::String(s) => s,
-                        other => other.to_string(),
-                    })
-                    .collect(),
-                Ok(serde_json::Value::String(s)) => vec![s],
-                _ => vec![raw.clone()],
-            };
-        }
+    if f.type_ == "JsonRaw"
+        && let Some(raw) = &f.json_raw
+    {
+        return match serde_json::from_str::<serde_json::Value>(raw) {
+            Ok(serde_json::Value::Array(items)) => items
+                .into_iter()
+                .map(|i| match i {
+                    serde_json::Value::String(s) => s,
+                    other => other.to_string(),
+                })
+                .collect(),
+            Ok(serde_json::Value::String(s)) => vec![s],
+            _ => vec![raw.clone()],
+        };
     }
     f.as_text().into_iter().collect()
 }
@@ -488,7 +488,8 @@ mod tests {
     #[test]
     fn summary_arithmetic_table() {
         // [clusters, synced, notSynced, healthy, notHealthy, inProgress]
-        let table: Vec<(Vec<(&str, &str)>, [u64; 6])> = vec![
+        type Row<'a> = (Vec<(&'a str, &'a str)>, [u64; 6]);
+        let table: Vec<Row> = vec![
             (vec![], [0, 0, 0, 0, 0, 0]),
             (vec![("Healthy", "Synced")], [1, 1, 0, 1, 0, 0]),
             (vec![("Progressing", "Synced")], [1, 1, 0, 0, 1, 1]),
