@@ -27,7 +27,7 @@ pub struct CmpArgs {
 #[derive(Debug, clap::Subcommand)]
 pub enum CmpCommand {
     /// Print the ManifestWork(s) wrapping the manifests of the current directory (or stdin).
-    Generate(GenerateArgs),
+    Generate(Box<GenerateArgs>),
     /// Print what to apply to enable the plugin (plugin ConfigMap, repo-server sidecar patch,
     /// AppProject and RBAC, health checks for argocd-cm).
     Install(crate::install::InstallArgs),

@@ -174,15 +174,13 @@ pub fn prepare(
     let mut crd_cluster_scoped: HashSet<(String, String)> = HashSet::new();
     for doc in &docs {
         let v = &doc.value;
-        if v.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition")
-            && v.pointer("/spec/scope").and_then(Value::as_str) == Some("Cluster")
-        {
-            if let (Some(g), Some(k)) = (
-                v.pointer("/spec/group").and_then(Value::as_str),
-                v.pointer("/spec/names/kind").and_then(Value::as_str),
-            ) {
-                crd_cluster_scoped.insert((g.to_string(), k.to_string()));
-            }
+        if let (Some("CustomResourceDefinition"), Some("Cluster"), Some(g), Some(k)) = (
+            v.get("kind").and_then(Value::as_str),
+            v.pointer("/spec/scope").and_then(Value::as_str),
+            v.pointer("/spec/group").and_then(Value::as_str),
+            v.pointer("/spec/names/kind").and_then(Value::as_str),
+        ) {
+            crd_cluster_scoped.insert((g.to_string(), k.to_string()));
         }
     }
 
@@ -261,19 +259,19 @@ pub fn prepare(
             }
         };
         let group = group_of(&api_version).to_string();
-        if namespace.is_none() {
-            if let Some(ns) = default_namespace {
-                let cluster_scoped = CLUSTER_SCOPED
-                    .iter()
-                    .any(|(g, k)| *g == group && *k == kind)
-                    || crd_cluster_scoped.contains(&(group.clone(), kind.clone()));
-                if !cluster_scoped {
-                    if let Some(Value::Object(m)) = value.get_mut("metadata") {
-                        m.insert("namespace".into(), Value::String(ns.to_string()));
-                    }
-                    namespace = Some(ns.to_string());
-                }
+        let cluster_scoped = |group: &str, kind: &str| {
+            CLUSTER_SCOPED
+                .iter()
+                .any(|(g, k)| *g == group && *k == kind)
+                || crd_cluster_scoped.contains(&(group.to_string(), kind.to_string()))
+        };
+        if let (None, Some(ns)) = (&namespace, default_namespace)
+            && !cluster_scoped(&group, &kind)
+        {
+            if let Some(Value::Object(m)) = value.get_mut("metadata") {
+                m.insert("namespace".into(), Value::String(ns.to_string()));
             }
+            namespace = Some(ns.to_string());
         }
         let compact_len = compact_len(&value);
         let pretty = serde_json::to_string_pretty(&value).expect("a JSON value always serializes");

@@ -126,15 +126,10 @@ pub fn discover(
             .map(|c| c.as_os_str().to_string_lossy())
             .collect::<Vec<_>>()
             .join("/");
-        if let Some(include) = &include {
-            if !include.is_match(&rel_str) {
-                continue;
-            }
-        }
-        if let Some(exclude) = &exclude {
-            if exclude.is_match(&rel_str) {
-                continue;
-            }
+        if include.as_ref().is_some_and(|g| !g.is_match(&rel_str))
+            || exclude.as_ref().is_some_and(|g| g.is_match(&rel_str))
+        {
+            continue;
         }
         files.push((rel_str, path.to_path_buf()));
     }
@@ -201,9 +196,8 @@ pub fn split_documents(text: &str) -> Vec<Chunk<'_>> {
     let mut start = 0usize; // byte offset of current chunk
     let mut start_line = 1usize;
     let mut offset = 0usize;
-    let mut line_no = 1usize;
     let mut first = true;
-    for line in text.split_inclusive('\n') {
+    for (line_no, line) in (1usize..).zip(text.split_inclusive('\n')) {
         let bare = line.strip_suffix('\n').unwrap_or(line);
         if is_marker(bare, "---") {
             let prev = &text[start..offset];
@@ -220,7 +214,6 @@ pub fn split_documents(text: &str) -> Vec<Chunk<'_>> {
             start_line = line_no;
         }
         offset += line.len();
-        line_no += 1;
     }
     chunks.push(Chunk {
         index: chunks.len() + 1,
@@ -250,12 +243,15 @@ fn yaml_error(e: &serde_saphyr::Error, line_offset: usize) -> String {
 }
 
 /// Parses a YAML (or JSON-as-YAML) stream; empty and comment-only documents are skipped.
+/// Documents are independent once split, so large streams are parsed on all cores; the
+/// result (and the error reported, the first by position) does not depend on the thread count.
 pub fn parse_yaml_stream(file: &str, text: &str, out: &mut Vec<Document>) -> Result<(), CmpError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    for chunk in split_documents(text) {
-        if is_blank(chunk.text) {
-            continue;
-        }
+    let chunks: Vec<Chunk<'_>> = split_documents(text)
+        .into_iter()
+        .filter(|c| !is_blank(c.text))
+        .collect();
+    let parse = |chunk: &Chunk<'_>| -> Result<Option<Document>, CmpError> {
         let origin = Origin {
             file: file.to_string(),
             document: chunk.index,
@@ -266,10 +262,30 @@ pub fn parse_yaml_stream(file: &str, text: &str, out: &mut Vec<Document>) -> Res
                 origin: origin.clone(),
                 message: yaml_error(&e, chunk.line - 1),
             })?;
-        if value.is_null() {
-            continue;
+        Ok((!value.is_null()).then_some(Document { origin, value }))
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    let parsed: Vec<Result<Option<Document>, CmpError>> = if threads > 1 && chunks.len() >= 64 {
+        let per = chunks.len().div_ceil(threads);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = chunks
+                .chunks(per)
+                .map(|slice| s.spawn(move || slice.iter().map(parse).collect::<Vec<_>>()))
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("parser thread panicked"))
+                .collect()
+        })
+    } else {
+        chunks.iter().map(parse).collect()
+    };
+    for result in parsed {
+        if let Some(doc) = result? {
+            push_expanding_lists(doc.origin, doc.value, out)?;
         }
-        push_expanding_lists(origin, value, out)?;
     }
     Ok(())
 }

@@ -106,12 +106,12 @@ fn exclude_and_no_recurse() {
 #[test]
 fn in_process_entry_point_buffers_output() {
     let args = CmpArgs {
-        command: CmpCommand::Generate(GenerateArgs {
+        command: CmpCommand::Generate(Box::new(GenerateArgs {
             source_dir: corpus("bad"),
             app_name: Some("a".into()),
             target_cluster: vec!["c1".into()],
             ..Default::default()
-        }),
+        })),
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = run_with_io(args, &mut std::io::empty(), &mut out, &mut err);
@@ -123,12 +123,12 @@ fn in_process_entry_point_buffers_output() {
     assert!(String::from_utf8(err).unwrap().contains("document"));
 
     let args = CmpArgs {
-        command: CmpCommand::Generate(GenerateArgs {
+        command: CmpCommand::Generate(Box::new(GenerateArgs {
             source_dir: corpus("multidoc"),
             app_name: Some("a".into()),
             target_cluster: vec!["c1".into()],
             ..Default::default()
-        }),
+        })),
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     assert_eq!(
