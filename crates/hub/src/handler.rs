@@ -523,6 +523,11 @@ fn dispatch(
     verb: Verb,
     body: Bytes,
 ) -> ApiResult<Response<HubBody>> {
+    // Parse request bodies before taking the store lock.
+    let mut parsed = match verb {
+        Verb::Create | Verb::Update => Some(parse_json_body(&body, &content_type(parts))),
+        _ => None,
+    };
     let mut st = lock(inner);
     let rt = st
         .lookup(&rp.group, &rp.version, &rp.plural)
@@ -672,30 +677,16 @@ fn dispatch(
             Ok(r)
         }
         Verb::Create => {
-            let ct = content_type(parts);
-            let v = parse_json_body(&body, &ct)?;
+            let v = parsed.take().unwrap_or_else(|| Ok(Value::Null))?;
             let opts = write_opts(q)?;
             let w = ops::create(&mut st, &rt, &ns, v, &opts)?;
             Ok(respond(201, "application/json", out(&w.json)))
         }
         Verb::Update => {
-            let ct = content_type(parts);
-            let v = parse_json_body(&body, &ct)?;
+            let v = parsed.take().unwrap_or_else(|| Ok(Value::Null))?;
             let opts = write_opts(q)?;
             let name = rp.name.as_deref().unwrap_or("");
-            let mut v = v;
-            if let Some(mgr) = &opts.field_manager {
-                let _ = mgr;
-            }
-            let w = ops::update(
-                &mut st,
-                &rt,
-                &ns,
-                name,
-                std::mem::take(&mut v),
-                rp.sub.as_deref(),
-                &opts,
-            )?;
+            let w = ops::update(&mut st, &rt, &ns, name, v, rp.sub.as_deref(), &opts)?;
             Ok(respond(200, "application/json", out(&w.json)))
         }
         Verb::Patch => {

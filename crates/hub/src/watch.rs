@@ -34,6 +34,9 @@ pub(crate) struct WatchParams {
 }
 
 struct Watcher {
+    /// Initial state still to send as synthetic ADDED events (rendered lazily, in chunks).
+    initial: VecDeque<Arc<crate::store::Obj>>,
+    /// Sent after the initial state (the initial-events-end bookmark).
     pending: VecDeque<Bytes>,
     hist: Arc<History>,
     cursor: u64,
@@ -119,6 +122,17 @@ impl Watcher {
         if self.done {
             return None;
         }
+        if !self.initial.is_empty() {
+            let mut buf = BytesMut::new();
+            while let Some(o) = self.initial.pop_front() {
+                let b = self.object_bytes(&o.json.bytes(), EvType::Added);
+                line(&mut buf, "ADDED", &b);
+                if buf.len() > 256 * 1024 {
+                    break;
+                }
+            }
+            return Some(buf.freeze());
+        }
         if let Some(b) = self.pending.pop_front() {
             return Some(b);
         }
@@ -202,6 +216,7 @@ pub(crate) fn start(
     let rx = hist.tx.subscribe();
     let now = Instant::now();
     let mut w = Watcher {
+        initial: VecDeque::new(),
         pending: VecDeque::new(),
         hist: hist.clone(),
         cursor: 0,
@@ -229,9 +244,8 @@ pub(crate) fn start(
         _ => {
             w.cursor = h.end_seq();
             drop(h);
-            let mut buf = BytesMut::new();
             let name = w.p.field.exact_name().map(String::from);
-            let items: Vec<_> = store
+            w.initial = store
                 .iter_ns(w.p.ns.as_deref())
                 .filter(|((ns, n), o)| {
                     name.as_deref().is_none_or(|x| x == n)
@@ -240,16 +254,6 @@ pub(crate) fn start(
                 })
                 .map(|(_, o)| o.clone())
                 .collect();
-            for o in items {
-                let b = w.object_bytes(&o.json.bytes(), EvType::Added);
-                line(&mut buf, "ADDED", &b);
-                if buf.len() > 256 * 1024 {
-                    w.pending.push_back(std::mem::take(&mut buf).freeze());
-                }
-            }
-            if !buf.is_empty() {
-                w.pending.push_back(buf.freeze());
-            }
             if w.p.send_initial_events && w.p.bookmarks {
                 let b = w.bookmark(st.rv, true);
                 w.pending.push_back(b);
