@@ -15,7 +15,12 @@ use serde_json::json;
 
 fn rss_kib() -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap();
-    s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).unwrap().parse().unwrap()
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 fn app(ns: &str, name: &str, rev: u64) -> serde_json::Value {
@@ -26,15 +31,27 @@ fn app(ns: &str, name: &str, rev: u64) -> serde_json::Value {
 }
 
 async fn principal(pki: &LocalPki, hub: &MemStore, addr: &str) -> Principal {
-    let cfg = PrincipalConfig::new(addr.parse().unwrap(), pki.principal.clone(), throwaway_jwt_key());
-    Principal::start(cfg, Arc::new(hub.clone()), Metrics::new("argocd_principal")).await.unwrap()
+    let cfg = PrincipalConfig::new(
+        addr.parse().unwrap(),
+        pki.principal.clone(),
+        throwaway_jwt_key(),
+    );
+    Principal::start(cfg, Arc::new(hub.clone()), Metrics::new("argocd_principal"))
+        .await
+        .unwrap()
 }
 
 /// Waits until `n` objects in `ns` satisfy `pred`, counting watch events.
 async fn until_count(s: &MemStore, ns: &str, n: usize, pred: impl Fn(&serde_json::Value) -> bool) {
     let mut w = s.watch(Kind::Application, Some(ns));
     loop {
-        let c = s.list(Kind::Application, Some(ns)).await.unwrap().iter().filter(|o| pred(o)).count();
+        let c = s
+            .list(Kind::Application, Some(ns))
+            .await
+            .unwrap()
+            .iter()
+            .filter(|o| pred(o))
+            .count();
         if c >= n {
             return;
         }
@@ -50,19 +67,30 @@ async fn until_count(s: &MemStore, ns: &str, n: usize, pred: impl Fn(&serde_json
 
 fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(run());
 }
 
 async fn run() {
-    let n_agents: usize = std::env::var("BENCH_AGENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
-    let n_events: u64 = std::env::var("BENCH_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(5000);
+    let n_agents: usize = std::env::var("BENCH_AGENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let n_events: u64 = std::env::var("BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5000);
     let pki = LocalPki::new().unwrap();
     let _ = throwaway_jwt_key();
     let hub = MemStore::new();
     let p = principal(&pki, &hub, "127.0.0.1:0").await;
     let addr = p.local_addr();
-    let mats: Vec<_> = (0..n_agents).map(|i| pki.agent(&format!("a{i}")).unwrap()).collect();
+    let mats: Vec<_> = (0..n_agents)
+        .map(|i| pki.agent(&format!("a{i}")).unwrap())
+        .collect();
     let rss0 = rss_kib();
     let t = Instant::now();
     let mut agents: Vec<(MemStore, Agent)> = Vec::new();
@@ -71,7 +99,9 @@ async fn run() {
         let mut c = AgentConfig::new(addr, m, Mode::Managed);
         c.reconnect_max = Duration::from_secs(2);
         let _ = i;
-        let a = Agent::start(c, Arc::new(s.clone()), Metrics::new("argocd_agent")).await.unwrap();
+        let a = Agent::start(c, Arc::new(s.clone()), Metrics::new("argocd_agent"))
+            .await
+            .unwrap();
         agents.push((s, a));
     }
     for (_, a) in &agents {
@@ -80,18 +110,25 @@ async fn run() {
     let connect = t.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss1 = rss_kib();
-    println!("agents connected: {n_agents} in {connect:?}; process RSS {rss0} KiB -> {rss1} KiB: {:.1} KiB per connection (principal + agent side together)",
-        (rss1 - rss0) as f64 / n_agents as f64);
+    println!(
+        "agents connected: {n_agents} in {connect:?}; process RSS {rss0} KiB -> {rss1} KiB: {:.1} KiB per connection (principal + agent side together)",
+        (rss1 - rss0) as f64 / n_agents as f64
+    );
     assert_eq!(p.connected_agents().len(), n_agents);
 
     // single agent throughput: n_events creates for a0
     let t = Instant::now();
     for i in 0..n_events {
-        hub.create(Kind::Application, app("a0", &format!("app{i}"), 1)).await.unwrap();
+        hub.create(Kind::Application, app("a0", &format!("app{i}"), 1))
+            .await
+            .unwrap();
     }
     until_count(&agents[0].0, "argocd", n_events as usize, |_| true).await;
     let d = t.elapsed();
-    println!("single agent: {n_events} creates delivered in {d:?}: {:.0} events/s", n_events as f64 / d.as_secs_f64());
+    println!(
+        "single agent: {n_events} creates delivered in {d:?}: {:.0} events/s",
+        n_events as f64 / d.as_secs_f64()
+    );
 
     // aggregate: 100 agents (or fewer) x events
     let k = n_agents.min(100);
@@ -99,7 +136,12 @@ async fn run() {
     let t = Instant::now();
     for j in 0..per {
         for i in 1..=k.min(n_agents - 1) {
-            hub.create(Kind::Application, app(&format!("a{i}"), &format!("b{j}"), 1)).await.unwrap();
+            hub.create(
+                Kind::Application,
+                app(&format!("a{i}"), &format!("b{j}"), 1),
+            )
+            .await
+            .unwrap();
         }
     }
     for i in 1..=k.min(n_agents - 1) {
@@ -107,7 +149,11 @@ async fn run() {
     }
     let d = t.elapsed();
     let total = per as usize * k.min(n_agents - 1);
-    println!("aggregate: {total} creates over {} agents in {d:?}: {:.0} events/s", k.min(n_agents - 1), total as f64 / d.as_secs_f64());
+    println!(
+        "aggregate: {total} creates over {} agents in {d:?}: {:.0} events/s",
+        k.min(n_agents - 1),
+        total as f64 / d.as_secs_f64()
+    );
 
     // latency: sequential updates of one app on a1, hub write -> agent watch event
     let mut w = agents[1].0.watch(Kind::Application, Some("argocd"));
@@ -115,17 +161,32 @@ async fn run() {
     let mut lats = Vec::new();
     for r in 2..502u64 {
         let t = Instant::now();
-        hub.merge_patch(Kind::Application, "a1", "b0", json!({"spec": {"source": {"targetRevision": r.to_string()}}})).await.unwrap();
+        hub.merge_patch(
+            Kind::Application,
+            "a1",
+            "b0",
+            json!({"spec": {"source": {"targetRevision": r.to_string()}}}),
+        )
+        .await
+        .unwrap();
         loop {
             match w.next().await {
-                Some(Ok(StoreEvent::Applied(o))) if o["metadata"]["name"] == "b0" && o["spec"]["source"]["targetRevision"] == r.to_string() => break,
+                Some(Ok(StoreEvent::Applied(o)))
+                    if o["metadata"]["name"] == "b0"
+                        && o["spec"]["source"]["targetRevision"] == r.to_string() =>
+                {
+                    break;
+                }
                 _ => {}
             }
         }
         lats.push(t.elapsed());
     }
     lats.sort();
-    println!("hub->agent latency over 500 updates: p50 {:?} p99 {:?} max {:?}", lats[250], lats[495], lats[499]);
+    println!(
+        "hub->agent latency over 500 updates: p50 {:?} p99 {:?} max {:?}",
+        lats[250], lats[495], lats[499]
+    );
 
     // principal restart: time for all agents to reconnect and resync
     let conns: Vec<u64> = agents.iter().map(|(_, a)| a.connections()).collect();
@@ -136,15 +197,23 @@ async fn run() {
         a.wait_connected(n).await;
     }
     let reconnect = t.elapsed();
-    while !(0..n_agents).all(|i| p2.agent_idle(&format!("a{i}"))) || !agents.iter().all(|(_, a)| a.idle()) {
+    while !(0..n_agents).all(|i| p2.agent_idle(&format!("a{i}")))
+        || !agents.iter().all(|(_, a)| a.idle())
+    {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    println!("principal restart: {n_agents} agents reconnected in {reconnect:?}, resynced and idle in {:?}", t.elapsed());
+    println!(
+        "principal restart: {n_agents} agents reconnected in {reconnect:?}, resynced and idle in {:?}",
+        t.elapsed()
+    );
 
     // zero lost events: every hub object present on its agent with the hub's spec
     let mut lost = 0;
     for (i, (s, _)) in agents.iter().enumerate() {
-        let want = hub.list(Kind::Application, Some(&format!("a{i}"))).await.unwrap();
+        let want = hub
+            .list(Kind::Application, Some(&format!("a{i}")))
+            .await
+            .unwrap();
         for h in want {
             let name = h["metadata"]["name"].as_str().unwrap();
             match s.get(Kind::Application, "argocd", name).await.unwrap() {
@@ -154,6 +223,9 @@ async fn run() {
         }
     }
     let m = p2.metrics();
-    println!("lost events: {lost}; failed: {}", Metrics::total(&m.events_failed, ""));
+    println!(
+        "lost events: {lost}; failed: {}",
+        Metrics::total(&m.events_failed, "")
+    );
     assert_eq!(lost, 0);
 }

@@ -299,7 +299,7 @@ impl Default for MemStore {
 
 impl MemStore {
     pub fn new() -> Self {
-        let (tx, _) = broadcast::channel(65536);
+        let (tx, _) = broadcast::channel(1024);
         Self {
             inner: Arc::new(Mutex::new(MemInner {
                 objects: BTreeMap::new(),
