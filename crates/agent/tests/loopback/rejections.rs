@@ -80,13 +80,6 @@ async fn wrong_ca_and_expired_certificates_are_rejected() {
     };
     assert!(r.is_err(), "an expired certificate must be rejected");
     assert!(p.metrics().tls_handshake_failures.get() >= 2);
-    // a client trusting another CA does not accept the principal
-    let good = pki.agent("ok").unwrap();
-    let m = TlsMaterial {
-        ca_pem: other.cert_pem.clone().into(),
-        ..good
-    };
-    assert!(channel(p.local_addr(), &m).await.is_err() || true);
 }
 
 #[tokio::test]
