@@ -155,6 +155,7 @@ impl ControllerArgs {
 /// Runs the hub controllers until SIGTERM/Ctrl-C (or the loss of leadership).
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     logging::init(args.log_format)?;
+    crate::install_crypto_provider();
     let token = shutdown::on_signal();
     let client = kube::Client::try_default()
         .await

@@ -150,6 +150,12 @@ impl Drop for RunningControllers {
     }
 }
 
+/// Selects rustls' `ring` provider for the process (kube's TLS), unless one is installed already:
+/// with both `ring` and `aws-lc-rs` compiled into a binary, rustls cannot pick one by itself.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 async fn check_api<K>(api: Api<K>, what: &str) -> anyhow::Result<()>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
