@@ -144,8 +144,8 @@ async fn run() {
             .unwrap();
         }
     }
-    for i in 1..=k.min(n_agents - 1) {
-        until_count(&agents[i].0, "argocd", per as usize, |_| true).await;
+    for (s, _) in agents.iter().skip(1).take(k.min(n_agents - 1)) {
+        until_count(s, "argocd", per as usize, |_| true).await;
     }
     let d = t.elapsed();
     let total = per as usize * k.min(n_agents - 1);
@@ -160,6 +160,7 @@ async fn run() {
     let _ = w.next().await; // Restarted
     let mut lats = Vec::new();
     for r in 2..502u64 {
+        let rs = r.to_string();
         let t = Instant::now();
         hub.merge_patch(
             Kind::Application,
@@ -173,7 +174,7 @@ async fn run() {
             match w.next().await {
                 Some(Ok(StoreEvent::Applied(o)))
                     if o["metadata"]["name"] == "b0"
-                        && o["spec"]["source"]["targetRevision"] == r.to_string() =>
+                        && o["spec"]["source"]["targetRevision"] == rs.as_str() =>
                 {
                     break;
                 }

@@ -85,6 +85,12 @@ struct Inner {
     locks: o::KeyedLocks,
     last_error: Mutex<Option<String>>,
     connected_tx: tokio::sync::watch::Sender<u64>,
+    /// managed: AppProjects the principal gave us (local form) by name
+    proj_copies: Mutex<HashMap<String, Value>>,
+    /// autonomous: last sent AppProject hash by name
+    proj_sent: Mutex<HashMap<String, String>>,
+    /// local AppProjects by name (kept by the local project watcher)
+    proj_cache: Mutex<HashMap<String, Value>>,
 }
 
 /// A running agent.
@@ -115,6 +121,9 @@ impl Agent {
             locks: o::KeyedLocks::default(),
             last_error: Mutex::new(None),
             connected_tx: tokio::sync::watch::channel(0).0,
+            proj_copies: Mutex::new(HashMap::new()),
+            proj_sent: Mutex::new(HashMap::new()),
+            proj_cache: Mutex::new(HashMap::new()),
         });
         let me = Arc::downgrade(&inner);
         queue.set_regenerate(Arc::new(move |key: &str| {
@@ -135,12 +144,34 @@ impl Agent {
                         .insert(o::name(&obj).to_string(), strip_local(&obj));
                 }
             }
+            match inner
+                .store
+                .list(Kind::AppProject, Some(&cfg.namespace))
+                .await
+            {
+                Ok(list) => {
+                    for p in list.iter().filter(|p| !o::source_uid(p).is_empty()) {
+                        inner
+                            .proj_copies
+                            .lock()
+                            .expect("poisoned")
+                            .insert(o::name(p).to_string(), strip_project(p));
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "listing local AppProjects failed"),
+            }
         }
         let mut tasks = Vec::new();
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let w = inner.clone();
         tasks.push(tokio::spawn(async move { w.watch_local(ready_tx).await }));
+        let (pready_tx, pready_rx) = tokio::sync::oneshot::channel();
+        let w = inner.clone();
+        tasks.push(tokio::spawn(async move {
+            w.watch_local_projects(pready_tx).await
+        }));
         let _ = tokio::time::timeout(Duration::from_secs(30), ready_rx).await;
+        let _ = tokio::time::timeout(Duration::from_secs(30), pready_rx).await;
         let c = inner.clone();
         tasks.push(tokio::spawn(
             async move { c.connect_loop(client_tls).await },
@@ -232,6 +263,28 @@ fn strip_local(obj: &Value) -> Value {
     })
 }
 
+/// Local form of a principal AppProject (already agent-specific: destinations in-cluster).
+fn to_local_project(p: &Value, ns: &str) -> Value {
+    let mut l = json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "AppProject",
+        "metadata": o::portable_meta(p, ns),
+        "spec": p["spec"].clone(),
+    });
+    o::set_annotation(&mut l, SOURCE_UID, o::uid(p));
+    l
+}
+
+/// A local AppProject reduced to what the principal gave us.
+fn strip_project(p: &Value) -> Value {
+    json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "AppProject",
+        "metadata": o::portable_meta(p, o::namespace(p)),
+        "spec": p["spec"].clone(),
+    })
+}
+
 /// Hash of what an autonomous agent reports: spec, status, operation, labels, annotations.
 fn report_hash(obj: &Value) -> String {
     crate::checksum::hash_value(&json!([
@@ -263,8 +316,24 @@ impl Inner {
         self.source.lock().expect("poisoned").clone()
     }
 
-    fn regenerate(&self, name: &str) -> Vec<Event> {
+    fn regenerate(&self, key: &str) -> Vec<Event> {
         let src = self.source();
+        let (target, name) = o::parse_qkey(key);
+        if target == Target::AppProject {
+            if self.cfg.mode != Mode::Autonomous {
+                return vec![];
+            }
+            let p = self.proj_cache.lock().expect("poisoned").get(name).cloned();
+            return vec![match p {
+                Some(p) => Event::for_object(&src, EventType::SpecUpdate, Target::AppProject, &p),
+                None => Event::for_object(
+                    &src,
+                    EventType::Delete,
+                    Target::AppProject,
+                    &o::project_stub(name, &self.cfg.namespace, ""),
+                ),
+            }];
+        }
         let obj = self.cache.lock().expect("poisoned").get(name).cloned();
         match (self.cfg.mode, obj) {
             (Mode::Managed, Some(obj)) => vec![Event::for_object(
@@ -292,8 +361,12 @@ impl Inner {
     }
 
     fn push(&self, ty: EventType, obj: &Value) {
-        let ev = Event::for_object(&self.source(), ty, Target::Application, obj);
-        match self.queue.push(o::name(obj), ev) {
+        self.push_target(ty, Target::Application, obj)
+    }
+
+    fn push_target(&self, ty: EventType, target: Target, obj: &Value) {
+        let ev = Event::for_object(&self.source(), ty, target, obj);
+        match self.queue.push(&o::qkey(target, o::name(obj)), ev) {
             Pushed::Queued => self.metrics.queued(ty.short()),
             Pushed::Coalesced => {
                 self.metrics.events_coalesced.inc();
@@ -368,6 +441,141 @@ impl Inner {
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
+    }
+
+    async fn watch_local_projects(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
+        let mut ready = Some(ready);
+        loop {
+            let mut s = self
+                .store
+                .watch(Kind::AppProject, Some(&self.cfg.namespace));
+            while let Some(ev) = s.next().await {
+                match ev {
+                    Ok(StoreEvent::Restarted(list)) => {
+                        let names: std::collections::HashSet<String> =
+                            list.iter().map(|x| o::name(x).to_string()).collect();
+                        let old: Vec<Value> = {
+                            let mut c = self.proj_cache.lock().expect("poisoned");
+                            let old = c
+                                .values()
+                                .filter(|v| !names.contains(o::name(v)))
+                                .cloned()
+                                .collect();
+                            *c = list
+                                .iter()
+                                .map(|x| (o::name(x).to_string(), x.clone()))
+                                .collect();
+                            old
+                        };
+                        for p in &list {
+                            self.on_local_project(p, false);
+                        }
+                        for p in &old {
+                            self.on_local_project(p, true);
+                        }
+                        if self.cfg.mode == Mode::Managed {
+                            let missing: Vec<Value> = self
+                                .proj_copies
+                                .lock()
+                                .expect("poisoned")
+                                .iter()
+                                .filter(|(n, _)| !names.contains(*n))
+                                .map(|(_, v)| v.clone())
+                                .collect();
+                            for c in missing {
+                                self.revert_project(c);
+                            }
+                        }
+                    }
+                    Ok(StoreEvent::Applied(p)) => {
+                        self.proj_cache
+                            .lock()
+                            .expect("poisoned")
+                            .insert(o::name(&p).to_string(), p.clone());
+                        self.on_local_project(&p, false);
+                    }
+                    Ok(StoreEvent::Deleted(p)) => {
+                        self.proj_cache
+                            .lock()
+                            .expect("poisoned")
+                            .remove(o::name(&p));
+                        self.on_local_project(&p, true);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "local AppProject watch error"),
+                }
+                // ready after the first list, or the first error (no AppProject CRD)
+                if let Some(r) = ready.take() {
+                    let _ = r.send(());
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// A local AppProject changed (`deleted`: it is gone).
+    fn on_local_project(self: &Arc<Self>, p: &Value, deleted: bool) {
+        if o::ignored(p) {
+            return;
+        }
+        let name = o::name(p).to_string();
+        match self.cfg.mode {
+            Mode::Managed => {
+                // the principal's projects are reverted to its copy, recreated when deleted
+                let copy = self
+                    .proj_copies
+                    .lock()
+                    .expect("poisoned")
+                    .get(&name)
+                    .cloned();
+                if let Some(copy) = copy
+                    && (deleted || o::full_spec_hash(p) != o::full_spec_hash(&copy))
+                {
+                    tracing::info!(project = %name, "local change of a managed AppProject; reverting");
+                    self.revert_project(copy);
+                }
+            }
+            Mode::Autonomous => {
+                if deleted {
+                    if self
+                        .proj_sent
+                        .lock()
+                        .expect("poisoned")
+                        .remove(&name)
+                        .is_some()
+                    {
+                        self.push_target(EventType::Delete, Target::AppProject, p);
+                    }
+                    return;
+                }
+                let h = o::project_hash(p);
+                let prev = self
+                    .proj_sent
+                    .lock()
+                    .expect("poisoned")
+                    .insert(name, h.clone());
+                match prev {
+                    None => self.push_target(EventType::Create, Target::AppProject, p),
+                    Some(x) if x != h => {
+                        self.push_target(EventType::SpecUpdate, Target::AppProject, p)
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn revert_project(self: &Arc<Self>, copy: Value) {
+        self.metrics.local_edits_reverted.inc();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let name = o::name(&copy).to_string();
+            let _g = me.locks.lock(&o::qkey(Target::AppProject, &name)).await;
+            let current = me.proj_copies.lock().expect("poisoned").get(&name).cloned();
+            let Some(copy) = current else { return };
+            if let Err(e) = me.upsert(Kind::AppProject, &copy, false).await {
+                tracing::warn!(error = %e, "reverting a local AppProject edit failed");
+            }
+        });
     }
 
     fn revert(self: &Arc<Self>, copy: Value) {
@@ -445,14 +653,15 @@ impl Inner {
 
     /// Creates or updates the local object from `want` (local form).
     async fn upsert_local(&self, want: &Value, with_op: bool) -> Result<(), StoreError> {
+        self.upsert(Kind::Application, want, with_op).await
+    }
+
+    /// Creates or updates the local object of `kind` from `want` (local form).
+    async fn upsert(&self, kind: Kind, want: &Value, with_op: bool) -> Result<(), StoreError> {
         let (ns, name) = (self.cfg.namespace.as_str(), o::name(want));
         for _ in 0..5 {
-            let r = match self.store.get(Kind::Application, ns, name).await? {
-                None => self
-                    .store
-                    .create(Kind::Application, want.clone())
-                    .await
-                    .map(|_| ()),
+            let r = match self.store.get(kind, ns, name).await? {
+                None => self.store.create(kind, want.clone()).await.map(|_| ()),
                 Some(cur) => {
                     let mut n = o::overlay(&cur, want, false, false);
                     if with_op && let Some(op) = want.get("operation").filter(|v| !v.is_null()) {
@@ -461,7 +670,7 @@ impl Inner {
                     if n == cur {
                         Ok(())
                     } else {
-                        self.store.replace(Kind::Application, n).await.map(|_| ())
+                        self.store.replace(kind, n).await.map(|_| ())
                     }
                 }
             };
@@ -477,11 +686,14 @@ impl Inner {
 
     async fn handle_event(self: &Arc<Self>, ev: Event, out: &Outbox) -> Result<(), HandleError> {
         let _g = if ev.ty.is_resource_change() {
-            Some(self.locks.lock(ev.name()).await)
+            Some(self.locks.lock(&o::qkey(ev.target, ev.name())).await)
         } else {
             None
         };
         let ns = self.cfg.namespace.clone();
+        if ev.target == Target::AppProject || ev.data["kind"] == "AppProject" {
+            return self.handle_project_event(ev).await;
+        }
         if ev.ty.is_resource_change() && ev.target != Target::Application {
             return Err(HandleError::Permanent(format!(
                 "unsupported target {:?}",
@@ -619,6 +831,61 @@ impl Inner {
         }
     }
 
+    async fn handle_project_event(self: &Arc<Self>, ev: Event) -> Result<(), HandleError> {
+        let ns = self.cfg.namespace.clone();
+        match (self.cfg.mode, ev.ty) {
+            (Mode::Managed, EventType::Create | EventType::SpecUpdate) => {
+                if o::name(&ev.data).is_empty() {
+                    return Err(HandleError::Permanent(
+                        "payload has no metadata.name".into(),
+                    ));
+                }
+                let want = to_local_project(&ev.data, &ns);
+                self.proj_copies
+                    .lock()
+                    .expect("poisoned")
+                    .insert(o::name(&want).to_string(), want.clone());
+                self.upsert(Kind::AppProject, &want, false).await?;
+                Ok(())
+            }
+            (Mode::Managed, EventType::Delete) => {
+                let name = ev.name().to_string();
+                self.proj_copies.lock().expect("poisoned").remove(&name);
+                self.store.delete(Kind::AppProject, &ns, &name).await?;
+                Ok(())
+            }
+            (Mode::Autonomous, EventType::RequestUpdate) => {
+                let name = ev.data["name"].as_str().unwrap_or_default().to_string();
+                let checksum = ev.data["checksum"].as_str().unwrap_or_default();
+                match self.store.get(Kind::AppProject, &ns, &name).await? {
+                    None => {
+                        let uid = ev.data["uid"].as_str().unwrap_or_default();
+                        self.push_target(
+                            EventType::Delete,
+                            Target::AppProject,
+                            &o::project_stub(&name, &ns, uid),
+                        );
+                    }
+                    Some(p) => {
+                        if spec_checksum(&p) != checksum {
+                            self.proj_sent
+                                .lock()
+                                .expect("poisoned")
+                                .insert(name, o::project_hash(&p));
+                            self.push_target(EventType::SpecUpdate, Target::AppProject, &p);
+                        }
+                    }
+                }
+                Ok(())
+            }
+            (m, t) => Err(HandleError::Permanent(format!(
+                "event type {} is not valid for an AppProject on a {} agent",
+                t.short(),
+                m.as_str()
+            ))),
+        }
+    }
+
     /// Managed: the agent is the replica; tell the principal what we have.
     async fn replica_resync(&self, out: &Outbox) {
         let copies: Vec<Value> = self
@@ -639,6 +906,23 @@ impl Inner {
                 &self.cfg.namespace,
                 suid,
                 &spec_checksum(c),
+            ))
+            .await;
+        }
+        let projects: Vec<Value> = self
+            .proj_copies
+            .lock()
+            .expect("poisoned")
+            .values()
+            .cloned()
+            .collect();
+        for p in &projects {
+            out.send(o::request_update_project(
+                &src,
+                o::name(p),
+                &self.cfg.namespace,
+                o::source_uid(p),
+                &spec_checksum(p),
             ))
             .await;
         }

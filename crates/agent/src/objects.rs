@@ -208,3 +208,202 @@ impl Drop for KeyGuard<'_> {
         }
     }
 }
+
+/// Label naming the agent an autonomous agent's AppProject came from (on the principal).
+pub const AGENT_NAME_LABEL: &str = "argocd-agent.argoproj-labs.io/agent-name";
+/// The in-cluster server URL.
+pub const IN_CLUSTER_SERVER: &str = "https://kubernetes.default.svc";
+
+/// Send-queue / lock key of a resource: Applications by name, AppProjects as `appproject/<name>`
+/// (a name never contains `/`, so the two never collide).
+pub fn qkey(target: Target, name: &str) -> String {
+    match target {
+        Target::AppProject => format!("appproject/{name}"),
+        _ => name.to_string(),
+    }
+}
+
+/// Reverse of [`qkey`].
+pub fn parse_qkey(key: &str) -> (Target, &str) {
+    match key.strip_prefix("appproject/") {
+        Some(n) => (Target::AppProject, n),
+        None => (Target::Application, key),
+    }
+}
+
+/// Whether `metadata.deletionTimestamp` is set.
+pub fn deleting(v: &Value) -> bool {
+    v["metadata"]["deletionTimestamp"]
+        .as_str()
+        .is_some_and(|s| !s.is_empty())
+}
+
+/// `metadata.finalizers`.
+pub fn finalizers(v: &Value) -> Vec<String> {
+    v["metadata"]["finalizers"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Finalizers this project treats as Argo CD's own (`*argocd.argoproj.io*`): on the hub they are
+/// satisfied once the agent reports the managed cluster's copy deleted.
+pub fn is_argocd_finalizer(f: &str) -> bool {
+    f.contains("argocd.argoproj.io")
+}
+
+/// A minimal AppProject naming a resource (for `delete`).
+pub fn project_stub(name: &str, ns: &str, uid: &str) -> Value {
+    json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject", "metadata": {"name": name, "namespace": ns, "uid": uid}})
+}
+
+/// Glob match as Argo CD's destinations use it: `*` any run, `?` one character.
+pub fn glob_match(pattern: &str, s: &str) -> bool {
+    fn go(p: &[u8], s: &[u8]) -> bool {
+        match (p.first(), s.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => go(&p[1..], s) || (!s.is_empty() && go(p, &s[1..])),
+            (Some(b'?'), Some(_)) => go(&p[1..], &s[1..]),
+            (Some(a), Some(b)) if a == b => go(&p[1..], &s[1..]),
+            _ => false,
+        }
+    }
+    go(pattern.as_bytes(), s.as_bytes())
+}
+
+/// Managed mode: the agent-specific form of a hub AppProject, or `None` when no destination's
+/// `name` matches the agent (glob). Matching destinations are rewritten to the in-cluster
+/// destination (`name: in-cluster`, `server: https://kubernetes.default.svc`, namespace kept), the
+/// others are dropped, and `sourceNamespaces` is removed (Applications live in the agent's own
+/// namespace). Metadata (uid, resourceVersion) is kept: it makes the event ids.
+pub fn project_for_agent(p: &Value, agent: &str) -> Option<Value> {
+    let dests = p["spec"]["destinations"].as_array()?;
+    let matched: Vec<Value> = dests
+        .iter()
+        .filter(|d| d["name"].as_str().is_some_and(|n| glob_match(n, agent)))
+        .map(|d| {
+            let mut n = json!({"name": "in-cluster", "server": IN_CLUSTER_SERVER});
+            if let Some(ns) = d.get("namespace").filter(|v| !v.is_null()) {
+                n["namespace"] = ns.clone();
+            }
+            n
+        })
+        .collect();
+    if matched.is_empty() {
+        return None;
+    }
+    let mut out = p.clone();
+    out["spec"]["destinations"] = Value::Array(matched);
+    if let Some(spec) = out["spec"].as_object_mut() {
+        spec.remove("sourceNamespaces");
+    }
+    if let Some(m) = out.as_object_mut() {
+        m.remove("status");
+    }
+    Some(out)
+}
+
+/// Autonomous mode: the principal's form of an agent's AppProject: named `<agent>-<name>` in the
+/// principal's namespace, destinations pointing at the agent (`name: <agent>`, server dropped),
+/// `sourceNamespaces: [<agent>]` (the agent's Applications live in namespace `<agent>` on the
+/// hub), labelled with the agent name, annotated with the source UID.
+pub fn project_from_agent(p: &Value, agent: &str, principal_ns: &str) -> Value {
+    let mut meta = portable_meta(p, principal_ns);
+    meta["name"] = json!(format!("{agent}-{}", name(p)));
+    let mut out = json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
+        "metadata": meta, "spec": p["spec"].clone(),
+    });
+    if let Some(d) = out["spec"]["destinations"].as_array_mut() {
+        for x in d.iter_mut() {
+            if let Some(m) = x.as_object_mut() {
+                m.remove("server");
+                m.insert("name".into(), json!(agent));
+            }
+        }
+    }
+    out["spec"]["sourceNamespaces"] = json!([agent]);
+    if !out["metadata"]["labels"].is_object() {
+        out["metadata"]["labels"] = json!({});
+    }
+    out["metadata"]["labels"][AGENT_NAME_LABEL] = json!(agent);
+    set_annotation(&mut out, SOURCE_UID, uid(p));
+    out
+}
+
+/// Hash of what is synchronised of an AppProject: spec, labels, annotations.
+pub fn project_hash(v: &Value) -> String {
+    hash_value(&json!([
+        v["spec"],
+        v["metadata"]["labels"],
+        v["metadata"]["annotations"]
+    ]))
+}
+
+/// `request-update` for an AppProject.
+pub fn request_update_project(
+    source: &str,
+    name: &str,
+    ns: &str,
+    uid: &str,
+    checksum: &str,
+) -> Event {
+    let mut e = Event::request(
+        source,
+        EventType::RequestUpdate,
+        Target::AppProject,
+        json!({"name": name, "namespace": ns, "uid": uid, "kind": "AppProject", "checksum": checksum}),
+    );
+    e.subject = format!("{ns}/{name}");
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_matches_like_argocd_destinations() {
+        assert!(glob_match("*", "cluster-a"));
+        assert!(glob_match("cluster-*", "cluster-a"));
+        assert!(glob_match("cluster-?", "cluster-a"));
+        assert!(!glob_match("cluster-?", "cluster-ab"));
+        assert!(!glob_match("other", "cluster-a"));
+        assert!(glob_match("cluster-a", "cluster-a"));
+    }
+
+    #[test]
+    fn project_for_agent_keeps_matching_destinations_only_rewritten_in_cluster() {
+        let p = json!({"metadata": {"name": "p", "namespace": "argocd", "uid": "u"},
+            "spec": {"sourceNamespaces": ["x"], "destinations": [
+                {"name": "cluster-*", "namespace": "guestbook", "server": "https://c1"},
+                {"name": "other", "namespace": "o"}]}});
+        let f = project_for_agent(&p, "cluster-a").unwrap();
+        assert_eq!(
+            f["spec"]["destinations"],
+            json!([{"name": "in-cluster", "server": IN_CLUSTER_SERVER, "namespace": "guestbook"}])
+        );
+        assert!(f["spec"].get("sourceNamespaces").is_none());
+        assert!(project_for_agent(&p, "zzz").is_none());
+    }
+
+    #[test]
+    fn project_from_agent_is_prefixed_and_points_at_the_agent() {
+        let p = json!({"metadata": {"name": "team", "namespace": "argocd", "uid": "u1"},
+            "spec": {"destinations": [{"server": IN_CLUSTER_SERVER, "namespace": "*"}]}});
+        let h = project_from_agent(&p, "edge-1", "argocd");
+        assert_eq!(h["metadata"]["name"], "edge-1-team");
+        assert_eq!(h["metadata"]["namespace"], "argocd");
+        assert_eq!(
+            h["spec"]["destinations"],
+            json!([{"name": "edge-1", "namespace": "*"}])
+        );
+        assert_eq!(h["spec"]["sourceNamespaces"], json!(["edge-1"]));
+        assert_eq!(h["metadata"]["labels"][AGENT_NAME_LABEL], "edge-1");
+        assert_eq!(h["metadata"]["annotations"][SOURCE_UID], "u1");
+    }
+}

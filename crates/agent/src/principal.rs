@@ -97,6 +97,8 @@ struct AgentState {
     session: Mutex<Option<(u64, tokio::task::AbortHandle)>>,
     connected: AtomicBool,
     locks: o::KeyedLocks,
+    /// managed: AppProjects the agent has, by name -> hash of the agent form sent
+    projects: Mutex<HashMap<String, String>>,
 }
 
 struct Inner {
@@ -108,6 +110,8 @@ struct Inner {
     agents: Mutex<HashMap<String, Arc<AgentState>>>,
     /// hub Applications by namespace and name (kept by the hub watcher)
     cache: Mutex<HashMap<String, HashMap<String, Value>>>,
+    /// hub AppProjects in the principal's namespace by name (kept by the project watcher)
+    projects: Mutex<HashMap<String, Value>>,
 }
 
 /// A running principal.
@@ -139,13 +143,20 @@ impl Principal {
             metrics: metrics.clone(),
             agents: Mutex::new(HashMap::new()),
             cache: Mutex::new(HashMap::new()),
+            projects: Mutex::new(HashMap::new()),
         });
         let mut tasks = Vec::new();
-        // hub watcher
+        // hub watchers (Applications, AppProjects)
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let w = inner.clone();
         tasks.push(tokio::spawn(async move { w.watch_hub(ready_tx).await }));
+        let (pready_tx, pready_rx) = tokio::sync::oneshot::channel();
+        let w = inner.clone();
+        tasks.push(tokio::spawn(
+            async move { w.watch_projects(pready_tx).await },
+        ));
         let _ = tokio::time::timeout(Duration::from_secs(30), ready_rx).await;
+        let _ = tokio::time::timeout(Duration::from_secs(30), pready_rx).await;
 
         let m = metrics.clone();
         let incoming = tls::serve_tls(
@@ -276,6 +287,7 @@ impl Inner {
                 );
                 *m = mode;
                 a.views.lock().expect("poisoned").clear();
+                a.projects.lock().expect("poisoned").clear();
             }
             return a.clone();
         }
@@ -297,6 +309,7 @@ impl Inner {
             session: Mutex::new(None),
             connected: AtomicBool::new(false),
             locks: o::KeyedLocks::default(),
+            projects: Mutex::new(HashMap::new()),
         });
         g.insert(name.to_string(), a.clone());
         a
@@ -317,6 +330,26 @@ impl Inner {
             return vec![];
         };
         let mode = *a.mode.lock().expect("poisoned");
+        if let (Target::AppProject, pname) = o::parse_qkey(name) {
+            if mode != Mode::Managed {
+                return vec![];
+            }
+            let cur = self.projects.lock().expect("poisoned").get(pname).cloned();
+            return match cur.and_then(|p| o::project_for_agent(&p, agent)) {
+                Some(f) => vec![Event::for_object(
+                    SOURCE,
+                    EventType::SpecUpdate,
+                    Target::AppProject,
+                    &f,
+                )],
+                None => vec![Event::for_object(
+                    SOURCE,
+                    EventType::Delete,
+                    Target::AppProject,
+                    &o::project_stub(pname, &self.cfg.namespace, ""),
+                )],
+            };
+        }
         match (mode, self.cached(agent, name)) {
             (Mode::Managed, Some(h)) => {
                 let mut v = vec![Event::for_object(
@@ -356,8 +389,12 @@ impl Inner {
     }
 
     fn push(&self, a: &AgentState, ty: EventType, obj: &Value) {
-        let ev = Event::for_object(SOURCE, ty, Target::Application, obj);
-        let key = o::name(obj).to_string();
+        self.push_target(a, ty, Target::Application, obj)
+    }
+
+    fn push_target(&self, a: &AgentState, ty: EventType, target: Target, obj: &Value) {
+        let ev = Event::for_object(SOURCE, ty, target, obj);
+        let key = o::qkey(target, o::name(obj));
         match a.queue.push(&key, ev) {
             Pushed::Queued => self.metrics.queued(ty.short()),
             Pushed::Coalesced => {
@@ -427,6 +464,102 @@ impl Inner {
                 }
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    async fn watch_projects(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
+        let mut ready = Some(ready);
+        let ns = self.cfg.namespace.clone();
+        loop {
+            let mut s = self.store.watch(Kind::AppProject, Some(&ns));
+            while let Some(ev) = s.next().await {
+                match ev {
+                    Ok(StoreEvent::Restarted(list)) => {
+                        *self.projects.lock().expect("poisoned") = list
+                            .into_iter()
+                            .map(|p| (o::name(&p).to_string(), p))
+                            .collect();
+                        self.sync_projects_all();
+                    }
+                    Ok(StoreEvent::Applied(p)) => {
+                        self.projects
+                            .lock()
+                            .expect("poisoned")
+                            .insert(o::name(&p).to_string(), p);
+                        self.sync_projects_all();
+                    }
+                    Ok(StoreEvent::Deleted(p)) => {
+                        self.projects.lock().expect("poisoned").remove(o::name(&p));
+                        self.sync_projects_all();
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "hub AppProject watch error");
+                    }
+                }
+                // ready after the first list, or the first error (no AppProject CRD on the hub)
+                if let Some(r) = ready.take() {
+                    let _ = r.send(());
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    fn sync_projects_all(&self) {
+        let agents: Vec<Arc<AgentState>> = self
+            .agents
+            .lock()
+            .expect("poisoned")
+            .values()
+            .cloned()
+            .collect();
+        for a in agents {
+            self.sync_projects(&a);
+        }
+    }
+
+    /// Managed agents: sends the AppProjects matched by `.spec.destinations` (create / update) and
+    /// deletes the ones no longer matched or gone.
+    fn sync_projects(&self, a: &AgentState) {
+        if *a.mode.lock().expect("poisoned") != Mode::Managed {
+            return;
+        }
+        let want: Vec<Value> = self
+            .projects
+            .lock()
+            .expect("poisoned")
+            .values()
+            .filter(|p| !o::ignored(p))
+            .filter_map(|p| o::project_for_agent(p, &a.name))
+            .collect();
+        let mut views = a.projects.lock().expect("poisoned");
+        let mut keep = std::collections::HashSet::new();
+        for f in &want {
+            let name = o::name(f).to_string();
+            let h = o::project_hash(f);
+            keep.insert(name.clone());
+            match views.get(&name) {
+                None => self.push_target(a, EventType::Create, Target::AppProject, f),
+                Some(old) if *old != h => {
+                    self.push_target(a, EventType::SpecUpdate, Target::AppProject, f)
+                }
+                _ => continue,
+            }
+            views.insert(name, h);
+        }
+        let gone: Vec<String> = views
+            .keys()
+            .filter(|n| !keep.contains(*n))
+            .cloned()
+            .collect();
+        for n in gone {
+            views.remove(&n);
+            self.push_target(
+                a,
+                EventType::Delete,
+                Target::AppProject,
+                &o::project_stub(&n, &self.cfg.namespace, ""),
+            );
         }
     }
 
@@ -559,20 +692,26 @@ impl Inner {
 
     /// Writes `want` (hub form) over the hub object; retries conflicts a few times.
     async fn write_hub(&self, want: &Value, with_status: bool) -> Result<(), StoreError> {
+        self.write_obj(Kind::Application, want, with_status).await
+    }
+
+    /// Writes `want` over the hub object of `kind`; retries conflicts a few times.
+    async fn write_obj(
+        &self,
+        kind: Kind,
+        want: &Value,
+        with_status: bool,
+    ) -> Result<(), StoreError> {
         let (ns, name) = (o::namespace(want).to_string(), o::name(want).to_string());
         for _ in 0..5 {
-            let r = match self.store.get(Kind::Application, &ns, &name).await? {
-                None => self
-                    .store
-                    .create(Kind::Application, want.clone())
-                    .await
-                    .map(|_| ()),
+            let r = match self.store.get(kind, &ns, &name).await? {
+                None => self.store.create(kind, want.clone()).await.map(|_| ()),
                 Some(cur) => {
                     let n = o::overlay(&cur, want, with_status, with_status);
                     if n == cur {
                         Ok(())
                     } else {
-                        self.store.replace(Kind::Application, n).await.map(|_| ())
+                        self.store.replace(kind, n).await.map(|_| ())
                     }
                 }
             };
@@ -624,12 +763,15 @@ impl Inner {
         out: &Outbox,
     ) -> Result<(), HandleError> {
         let _g = if ev.ty.is_resource_change() {
-            Some(a.locks.lock(ev.name()).await)
+            Some(a.locks.lock(&o::qkey(ev.target, ev.name())).await)
         } else {
             None
         };
         let mode = *a.mode.lock().expect("poisoned");
         let agent = a.name.as_str();
+        if ev.target == Target::AppProject || ev.data["kind"] == "AppProject" {
+            return self.handle_project_event(a, mode, ev).await;
+        }
         if ev.target != Target::Application && ev.ty.is_resource_change() {
             return Err(HandleError::Permanent(format!(
                 "unsupported target {:?} for {}",
@@ -775,6 +917,73 @@ impl Inner {
         }
     }
 
+    async fn handle_project_event(
+        &self,
+        a: &Arc<AgentState>,
+        mode: Mode,
+        ev: Event,
+    ) -> Result<(), HandleError> {
+        let agent = a.name.as_str();
+        match (mode, ev.ty) {
+            (Mode::Managed, EventType::RequestUpdate) => {
+                let name = ev.data["name"].as_str().unwrap_or_default().to_string();
+                let checksum = ev.data["checksum"].as_str().unwrap_or_default();
+                let cur = self
+                    .projects
+                    .lock()
+                    .expect("poisoned")
+                    .get(&name)
+                    .filter(|p| !o::ignored(p))
+                    .and_then(|p| o::project_for_agent(p, agent));
+                match cur {
+                    None => {
+                        a.projects.lock().expect("poisoned").remove(&name);
+                        let uid = ev.data["uid"].as_str().unwrap_or_default();
+                        self.push_target(
+                            a,
+                            EventType::Delete,
+                            Target::AppProject,
+                            &o::project_stub(&name, &self.cfg.namespace, uid),
+                        );
+                    }
+                    Some(f) => {
+                        if spec_checksum(&f) != checksum {
+                            self.push_target(a, EventType::SpecUpdate, Target::AppProject, &f);
+                        }
+                        a.projects
+                            .lock()
+                            .expect("poisoned")
+                            .insert(name, o::project_hash(&f));
+                    }
+                }
+                Ok(())
+            }
+            (Mode::Managed, EventType::Delete) => Ok(()), // the agent confirms a deletion
+            (Mode::Autonomous, EventType::Create | EventType::SpecUpdate) => {
+                if o::name(&ev.data).is_empty() {
+                    return Err(HandleError::Permanent(
+                        "payload has no metadata.name".into(),
+                    ));
+                }
+                let want = o::project_from_agent(&ev.data, agent, &self.cfg.namespace);
+                self.write_obj(Kind::AppProject, &want, false).await?;
+                Ok(())
+            }
+            (Mode::Autonomous, EventType::Delete) => {
+                let name = format!("{agent}-{}", ev.name());
+                self.store
+                    .delete(Kind::AppProject, &self.cfg.namespace, &name)
+                    .await?;
+                Ok(())
+            }
+            (_, t) => Err(HandleError::Permanent(format!(
+                "event type {} is not valid for an AppProject from a {} agent",
+                t.short(),
+                mode.as_str()
+            ))),
+        }
+    }
+
     /// Autonomous agents: the principal is the replica; ask the agent for what differs.
     async fn replica_resync(&self, a: &Arc<AgentState>, out: &Outbox) {
         let agent = a.name.clone();
@@ -810,6 +1019,31 @@ impl Inner {
             ))
             .await;
         }
+        // AppProjects copied from this agent: the agent answers `delete` (gone) or `spec-update`
+        // (the hub form is lossy, so no checksum is sent: the agent always re-sends the spec)
+        if let Ok(projects) = self
+            .store
+            .list(Kind::AppProject, Some(&self.cfg.namespace))
+            .await
+        {
+            let prefix = format!("{agent}-");
+            for p in projects {
+                if p["metadata"]["labels"][o::AGENT_NAME_LABEL].as_str() != Some(agent.as_str()) {
+                    continue;
+                }
+                let Some(orig) = o::name(&p).strip_prefix(&prefix) else {
+                    continue;
+                };
+                out.send(o::request_update_project(
+                    SOURCE,
+                    orig,
+                    &agent,
+                    o::source_uid(&p),
+                    "",
+                ))
+                .await;
+            }
+        }
         out.send(o::request_synced_list(SOURCE, &set_checksum(items)))
             .await;
     }
@@ -827,8 +1061,10 @@ impl Handler for SessionHandler {
     }
     async fn on_connect(&self, out: &Outbox) {
         let mode = *self.agent.mode.lock().expect("poisoned");
-        if mode == Mode::Autonomous {
-            self.inner.replica_resync(&self.agent, out).await;
+        match mode {
+            Mode::Autonomous => self.inner.replica_resync(&self.agent, out).await,
+            // push the AppProjects the agent may lack (it resyncs the rest itself)
+            Mode::Managed => self.inner.sync_projects(&self.agent),
         }
     }
 }

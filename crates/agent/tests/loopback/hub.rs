@@ -8,10 +8,12 @@ use serde_json::json;
 use crate::harness::*;
 
 const APP_CRD: &str = include_str!("../../../api/crds/argocd/application-crd.yaml");
+const PROJECT_CRD: &str = include_str!("../../../api/crds/argocd/appproject-crd.yaml");
 
 fn hub() -> argocd_pull_hub::Hub {
     let h = argocd_pull_hub::Hub::new();
     h.install_crds_yaml(APP_CRD).unwrap();
+    h.install_crds_yaml(PROJECT_CRD).unwrap();
     h
 }
 

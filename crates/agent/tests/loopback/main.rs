@@ -3,5 +3,6 @@ mod autonomous;
 mod harness;
 mod hub;
 mod managed;
+mod projects;
 mod rejections;
 mod restarts;
