@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod controller;
 mod crds;
 
 /// Argo CD pull-model delivery for Open Cluster Management (OCM) fleets.
@@ -24,6 +25,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run every hub controller: basic pull model (Application → ManifestWork, status back, cleanup),
+    /// GitOpsCluster → Argo CD cluster secrets, and the ApplicationSet report. Each can be switched off.
+    Controller(controller::HubControllerArgs),
     /// Run the whole product on an embedded hub and a simulated fleet: no cluster, no Docker.
     Demo(argocd_pull_demo::DemoArgs),
     /// Config Management Plugin mode: wrap rendered manifests in ManifestWorks (run by Argo CD's cmp-server).
@@ -43,6 +47,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Controller(args) => block_on(controller::run(args)),
         Command::Demo(args) => demo(args),
         Command::Cmp(args) => argocd_pull_cmp::cli::run(args),
         Command::Principal(args) => serve(argocd_pull_agent::cli::run_principal(args)),

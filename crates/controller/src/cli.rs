@@ -1,4 +1,5 @@
-//! `argocd-pull controller`: runs the hub controllers.
+//! Flags of the basic pull-model controllers, flattened into `argocd-pull controller` (the
+//! binary's `controller` command runs them beside the GitOpsCluster and report controllers).
 //!
 //! ```text
 //! argocd-pull controller [--disable-propagation] [--disable-status] [--disable-cleanup]
@@ -12,18 +13,12 @@
 //! (`KUBECONFIG` / `~/.kube/config`, then the in-cluster service account).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use argocd_pull_domain::WorkOptions;
-use argocd_pull_ops::admin::{self, Readiness};
-use argocd_pull_ops::leader::{self, LeaderConfig};
-use argocd_pull_ops::logging::{self, LogFormat};
-use argocd_pull_ops::metrics::Registry;
-use argocd_pull_ops::shutdown;
+use argocd_pull_ops::logging::LogFormat;
 
-use crate::{ControllerConfig, Metrics, start};
+use crate::ControllerConfig;
 
 /// Whether to hold a Lease before running.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -130,7 +125,8 @@ impl ControllerArgs {
         }
     }
 
-    fn leader_elect(&self) -> bool {
+    /// Whether to hold the Lease (`auto`: only inside a cluster).
+    pub fn leader_elect(&self) -> bool {
         match self.leader_elect {
             LeaderElect::True => true,
             LeaderElect::False => false,
@@ -138,7 +134,8 @@ impl ControllerArgs {
         }
     }
 
-    fn lease_namespace(&self) -> String {
+    /// The Lease namespace: the flag, else the pod's namespace, else `argocd-pull`.
+    pub fn lease_namespace(&self) -> String {
         self.lease_namespace
             .clone()
             .or_else(|| {
@@ -150,71 +147,6 @@ impl ControllerArgs {
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| "argocd-pull".into())
     }
-}
-
-/// Runs the hub controllers until SIGTERM/Ctrl-C (or the loss of leadership).
-pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
-    logging::init(args.log_format)?;
-    crate::install_crypto_provider();
-    let token = shutdown::on_signal();
-    let client = kube::Client::try_default()
-        .await
-        .context("no Kubernetes cluster found: set KUBECONFIG or run inside a cluster")?;
-
-    let mut registry = Registry::with_prefix("argocd_pull");
-    let metrics = Metrics::default();
-    metrics.register(&mut registry);
-    let readiness = Readiness::default();
-    let (addr, server) = admin::bind(
-        args.admin_addr,
-        Arc::new(registry),
-        readiness.clone(),
-        token.clone(),
-    )
-    .await?;
-    let server = tokio::spawn(server);
-    tracing::debug!(%addr, "admin server up");
-
-    let leadership = if args.leader_elect() {
-        let cfg = LeaderConfig::new(args.lease_name.clone(), args.lease_namespace());
-        match leader::acquire(client.clone(), &cfg, &token).await? {
-            Some(l) => Some(l),
-            None => return Ok(()),
-        }
-    } else {
-        None
-    };
-
-    let mut config = args.config();
-    config.metrics = metrics;
-    config.readiness = readiness;
-    let running = start(client, config).await?;
-    tracing::info!(
-        propagation = !args.disable_propagation,
-        status = !args.disable_status,
-        cleanup = !args.disable_cleanup,
-        binding_gate = args.binding_gate,
-        acm_extras = args.acm_extras,
-        "argocd-pull controller running"
-    );
-
-    let lost = async {
-        match &leadership {
-            Some(l) => l.lost().await,
-            None => std::future::pending().await,
-        }
-    };
-    let result = tokio::select! {
-        _ = token.cancelled() => Ok(()),
-        _ = lost => Err(anyhow::anyhow!("leadership lost; exiting so that a new leader takes over")),
-    };
-    running.shutdown().await;
-    if let Some(l) = leadership {
-        l.release().await;
-    }
-    token.cancel();
-    server.await??;
-    result
 }
 
 #[cfg(test)]

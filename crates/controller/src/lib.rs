@@ -17,7 +17,7 @@
 //! gate is on) shared by the controllers, kube-runtime [`Controller`](kube::runtime::Controller)s
 //! for the work queues, merge patches with a field manager (never a PUT of a foreign object).
 //!
-//! Entry points: [`start`] (library: demo, tests, benchmarks) and [`cli::run`] (`argocd-pull
+//! Entry points: [`start`] (library: demo, tests, benchmarks) and [`cli::ControllerArgs`] (flags of `argocd-pull
 //! controller`).
 
 pub mod cli;

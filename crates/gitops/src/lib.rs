@@ -50,6 +50,8 @@ pub struct GitOpsConfig {
     pub report_debounce: Duration,
     /// Concurrent report writes.
     pub report_write_concurrency: usize,
+    /// Metrics to update (register them in the admin server's registry first).
+    pub metrics: metrics::Metrics,
 }
 
 impl Default for GitOpsConfig {
@@ -61,6 +63,7 @@ impl Default for GitOpsConfig {
             stale_secret_policy: StaleSecretPolicy::ClusterDeleted,
             report_debounce: Duration::from_millis(200),
             report_write_concurrency: 8,
+            metrics: metrics::Metrics::default(),
         }
     }
 }
@@ -131,7 +134,7 @@ impl Running {
 /// Starts the configured controllers on `client`.
 pub async fn start(client: kube::Client, config: GitOpsConfig) -> anyhow::Result<Running> {
     let shutdown = CancellationToken::new();
-    let metrics = metrics::Metrics::default();
+    let metrics = config.metrics.clone();
     let mut tasks = Vec::new();
     if config.gitopscluster {
         let fut = gitopscluster::run(
