@@ -873,13 +873,7 @@ fn patch(
         "application/json-patch+json" => {
             let p: json_patch::Patch = serde_json::from_slice(body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-            json_patch::patch(&mut doc, &p).map_err(|e| {
-                ApiError::new(
-                    422,
-                    "Invalid",
-                    format!("the server rejected our request due to an error in our request: {e}"),
-                )
-            })?;
+            apply_json_patch(&mut doc, &p)?;
         }
         "application/strategic-merge-patch+json" => {
             if !rt.builtin {
@@ -906,6 +900,36 @@ fn patch(
         )));
     }
     ops::finish_update(st, rt, ns, name, &old, doc, sub, opts, false)
+}
+
+/// RFC 6902 JSON patch with the apiserver's (evanphx/json-patch) leniency: a `test` for `null`
+/// succeeds when the path is missing but its parent exists (kube-rs `finalizer()` relies on it).
+fn apply_json_patch(doc: &mut Value, p: &json_patch::Patch) -> ApiResult<()> {
+    let fail = |e: String| {
+        ApiError::new(
+            422,
+            "Invalid",
+            format!("the server rejected our request due to an error in our request: {e}"),
+        )
+    };
+    for op in p.iter() {
+        if let json_patch::PatchOperation::Test(t) = op
+            && t.value.is_null()
+        {
+            let path = t.path.as_str();
+            if doc.pointer(path).is_none() {
+                let parent = path.rsplit_once('/').map(|(p, _)| p).unwrap_or("");
+                if doc.pointer(parent).is_some() {
+                    continue;
+                }
+                return Err(fail(format!(
+                    "test operation does not apply: is missing path: {path}"
+                )));
+            }
+        }
+        json_patch::patch(doc, std::slice::from_ref(op)).map_err(|e| fail(e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// Strategic merge patch for built-ins: a JSON merge patch in which lists of objects that all

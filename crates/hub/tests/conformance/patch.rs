@@ -303,3 +303,91 @@ async fn apply_to_status_subresource() {
         .unwrap();
     assert_eq!(e.subresource.as_deref(), Some("status"));
 }
+
+#[tokio::test]
+async fn kube_runtime_finalizer_helper_works() {
+    use kube::runtime::controller::Action;
+    use kube::runtime::finalizer::{Event, finalizer};
+    use std::sync::Arc;
+    let hub = Hub::new();
+    mk_cm(&hub, "default", "fin", json!({})).await;
+    let api: Api<ConfigMap> = Api::default_namespaced(hub.client());
+    // First pass adds the finalizer (JSON patch: test null + add).
+    let obj = Arc::new(api.get("fin").await.unwrap());
+    finalizer(
+        &api,
+        "example.com/cleanup",
+        obj,
+        |_ev: Event<ConfigMap>| async { Ok::<_, kube::Error>(Action::await_change()) },
+    )
+    .await
+    .unwrap();
+    let obj = api.get("fin").await.unwrap();
+    assert_eq!(
+        obj.metadata.finalizers,
+        Some(vec!["example.com/cleanup".to_string()])
+    );
+    // Apply pass with the finalizer present.
+    let applied = finalizer(
+        &api,
+        "example.com/cleanup",
+        Arc::new(obj),
+        |ev: Event<ConfigMap>| async move {
+            Ok::<_, kube::Error>(if matches!(ev, Event::Apply(_)) {
+                Action::await_change()
+            } else {
+                Action::requeue(std::time::Duration::from_secs(1))
+            })
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(applied, Action::await_change());
+    // Deletion: cleanup runs, the finalizer is removed (JSON patch: test + remove), the object goes.
+    api.delete("fin", &Default::default()).await.unwrap();
+    let obj = Arc::new(api.get("fin").await.unwrap());
+    let cleaned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let c2 = cleaned.clone();
+    finalizer(
+        &api,
+        "example.com/cleanup",
+        obj,
+        |ev: Event<ConfigMap>| async move {
+            if matches!(ev, Event::Cleanup(_)) {
+                c2.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            Ok::<_, kube::Error>(Action::await_change())
+        },
+    )
+    .await
+    .unwrap();
+    assert!(cleaned.load(std::sync::atomic::Ordering::SeqCst));
+    assert!(api.get_opt("fin").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn kube_runtime_event_recorder_works() {
+    use kube::Resource;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let hub = Hub::new();
+    let cm = mk_cm(&hub, "default", "evsrc", json!({})).await;
+    let reporter = Reporter {
+        controller: "test-ctl".into(),
+        instance: None,
+    };
+    let rec = Recorder::new(hub.client(), reporter);
+    let ev = Event {
+        type_: EventType::Normal,
+        reason: "Synced".into(),
+        note: Some("ok".into()),
+        action: "Sync".into(),
+        secondary: None,
+    };
+    rec.publish(&ev, &cm.object_ref(&())).await.unwrap();
+    // A repeat becomes a series update of the same Event.
+    rec.publish(&ev, &cm.object_ref(&())).await.unwrap();
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::default_namespaced(hub.client());
+    let list = events.list(&Default::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(list.items[0].reason.as_deref(), Some("Synced"));
+}
