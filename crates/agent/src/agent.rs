@@ -91,6 +91,9 @@ struct Inner {
     proj_sent: Mutex<HashMap<String, String>>,
     /// local AppProjects by name (kept by the local project watcher)
     proj_cache: Mutex<HashMap<String, Value>>,
+    /// managed: Applications the principal marked for deletion (deletionTimestamp) that we are
+    /// deleting locally; `delete` is reported once the local object is gone
+    deleting: Mutex<std::collections::HashSet<String>>,
 }
 
 /// A running agent.
@@ -124,6 +127,7 @@ impl Agent {
             proj_copies: Mutex::new(HashMap::new()),
             proj_sent: Mutex::new(HashMap::new()),
             proj_cache: Mutex::new(HashMap::new()),
+            deleting: Mutex::new(Default::default()),
         });
         let me = Arc::downgrade(&inner);
         queue.set_regenerate(Arc::new(move |key: &str| {
@@ -248,6 +252,15 @@ fn to_local(principal_obj: &Value, ns: &str) -> Value {
     }
     if let Some(op) = principal_obj.get("operation").filter(|v| !v.is_null()) {
         l["operation"] = op.clone();
+    }
+    // finalizers (e.g. resources-finalizer.argocd.argoproj.io) are copied on creation, so that the
+    // managed cluster's Argo CD cascades the deletion of the workload; later updates keep the
+    // local finalizers (they belong to the local controllers)
+    if let Some(f) = principal_obj["metadata"]["finalizers"]
+        .as_array()
+        .filter(|f| !f.is_empty())
+    {
+        l["metadata"]["finalizers"] = Value::Array(f.clone());
     }
     o::set_annotation(&mut l, SOURCE_UID, o::uid(principal_obj));
     l
@@ -637,6 +650,12 @@ impl Inner {
         match self.cfg.mode {
             Mode::Managed => {
                 self.sent.lock().expect("poisoned").remove(&name);
+                if self.deleting.lock().expect("poisoned").remove(&name) {
+                    // the deletion the principal asked for is complete: report it
+                    tracing::info!(app = %name, "application deleted; reporting to the principal");
+                    self.push(EventType::Delete, obj);
+                    return;
+                }
                 let copy = self.copies.lock().expect("poisoned").get(&name).cloned();
                 if let Some(copy) = copy {
                     tracing::info!(app = %name, "local deletion of a managed application; recreating");
@@ -706,6 +725,9 @@ impl Inner {
                     return Err(HandleError::Permanent(
                         "payload has no metadata.name".into(),
                     ));
+                }
+                if o::deleting(&ev.data) {
+                    return self.delete_for_principal(&ev.data).await;
                 }
                 let want = to_local(&ev.data, &ns);
                 let name = o::name(&want).to_string();
@@ -829,6 +851,28 @@ impl Inner {
                 m.as_str()
             ))),
         }
+    }
+
+    /// Managed: the principal's Application carries a deletionTimestamp. Deletes the local copy in
+    /// the foreground (its finalizers let the local Argo CD remove the workload first) and reports
+    /// `delete` once it is gone.
+    async fn delete_for_principal(self: &Arc<Self>, hub: &Value) -> Result<(), HandleError> {
+        let ns = self.cfg.namespace.clone();
+        let name = o::name(hub).to_string();
+        self.copies.lock().expect("poisoned").remove(&name);
+        self.deleting.lock().expect("poisoned").insert(name.clone());
+        match self.store.get(Kind::Application, &ns, &name).await? {
+            None => {
+                // already gone (e.g. deleted while we were disconnected): report at once
+                self.deleting.lock().expect("poisoned").remove(&name);
+                self.push(EventType::Delete, &o::stub(&name, &ns, ""));
+            }
+            Some(_) => {
+                tracing::info!(app = %name, "principal deletes the application; deleting in the foreground");
+                self.store.delete(Kind::Application, &ns, &name).await?;
+            }
+        }
+        Ok(())
     }
 
     async fn handle_project_event(self: &Arc<Self>, ev: Event) -> Result<(), HandleError> {

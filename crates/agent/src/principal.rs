@@ -86,6 +86,8 @@ struct View {
     status: String,
     /// autonomous: the hub form of the agent's object (what hub edits are reverted to)
     copy: Option<Value>,
+    /// managed: the hub object's deletionTimestamp was sent to the agent
+    deleting: bool,
 }
 
 struct AgentState {
@@ -574,6 +576,16 @@ impl Inner {
             Mode::Managed => {
                 let (spec, op, st) = (spec_checksum(h), o::op_hash(h), o::status_hash(h));
                 let mut views = a.views.lock().expect("poisoned");
+                if o::deleting(h) {
+                    // deletion flows as a spec-update carrying the deletionTimestamp; the agent
+                    // deletes in the foreground and reports `delete`
+                    let v = views.entry(name).or_default();
+                    if !v.deleting {
+                        v.deleting = true;
+                        self.push(&a, EventType::SpecUpdate, &o::without_operation(h));
+                    }
+                    return;
+                }
                 match views.get_mut(&name) {
                     None => {
                         self.push(&a, EventType::Create, h);
@@ -584,6 +596,7 @@ impl Inner {
                                 op,
                                 status: st,
                                 copy: None,
+                                deleting: false,
                             },
                         );
                     }
@@ -822,6 +835,16 @@ impl Inner {
                         let uid = ev.data["uid"].as_str().unwrap_or_default();
                         self.push(a, EventType::Delete, &o::stub(&name, agent, uid));
                     }
+                    Some(h) if o::deleting(&h) => {
+                        a.views.lock().expect("poisoned").insert(
+                            name,
+                            View {
+                                deleting: true,
+                                ..Default::default()
+                            },
+                        );
+                        self.push(a, EventType::SpecUpdate, &o::without_operation(&h));
+                    }
                     Some(h) => {
                         let spec = spec_checksum(&h);
                         if spec != checksum {
@@ -837,6 +860,7 @@ impl Inner {
                                 op: o::op_hash(&h),
                                 status: o::status_hash(&h),
                                 copy: None,
+                                deleting: false,
                             },
                         );
                     }
@@ -858,7 +882,13 @@ impl Inner {
                 }
                 Ok(())
             }
-            (Mode::Managed, EventType::Delete) => Ok(()), // the agent confirms a deletion
+            (Mode::Managed, EventType::Delete) => {
+                // the agent deleted its copy of an Application marked for deletion on the hub:
+                // the Argo CD finalizers are satisfied, remove them so the hub deletion completes
+                // (the view stays marked `deleting`: the hub's final removal sends one `delete`)
+                self.finish_hub_deletion(agent, ev.name()).await?;
+                Ok(())
+            }
             (Mode::Autonomous, EventType::Create | EventType::SpecUpdate) => {
                 let want = self.to_hub_form(agent, &ev.data);
                 let name = o::name(&want).to_string();
@@ -882,6 +912,8 @@ impl Inner {
                 let name = ev.name().to_string();
                 a.views.lock().expect("poisoned").remove(&name);
                 self.store.delete(Kind::Application, agent, &name).await?;
+                // hub copies carry no finalizers; one added on the hub must not hold the copy
+                self.finish_hub_deletion(agent, &name).await?;
                 Ok(())
             }
             (Mode::Autonomous, EventType::ResponseSyncedResource) => {
@@ -915,6 +947,37 @@ impl Inner {
                 mode.as_str()
             ))),
         }
+    }
+
+    /// Removes the Argo CD finalizers of a hub Application that is marked for deletion. Returns
+    /// whether the object was marked for deletion (or is gone).
+    async fn finish_hub_deletion(&self, ns: &str, name: &str) -> Result<bool, StoreError> {
+        for _ in 0..5 {
+            let Some(h) = self.store.get(Kind::Application, ns, name).await? else {
+                return Ok(true);
+            };
+            if !o::deleting(&h) {
+                return Ok(false);
+            }
+            let fins = o::finalizers(&h);
+            let keep: Vec<&String> = fins.iter().filter(|f| !o::is_argocd_finalizer(f)).collect();
+            if keep.len() == fins.len() {
+                return Ok(true);
+            }
+            let mut n = h.clone();
+            n["metadata"]["finalizers"] = serde_json::json!(keep);
+            match self.store.replace(Kind::Application, n).await {
+                Ok(_) | Err(StoreError::NotFound) => {
+                    tracing::info!(app = %format!("{ns}/{name}"), "agent deleted its copy; Argo CD finalizers removed from the hub application");
+                    return Ok(true);
+                }
+                Err(StoreError::Conflict(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Conflict(format!(
+            "{ns}/{name}: too many conflicts"
+        )))
     }
 
     async fn handle_project_event(

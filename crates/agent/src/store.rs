@@ -3,7 +3,9 @@
 //! Objects are handled as full JSON (`serde_json::Value`) so no unknown field of a foreign object
 //! is ever dropped: writes replace only the fields this crate owns on top of the current object.
 //! [`KubeStore`] serves real clusters and the embedded hub (which exposes a `kube::Client`);
-//! [`MemStore`] is an in-process store for unit tests and benchmarks.
+//! [`MemStore`] is an in-process store for unit tests and benchmarks; like the API server it holds
+//! an object with finalizers after a delete (setting `deletionTimestamp`) until its last finalizer
+//! is removed.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -346,10 +348,31 @@ impl MemStore {
             }
             obj["metadata"]["uid"] = old["metadata"]["uid"].clone();
             obj["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
+            // like the API server: a deletionTimestamp cannot be set or cleared by an update
+            match old["metadata"].get("deletionTimestamp") {
+                Some(ts) if !ts.is_null() => {
+                    obj["metadata"]["deletionTimestamp"] = ts.clone();
+                }
+                _ => {
+                    if let Some(m) = obj["metadata"].as_object_mut() {
+                        m.remove("deletionTimestamp");
+                    }
+                }
+            }
             if old == &obj {
                 return Ok(obj);
             }
+            if has_deletion_timestamp(&obj) && !has_finalizers(&obj) {
+                // the last finalizer is gone: the object goes away
+                g.objects.remove(&key);
+                g.rv += 1;
+                let _ = self.tx.send((kind, StoreEvent::Deleted(obj.clone())));
+                return Ok(obj);
+            }
         } else {
+            if let Some(m) = obj["metadata"].as_object_mut() {
+                m.remove("deletionTimestamp");
+            }
             obj["metadata"]["uid"] = json!(uuid::Uuid::new_v4().to_string());
             obj["metadata"]["creationTimestamp"] = json!(jiff::Timestamp::now().to_string());
         }
@@ -370,6 +393,18 @@ impl MemStore {
             .map(|(_, v)| v.clone())
             .collect()
     }
+}
+
+fn has_finalizers(v: &Value) -> bool {
+    v["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|a| !a.is_empty())
+}
+
+fn has_deletion_timestamp(v: &Value) -> bool {
+    v["metadata"]["deletionTimestamp"]
+        .as_str()
+        .is_some_and(|s| !s.is_empty())
 }
 
 /// RFC 7386 merge.
@@ -424,12 +459,24 @@ impl Store for MemStore {
         self.write(kind, cur, false, false)
     }
     async fn delete(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<()> {
-        let old = self.inner.lock().expect("poisoned").objects.remove(&(
-            kind,
-            ns.to_string(),
-            name.to_string(),
-        ));
-        if let Some(o) = old {
+        let key = (kind, ns.to_string(), name.to_string());
+        let mut g = self.inner.lock().expect("poisoned");
+        let Some(cur) = g.objects.get(&key).cloned() else {
+            return Ok(());
+        };
+        if has_finalizers(&cur) {
+            // like the API server: finalizers hold the object, marked for deletion
+            if !has_deletion_timestamp(&cur) {
+                let mut n = cur;
+                g.rv += 1;
+                n["metadata"]["deletionTimestamp"] = json!(jiff::Timestamp::now().to_string());
+                n["metadata"]["resourceVersion"] = json!(g.rv.to_string());
+                g.objects.insert(key, n.clone());
+                let _ = self.tx.send((kind, StoreEvent::Applied(n)));
+            }
+            return Ok(());
+        }
+        if let Some(o) = g.objects.remove(&key) {
             let _ = self.tx.send((kind, StoreEvent::Deleted(o)));
         }
         Ok(())

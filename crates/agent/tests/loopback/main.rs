@@ -1,5 +1,6 @@
 //! Loopback tests: real TLS 1.3 + gRPC between a principal and agents in one process.
 mod autonomous;
+mod deletion;
 mod harness;
 mod hub;
 mod managed;
