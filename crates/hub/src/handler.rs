@@ -226,6 +226,29 @@ fn parse_res_path(segs: &[&str]) -> Option<ResPath> {
     })
 }
 
+/// `Accept: application/json;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1` (kube-rs
+/// `Api<PartialObjectMetadata<K>>`, metadata watchers).
+fn accepts_partial(parts: &http::request::Parts) -> bool {
+    parts
+        .headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| {
+            v.split(',')
+                .next()
+                .is_some_and(|first| first.contains("as=PartialObjectMetadata"))
+        })
+}
+
+/// The `meta.k8s.io/v1 PartialObjectMetadata` form of an object.
+pub(crate) fn to_partial(json: &Bytes) -> Bytes {
+    let v: Value = serde_json::from_slice(json).unwrap_or_default();
+    let p = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+        "metadata": v.get("metadata").cloned().unwrap_or(json!({}))});
+    Bytes::from(p.to_string())
+}
+
 fn accepts_table(parts: &http::request::Parts) -> bool {
     parts
         .headers
@@ -564,7 +587,14 @@ fn dispatch(
             .cloned()
             .unwrap_or_else(|| "Metadata".into()),
     });
-    let out = |json: &Bytes| convert_version(&rt, version, json);
+    let partial = table.is_none() && accepts_partial(parts);
+    let out = |json: &Bytes| {
+        if partial {
+            to_partial(json)
+        } else {
+            convert_version(&rt, version, json)
+        }
+    };
     match verb {
         Verb::Get => {
             let name = rp.name.as_deref().unwrap_or("");
@@ -580,7 +610,7 @@ fn dispatch(
             }
             Ok(respond(200, "application/json", out(&o.json.bytes())))
         }
-        Verb::List => list(inner, &mut st, &rt, rp, q, table),
+        Verb::List => list(inner, &mut st, &rt, rp, q, table, partial),
         Verb::DeleteCollection => {
             let label =
                 LabelSelector::parse(q.get("labelSelector").map(|s| s.as_str()).unwrap_or(""))
@@ -662,6 +692,7 @@ fn dispatch(
                 timeout,
                 version: version.to_string(),
                 table,
+                partial,
             };
             let body = watch::start(&st, rt.clone(), st.committed.clone(), p);
             drop(st);
@@ -1061,6 +1092,7 @@ fn list(
     rp: &ResPath,
     q: &HashMap<String, String>,
     table: Option<TableCtx>,
+    partial: bool,
 ) -> ApiResult<Response<HubBody>> {
     let label = LabelSelector::parse(q.get("labelSelector").map(|s| s.as_str()).unwrap_or(""))
         .map_err(ApiError::bad_request)?;
@@ -1178,11 +1210,27 @@ fn list(
     }
     let bytes: Vec<Bytes> = items
         .iter()
-        .map(|o| convert_version(rt, version, &o.json.bytes()))
+        .map(|o| {
+            if partial {
+                to_partial(&o.json.bytes())
+            } else {
+                convert_version(rt, version, &o.json.bytes())
+            }
+        })
         .collect();
-    Ok(respond(
-        200,
-        "application/json",
-        list_bytes(rt, version, rv, next.as_deref(), remaining, &bytes),
-    ))
+    let mut body = list_bytes(rt, version, rv, next.as_deref(), remaining, &bytes);
+    if partial {
+        // Same layout, generic list kind.
+        let head = format!(
+            "{{\"kind\":{},\"apiVersion\":{},",
+            Value::String(rt.list_kind.clone()),
+            Value::String(rt.api_version(version))
+        );
+        let rest = body.slice(head.len()..);
+        let mut b = BytesMut::new();
+        b.put_slice(b"{\"kind\":\"PartialObjectMetadataList\",\"apiVersion\":\"meta.k8s.io/v1\",");
+        b.put_slice(&rest);
+        body = b.freeze();
+    }
+    Ok(respond(200, "application/json", body))
 }

@@ -31,6 +31,8 @@ pub(crate) struct WatchParams {
     pub timeout: Duration,
     pub version: String,
     pub table: Option<TableCtx>,
+    /// Objects as `meta.k8s.io/v1 PartialObjectMetadata`.
+    pub partial: bool,
 }
 
 struct Watcher {
@@ -72,6 +74,9 @@ impl Watcher {
             let v: serde_json::Value = serde_json::from_slice(json).unwrap_or_default();
             let _ = ty;
             return Bytes::from(t.table_for(&self.rt, &[v], None, None, true).to_string());
+        }
+        if self.p.partial {
+            return crate::handler::to_partial(json);
         }
         crate::handler::convert_version(&self.rt, &self.p.version, json)
     }

@@ -322,3 +322,43 @@ async fn watcher_recovers_after_being_closed() {
     .await;
     assert_eq!(reader.state().len(), 40);
 }
+
+#[tokio::test]
+async fn metadata_only_get_list_and_watch() {
+    use kube::core::PartialObjectMeta;
+    let hub = Hub::new();
+    mk_cm(&hub, "default", "m1", json!({"a": "b"})).await;
+    let api: Api<PartialObjectMeta<ConfigMap>> = Api::default_namespaced(hub.client());
+    let m = api.get("m1").await.unwrap();
+    assert_eq!(m.metadata.labels.unwrap()["a"], "b");
+    assert_eq!(m.types.unwrap().kind, "PartialObjectMetadata");
+    let l = api.list(&kube::api::ListParams::default()).await.unwrap();
+    assert_eq!(l.items.len(), 1);
+    let mut w = watcher(api.clone(), watcher::Config::default()).boxed();
+    let mut seen = Vec::new();
+    loop {
+        match within(w.try_next()).await.unwrap().unwrap() {
+            watcher::Event::InitApply(o) => seen.push(o.metadata.name.unwrap()),
+            watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(seen, vec!["m1"]);
+    mk_cm(&hub, "default", "m2", json!({})).await;
+    match within(w.try_next()).await.unwrap().unwrap() {
+        watcher::Event::Apply(o) => assert_eq!(o.metadata.name.as_deref(), Some("m2")),
+        e => panic!("{e:?}"),
+    }
+    // The raw body is the metadata-only form.
+    let req = http::Request::get("/api/v1/namespaces/default/configmaps/m1")
+        .header(
+            "accept",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        )
+        .body(bytes::Bytes::new())
+        .unwrap();
+    let (_, _, b) = hub.raw_request(req).await;
+    let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(v["kind"], "PartialObjectMetadata");
+    assert!(v.get("data").is_none());
+}
