@@ -164,81 +164,169 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
+/// A document that passed validation, not yet serialized (its namespace may still need the
+/// default, which depends on the CRDs found anywhere in the input).
+#[derive(Debug)]
+pub struct Checked {
+    pub origin: Origin,
+    pub value: Value,
+    pub api_version: String,
+    pub group: String,
+    pub kind: String,
+    pub name: String,
+    pub namespace: Option<String>,
+    pub wave: i64,
+}
+
+impl Checked {
+    /// `(group, kind)` this document declares cluster-scoped, when it is such a CRD.
+    pub fn declares_cluster_scoped(&self) -> Option<(String, String)> {
+        let v = &self.value;
+        match (
+            v.get("kind").and_then(Value::as_str),
+            v.pointer("/spec/scope").and_then(Value::as_str),
+            v.pointer("/spec/group").and_then(Value::as_str),
+            v.pointer("/spec/names/kind").and_then(Value::as_str),
+        ) {
+            (Some("CustomResourceDefinition"), Some("Cluster"), Some(g), Some(k)) => {
+                Some((g.to_string(), k.to_string()))
+            }
+            _ => None,
+        }
+    }
+
+    /// True when the default namespace does not concern this object, whatever CRDs the input
+    /// holds: it has a namespace, there is no default, or it is a built-in cluster-scoped kind.
+    pub fn namespace_settled(&self, default_namespace: Option<&str>) -> bool {
+        self.namespace.is_some()
+            || default_namespace.is_none()
+            || builtin_cluster_scoped(&self.group, &self.kind)
+    }
+
+    /// Applies the default namespace (unless the kind is cluster-scoped) and serializes.
+    pub fn finish(
+        self,
+        default_namespace: Option<&str>,
+        crd_cluster_scoped: &HashSet<(String, String)>,
+    ) -> Manifest {
+        let Checked {
+            origin,
+            mut value,
+            api_version,
+            group,
+            kind,
+            name,
+            mut namespace,
+            wave,
+        } = self;
+        if let (None, Some(ns)) = (&namespace, default_namespace)
+            && !builtin_cluster_scoped(&group, &kind)
+            && !crd_cluster_scoped.contains(&(group.clone(), kind.clone()))
+        {
+            if let Some(Value::Object(m)) = value.get_mut("metadata") {
+                m.insert("namespace".into(), Value::String(ns.to_string()));
+            }
+            namespace = Some(ns.to_string());
+        }
+        let pretty = serde_json::to_string_pretty(&value).expect("a JSON value always serializes");
+        drop(value);
+        let compact_len = compact_len_of_pretty(&pretty);
+        Manifest {
+            origin,
+            api_version,
+            group,
+            kind,
+            name,
+            namespace,
+            wave,
+            pretty,
+            compact_len,
+        }
+    }
+}
+
+fn builtin_cluster_scoped(group: &str, kind: &str) -> bool {
+    CLUSTER_SCOPED
+        .iter()
+        .any(|(g, k)| *g == group && *k == kind)
+}
+
 /// Validates documents and turns them into [`Manifest`]s, in canonical order:
 /// sync wave, then kind order, then kind, group, namespace, name. Duplicates are errors.
 pub fn prepare(
     docs: Vec<Document>,
     default_namespace: Option<&str>,
 ) -> Result<Vec<Manifest>, CmpError> {
+    let checked = docs.into_iter().map(check).collect::<Result<Vec<_>, _>>()?;
     // Kinds declared cluster-scoped by CRDs in the input.
-    let mut crd_cluster_scoped: HashSet<(String, String)> = HashSet::new();
-    for doc in &docs {
-        let v = &doc.value;
-        if let (Some("CustomResourceDefinition"), Some("Cluster"), Some(g), Some(k)) = (
-            v.get("kind").and_then(Value::as_str),
-            v.pointer("/spec/scope").and_then(Value::as_str),
-            v.pointer("/spec/group").and_then(Value::as_str),
-            v.pointer("/spec/names/kind").and_then(Value::as_str),
-        ) {
-            crd_cluster_scoped.insert((g.to_string(), k.to_string()));
-        }
-    }
+    let crd_cluster_scoped: HashSet<(String, String)> = checked
+        .iter()
+        .filter_map(Checked::declares_cluster_scoped)
+        .collect();
+    let out = checked
+        .into_iter()
+        .map(|c| c.finish(default_namespace, &crd_cluster_scoped))
+        .collect();
+    order(out)
+}
 
-    let mut out = Vec::with_capacity(docs.len());
-    for doc in docs {
-        let Document { origin, mut value } = doc;
-        if !value.is_object() {
+/// Validates one document: a mapping with `apiVersion`, `kind`, `metadata.name` (and a valid
+/// namespace and sync wave, when present).
+pub fn check(doc: Document) -> Result<Checked, CmpError> {
+    let Document { origin, value } = doc;
+    if !value.is_object() {
+        return Err(CmpError::InvalidManifest {
+            origin,
+            message: format!("a manifest must be a mapping, found {}", type_name(&value)),
+        });
+    }
+    let api_version = required_str(&value, "apiVersion", &origin)?.to_string();
+    let kind = required_str(&value, "kind", &origin)?.to_string();
+    let metadata = match value.get("metadata") {
+        Some(m @ Value::Object(_)) => m,
+        None | Some(Value::Null) => {
             return Err(CmpError::InvalidManifest {
                 origin,
-                message: format!("a manifest must be a mapping, found {}", type_name(&value)),
+                message: "missing metadata.name".into(),
             });
         }
-        let api_version = required_str(&value, "apiVersion", &origin)?.to_string();
-        let kind = required_str(&value, "kind", &origin)?.to_string();
-        let metadata = match value.get("metadata") {
-            Some(m @ Value::Object(_)) => m,
-            None | Some(Value::Null) => {
-                return Err(CmpError::InvalidManifest {
-                    origin,
-                    message: "missing metadata.name".into(),
-                });
-            }
-            Some(other) => {
-                return Err(CmpError::InvalidManifest {
-                    origin,
-                    message: format!("metadata must be a mapping, found {}", type_name(other)),
-                });
-            }
-        };
-        let name = match metadata.get("name") {
-            Some(Value::String(s)) if !s.is_empty() => s.clone(),
-            Some(Value::String(_)) | None | Some(Value::Null) => {
-                return Err(CmpError::InvalidManifest {
-                    origin,
-                    message: "missing metadata.name".into(),
-                });
-            }
-            Some(other) => {
-                return Err(CmpError::InvalidManifest {
-                    origin,
-                    message: format!("metadata.name must be a string, found {}", type_name(other)),
-                });
-            }
-        };
-        let mut namespace = match metadata.get("namespace") {
-            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
-            Some(Value::String(_)) | None | Some(Value::Null) => None,
-            Some(other) => {
-                return Err(CmpError::InvalidManifest {
-                    origin,
-                    message: format!(
-                        "metadata.namespace must be a string, found {}",
-                        type_name(other)
-                    ),
-                });
-            }
-        };
-        let wave = match metadata.pointer("/annotations/argocd.argoproj.io~1sync-wave") {
+        Some(other) => {
+            return Err(CmpError::InvalidManifest {
+                origin,
+                message: format!("metadata must be a mapping, found {}", type_name(other)),
+            });
+        }
+    };
+    let name = match metadata.get("name") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(Value::String(_)) | None | Some(Value::Null) => {
+            return Err(CmpError::InvalidManifest {
+                origin,
+                message: "missing metadata.name".into(),
+            });
+        }
+        Some(other) => {
+            return Err(CmpError::InvalidManifest {
+                origin,
+                message: format!("metadata.name must be a string, found {}", type_name(other)),
+            });
+        }
+    };
+    let namespace = match metadata.get("namespace") {
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(Value::String(_)) | None | Some(Value::Null) => None,
+        Some(other) => {
+            return Err(CmpError::InvalidManifest {
+                origin,
+                message: format!(
+                    "metadata.namespace must be a string, found {}",
+                    type_name(other)
+                ),
+            });
+        }
+    };
+    let wave =
+        match metadata.pointer("/annotations/argocd.argoproj.io~1sync-wave") {
             None | Some(Value::Null) => 0,
             Some(Value::String(s)) => s.trim().parse::<i64>().map_err(|_| {
                 CmpError::InvalidManifest {
@@ -258,36 +346,21 @@ pub fn prepare(
                 });
             }
         };
-        let group = group_of(&api_version).to_string();
-        let cluster_scoped = |group: &str, kind: &str| {
-            CLUSTER_SCOPED
-                .iter()
-                .any(|(g, k)| *g == group && *k == kind)
-                || crd_cluster_scoped.contains(&(group.to_string(), kind.to_string()))
-        };
-        if let (None, Some(ns)) = (&namespace, default_namespace)
-            && !cluster_scoped(&group, &kind)
-        {
-            if let Some(Value::Object(m)) = value.get_mut("metadata") {
-                m.insert("namespace".into(), Value::String(ns.to_string()));
-            }
-            namespace = Some(ns.to_string());
-        }
-        let compact_len = compact_len(&value);
-        let pretty = serde_json::to_string_pretty(&value).expect("a JSON value always serializes");
-        out.push(Manifest {
-            origin,
-            api_version,
-            group,
-            kind,
-            name,
-            namespace,
-            wave,
-            pretty,
-            compact_len,
-        });
-    }
+    let group = group_of(&api_version).to_string();
+    Ok(Checked {
+        origin,
+        value,
+        api_version,
+        group,
+        kind,
+        name,
+        namespace,
+        wave,
+    })
+}
 
+/// Sorts manifests into the canonical order and rejects duplicates (naming both places).
+pub fn order(mut out: Vec<Manifest>) -> Result<Vec<Manifest>, CmpError> {
     out.sort_by(|a, b| {
         (
             a.wave,
@@ -350,9 +423,65 @@ impl std::io::Write for Counter {
     }
 }
 
+/// Length of the compact serialization of a value, from its `serde_json` pretty form: the
+/// pretty printer adds only a newline plus indentation before every element and closing
+/// bracket and one space after every `:` separator, never inside a string (a JSON string holds
+/// no raw newline) — so the compact length is the pretty length minus that layout.
+pub fn compact_len_of_pretty(pretty: &str) -> usize {
+    let bytes = pretty.as_bytes();
+    let mut layout = 0;
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b'\n' => {
+                    let indent = bytes[i + 1..].iter().take_while(|&&c| c == b' ').count();
+                    layout += 1 + indent;
+                    i += indent;
+                }
+                b':' => {
+                    layout += 1; // the space after a key separator
+                    i += 1;
+                }
+                _ => {}
+            }
+        }
+        i += 1;
+    }
+    pretty.len() - layout
+}
+
 /// Bytes of the compact JSON serialization of `value`.
 pub fn compact_len(value: &Value) -> usize {
     let mut counter = Counter(0);
     serde_json::to_writer(&mut counter, value).expect("a JSON value always serializes");
     counter.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compact_length_from_the_pretty_form() {
+        let v = serde_json::json!({
+            "a": "x: \"y\" \\\" [1, 2]\n\t",
+            "b": [1, {}, [], {"c": null, "d": [true, 2.5]}],
+            "e:f": {"g": "h\\"},
+        });
+        let pretty = serde_json::to_string_pretty(&v).unwrap();
+        assert_eq!(compact_len_of_pretty(&pretty), compact_len(&v));
+    }
 }

@@ -223,7 +223,7 @@ pub fn split_documents(text: &str) -> Vec<Chunk<'_>> {
     chunks
 }
 
-fn yaml_options() -> serde_saphyr::Options {
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         // Kubernetes reads YAML 1.1 (go-yaml v2 via sigs.k8s.io/yaml): `mode: 0644` is octal 420.
         legacy_octal_numbers: true,
@@ -242,48 +242,44 @@ fn yaml_error(e: &serde_saphyr::Error, line_offset: usize) -> String {
         .to_string()
 }
 
-/// Parses a YAML (or JSON-as-YAML) stream; empty and comment-only documents are skipped.
-/// Documents are independent once split, so large streams are parsed on all cores; the
-/// result (and the error reported, the first by position) does not depend on the thread count.
-pub fn parse_yaml_stream(file: &str, text: &str, out: &mut Vec<Document>) -> Result<(), CmpError> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let chunks: Vec<Chunk<'_>> = split_documents(text)
-        .into_iter()
-        .filter(|c| !is_blank(c.text))
-        .collect();
-    let parse = |chunk: &Chunk<'_>| -> Result<Option<Document>, CmpError> {
-        let origin = Origin {
-            file: file.to_string(),
-            document: chunk.index,
-            line: chunk.line,
-        };
-        let value: Value = serde_saphyr::from_str_with_options(chunk.text, yaml_options())
-            .map_err(|e| CmpError::InvalidYaml {
+/// Parses one YAML document (a chunk of a stream): the fast path first (see [`crate::fast_yaml`]),
+/// serde-saphyr for everything it leaves. `None` for a document without content.
+pub fn parse_yaml_chunk(
+    file: &str,
+    chunk: &Chunk<'_>,
+    options: &serde_saphyr::Options,
+) -> Result<Option<Document>, CmpError> {
+    let origin = Origin {
+        file: file.to_string(),
+        document: chunk.index,
+        line: chunk.line,
+    };
+    let value = match crate::fast_yaml::parse_document(chunk.text, options) {
+        Some(value) => value,
+        None => serde_saphyr::from_str_with_options(chunk.text, options.clone()).map_err(|e| {
+            CmpError::InvalidYaml {
                 origin: origin.clone(),
                 message: yaml_error(&e, chunk.line - 1),
-            })?;
-        Ok((!value.is_null()).then_some(Document { origin, value }))
+            }
+        })?,
     };
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(8);
-    let parsed: Vec<Result<Option<Document>, CmpError>> = if threads > 1 && chunks.len() >= 64 {
-        let per = chunks.len().div_ceil(threads);
-        std::thread::scope(|s| {
-            let handles: Vec<_> = chunks
-                .chunks(per)
-                .map(|slice| s.spawn(move || slice.iter().map(parse).collect::<Vec<_>>()))
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().expect("parser thread panicked"))
-                .collect()
-        })
-    } else {
-        chunks.iter().map(parse).collect()
-    };
-    for result in parsed {
-        if let Some(doc) = result? {
+    Ok((!value.is_null()).then_some(Document { origin, value }))
+}
+
+/// The non-blank documents of a YAML stream (a leading byte-order mark is ignored).
+pub fn yaml_chunks(text: &str) -> Vec<Chunk<'_>> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    split_documents(text)
+        .into_iter()
+        .filter(|c| !is_blank(c.text))
+        .collect()
+}
+
+/// Parses a YAML (or JSON-as-YAML) stream; empty and comment-only documents are skipped.
+pub fn parse_yaml_stream(file: &str, text: &str, out: &mut Vec<Document>) -> Result<(), CmpError> {
+    let options = yaml_options();
+    for chunk in yaml_chunks(text) {
+        if let Some(doc) = parse_yaml_chunk(file, &chunk, &options)? {
             push_expanding_lists(doc.origin, doc.value, out)?;
         }
     }
@@ -322,7 +318,7 @@ pub fn parse_json_stream(file: &str, text: &str, out: &mut Vec<Document>) -> Res
 }
 
 /// A `v1 List` (`kind: List` or `*List` with `items`) is expanded into its items, as kubectl does.
-fn push_expanding_lists(
+pub(crate) fn push_expanding_lists(
     origin: Origin,
     value: Value,
     out: &mut Vec<Document>,
