@@ -580,16 +580,37 @@ pub(crate) fn apply(inp: &ApplyInput<'_>) -> Result<Value, Conflicts> {
         }
     }
     merge(&mut out, &cfg, inp.schema);
-    entries
-        .retain(|e| !(e.manager == inp.manager && e.operation == "Apply" && e.subresource == sub));
-    entries.push(Entry {
-        manager: inp.manager.to_string(),
-        operation: "Apply".into(),
-        api_version: inp.api_version.to_string(),
-        time: crate::util::now_rfc3339(),
-        subresource: sub,
-        fields: applied,
-    });
+    // The object changed (apart from managedFields)? A no-op apply keeps the entry's timestamp,
+    // so re-applying the same configuration is not a write (like the real server).
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+            m.remove("managedFields");
+        }
+        v
+    };
+    let content_changed = strip(&out) != strip(live);
+    let now = crate::util::now_rfc3339();
+    match entries
+        .iter_mut()
+        .find(|e| e.manager == inp.manager && e.operation == "Apply" && e.subresource == sub)
+    {
+        Some(e) => {
+            if content_changed || e.fields != applied || e.api_version != inp.api_version {
+                e.time = now;
+            }
+            e.fields = applied;
+            e.api_version = inp.api_version.to_string();
+        }
+        None => entries.push(Entry {
+            manager: inp.manager.to_string(),
+            operation: "Apply".into(),
+            api_version: inp.api_version.to_string(),
+            time: now,
+            subresource: sub,
+            fields: applied,
+        }),
+    }
     // Order: keep a stable order (existing first).
     if out.get("metadata").is_none() {
         out["metadata"] = json!({});

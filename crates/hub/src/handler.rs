@@ -524,11 +524,20 @@ fn dry_run(q: &HashMap<String, String>) -> ApiResult<bool> {
     }
 }
 
-fn write_opts(q: &HashMap<String, String>) -> ApiResult<WriteOpts> {
+fn write_opts(q: &HashMap<String, String>, parts: &http::request::Parts) -> ApiResult<WriteOpts> {
+    // The real server names an unnamed manager after the User-Agent's product token.
+    let ua_manager = parts
+        .headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ua| ua.split('/').next())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.chars().take(128).collect::<String>());
     Ok(WriteOpts {
         dry_run: dry_run(q)?,
         field_manager: q.get("fieldManager").filter(|s| !s.is_empty()).cloned(),
         force: matches!(q.get("force").map(|s| s.as_str()), Some("true") | Some("1")),
+        default_manager: ua_manager,
     })
 }
 
@@ -709,13 +718,13 @@ fn dispatch(
         }
         Verb::Create => {
             let v = parsed.take().unwrap_or_else(|| Ok(Value::Null))?;
-            let opts = write_opts(q)?;
+            let opts = write_opts(q, parts)?;
             let w = ops::create(&mut st, &rt, &ns, v, &opts)?;
             Ok(respond(201, "application/json", out(&w.json)))
         }
         Verb::Update => {
             let v = parsed.take().unwrap_or_else(|| Ok(Value::Null))?;
-            let opts = write_opts(q)?;
+            let opts = write_opts(q, parts)?;
             let name = rp.name.as_deref().unwrap_or("");
             let w = ops::update(&mut st, &rt, &ns, name, v, rp.sub.as_deref(), &opts)?;
             Ok(respond(200, "application/json", out(&w.json)))
@@ -723,7 +732,7 @@ fn dispatch(
         Verb::Patch => {
             let name = rp.name.as_deref().unwrap_or("");
             let ct = content_type(parts);
-            let opts = write_opts(q)?;
+            let opts = write_opts(q, parts)?;
             let w = patch(
                 &mut st,
                 &rt,

@@ -77,6 +77,9 @@ pub(crate) struct Event {
     pub labels: Labels,
     /// Labels before this event when they changed (selector transitions).
     pub prev_labels: Option<Labels>,
+    /// The previous object when the labels changed (sent as DELETED to watchers whose selector
+    /// it stops matching, like the real watch cache).
+    pub prev_json: Option<Json>,
     pub json: Json,
 }
 
@@ -364,10 +367,14 @@ impl State {
         let prev = store
             .objects
             .insert((ns.to_string(), name.to_string()), obj.clone());
-        let (ty, prev_labels) = match &prev {
-            None => (EvType::Added, None),
-            Some(p) if p.labels != obj.labels => (EvType::Modified, Some(p.labels.clone())),
-            Some(_) => (EvType::Modified, None),
+        let (ty, prev_labels, prev_json) = match &prev {
+            None => (EvType::Added, None, None),
+            Some(p) if p.labels != obj.labels => (
+                EvType::Modified,
+                Some(p.labels.clone()),
+                Some(p.json.clone()),
+            ),
+            Some(_) => (EvType::Modified, None, None),
         };
         store.hist.push(Event {
             ty,
@@ -376,6 +383,7 @@ impl State {
             name: name.into(),
             labels: obj.labels.clone(),
             prev_labels,
+            prev_json,
             json,
         });
         self.committed.store(rv, Ordering::SeqCst);
@@ -404,6 +412,7 @@ impl State {
             name: name.into(),
             labels: prev.labels.clone(),
             prev_labels: None,
+            prev_json: None,
             json: Json::One(json.clone()),
         });
         self.committed.store(rv, Ordering::SeqCst);

@@ -108,7 +108,17 @@ impl Watcher {
             },
             _ => return,
         };
-        let obj = self.object_bytes(&ev.json.bytes(), ty);
+        let json = match (&ev.prev_json, ev.ty, ty) {
+            (Some(prev), EvType::Modified, EvType::Deleted) => {
+                // The previous state, at this event's resourceVersion.
+                let mut v: serde_json::Value =
+                    serde_json::from_slice(&prev.bytes()).unwrap_or_default();
+                v["metadata"]["resourceVersion"] = json!(ev.rv.to_string());
+                Bytes::from(v.to_string())
+            }
+            _ => ev.json.bytes(),
+        };
+        let obj = self.object_bytes(&json, ty);
         line(buf, ty.as_str(), &obj);
     }
 

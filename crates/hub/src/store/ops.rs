@@ -16,6 +16,8 @@ pub(crate) struct WriteOpts {
     pub dry_run: bool,
     pub field_manager: Option<String>,
     pub force: bool,
+    /// Manager name for `Update` entries when the request names none (User-Agent based).
+    pub default_manager: Option<String>,
 }
 
 #[derive(Default, Clone, Debug)]
@@ -500,6 +502,7 @@ pub(crate) fn finish_update(
         let mgr = opts
             .field_manager
             .clone()
+            .or_else(|| opts.default_manager.clone())
             .unwrap_or_else(|| "unknown".to_string());
         apply::record_update(Some(&old_val), &mut new, &mgr, sub, schema_of(rt));
     }

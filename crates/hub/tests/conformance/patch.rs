@@ -147,6 +147,46 @@ async fn server_side_apply_creates_and_tracks_managed_fields() {
         .await
         .unwrap();
     assert_eq!(again.metadata.resource_version, w.metadata.resource_version);
+    // Even in a later second: an old entry timestamp is kept by a no-op apply.
+    let mut mf = serde_json::to_value(w.metadata.managed_fields.clone().unwrap()).unwrap();
+    mf[0]["time"] = json!("2020-01-01T00:00:00Z");
+    let aged = api
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"managedFields": mf}})),
+        )
+        .await
+        .unwrap();
+    let again = api
+        .patch(
+            "w",
+            &PatchParams::apply("alice"),
+            &Patch::Apply(widget(json!({"size": 1, "tags": ["a"]}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        again.metadata.resource_version,
+        aged.metadata.resource_version
+    );
+    // A real change updates the timestamp.
+    let changed = api
+        .patch(
+            "w",
+            &PatchParams::apply("alice"),
+            &Patch::Apply(widget(json!({"size": 2, "tags": ["a"]}))),
+        )
+        .await
+        .unwrap();
+    let t = changed.metadata.managed_fields.unwrap()[0]
+        .time
+        .clone()
+        .unwrap();
+    assert!(
+        serde_json::to_string(&t).unwrap() > "\"2020".to_string(),
+        "{t:?}"
+    );
 }
 
 #[tokio::test]

@@ -169,10 +169,18 @@ async fn label_selector_transitions() {
     )
     .await
     .unwrap();
-    assert_eq!(
-        name(&within(s.try_next()).await.unwrap().unwrap()),
-        ("DELETED".into(), "m".into())
-    );
+    match within(s.try_next()).await.unwrap().unwrap() {
+        WatchEvent::Deleted(o) => {
+            // The last state that matched, at the new resourceVersion (like the watch cache).
+            assert_eq!(o.metadata.name.as_deref(), Some("m"));
+            assert_eq!(o.metadata.labels.unwrap()["app"], "x");
+            assert_eq!(
+                o.metadata.resource_version,
+                Some(hub.resource_version().to_string())
+            );
+        }
+        e => panic!("{e:?}"),
+    }
     api.patch(
         "skip",
         &PatchParams::default(),
