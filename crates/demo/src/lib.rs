@@ -1,37 +1,67 @@
-//! `argocd-pull demo`: the pull model end to end with no cluster at all.
+//! `argocd-pull demo`: argocd-pull end to end with no cluster at all.
 //!
 //! Starts a simulated OCM fleet ([`argocd_pull_sim::Fleet`]) whose hub is also served over HTTP
-//! (a kubeconfig is written), runs the real hub controllers on it, applies a sample workload the
-//! way an ApplicationSet with a `clusterDecisionResource` generator would (a Placement, the
-//! `acm-placement` ConfigMap, an ApplicationSet per app, and one generated Application per
-//! selected cluster per app, owned by its ApplicationSet), prints progress, and ends with a table
-//! of the hub Applications' sync and health.
+//! (a kubeconfig is written) and runs one delivery model on it:
+//!
+//! * **basic** (default): the hub controllers (propagation, status, cleanup), the GitOpsCluster
+//!   controller and the ApplicationSet report aggregator. The demo applies what a user would — an
+//!   Argo CD server Service, a Placement and a `GitOpsCluster` registering its clusters with Argo
+//!   CD — and the sample workload the way an ApplicationSet with a `clusterDecisionResource`
+//!   generator would (a Placement and an ApplicationSet per app, one generated Application per
+//!   selected cluster, owned by its ApplicationSet). Converged: every Application Synced and
+//!   Healthy, the GitOpsCluster `successful`, every ApplicationSet's
+//!   `MulticlusterApplicationSetReport` showing all its clusters synced and healthy.
+//! * **agent**: a principal and one agent per cluster in this process over loopback mTLS (managed
+//!   mode); Applications created in each agent's namespace on the hub go down to the clusters,
+//!   status comes back through the agents.
+//! * **autonomous**: the same with the agents as the source of truth: Applications created on the
+//!   clusters appear on the hub.
+//!
+//! It prints progress and ends with tables of the hub Applications (and in the basic model the
+//! GitOpsCluster and the reports). [`Demo`] is the library form (tests inspect the hub it leaves
+//! running); [`run`] is `argocd-pull demo`.
 
-use std::collections::BTreeMap;
+mod state;
+pub mod workload;
+
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use argocd_pull_agent::{LocalDeployment, Mode};
 use argocd_pull_api::argocd::{Application, ApplicationSet};
+use argocd_pull_api::gitops::GitOpsCluster;
 use argocd_pull_api::names;
-use argocd_pull_api::ocm::cluster::{Placement, PlacementDecision};
+use argocd_pull_api::ocm::cluster::PlacementDecision;
+use argocd_pull_api::report::MulticlusterApplicationSetReport;
 use argocd_pull_sim::wait::wait_for_list;
 use argocd_pull_sim::{ArgoSimConfig, Fleet, FleetConfig};
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};
-use kube::{Resource, ResourceExt};
-use serde_json::{Value, json};
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+
+pub use state::{
+    AppRow, Expectation, GitOpsClusterRow, ReportError, ReportRow, State, print_columns,
+};
+pub use workload::{application_set, generate_application};
 
 /// The delivery model the demo runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 #[non_exhaustive]
 pub enum DemoModel {
-    /// ManifestWorks wrapping Applications; status through ManifestWork feedback.
+    /// ManifestWorks wrapping Applications; status through ManifestWork feedback; a
+    /// GitOpsCluster and the ApplicationSet reports.
     Basic,
+    /// A principal and one agent per cluster over loopback mTLS (managed mode): Applications
+    /// created on the hub in each agent's namespace.
+    Agent,
+    /// The agents are the source of truth: Applications created on the clusters appear on the hub.
+    Autonomous,
 }
 
 /// `argocd-pull demo` options (each also readable from the environment).
@@ -49,7 +79,7 @@ pub struct DemoArgs {
     /// Where to write the hub's kubeconfig [default: <temp dir>/argocd-pull-demo.kubeconfig].
     #[arg(long, env = "ARGOCD_PULL_DEMO_KUBECONFIG_OUT")]
     pub kubeconfig_out: Option<PathBuf>,
-    /// How long to wait for every Application to be Synced and Healthy (e.g. 90s, 2m, 500ms).
+    /// How long to wait for everything to converge (e.g. 90s, 2m, 500ms).
     #[arg(long, env = "ARGOCD_PULL_DEMO_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub timeout: Duration,
     /// Delivery model.
@@ -61,6 +91,11 @@ pub struct DemoArgs {
     /// Simulated Argo CD time to sync, then again to become healthy.
     #[arg(long, env = "ARGOCD_PULL_DEMO_SYNC_DELAY", default_value = "300ms", value_parser = parse_duration)]
     pub sync_delay: Duration,
+    /// Make one Application fail its sync (the simulator's `sim.argocd-pull.io/fail`), to show
+    /// how failures surface (Degraded on the hub, an error in the ApplicationSet report). The run
+    /// then converges when that app is Degraded and the rest Synced and Healthy.
+    #[arg(long, env = "ARGOCD_PULL_DEMO_WITH_FAILURE")]
+    pub with_failure: bool,
 }
 
 impl Default for DemoArgs {
@@ -74,6 +109,7 @@ impl Default for DemoArgs {
             model: DemoModel::Basic,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             sync_delay: Duration::from_millis(300),
+            with_failure: false,
         }
     }
 }
@@ -98,392 +134,590 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-const APP_NAMES: &[&str] = &[
-    "guestbook",
-    "helm-guestbook",
-    "kustomize-guestbook",
-    "jsonnet-guestbook",
-    "sock-shop",
-];
+/// How long to wait for a Placement's decisions and for the agents to connect.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn app_name(i: usize) -> String {
-    APP_NAMES
-        .get(i)
-        .map(|s| s.to_string())
-        .unwrap_or_else(|| format!("app{}", i + 1))
+/// What the demo runs besides the fleet.
+enum Parts {
+    Basic {
+        controllers: argocd_pull_controller::RunningControllers,
+        gitops: argocd_pull_gitops::Running,
+    },
+    Agents(LocalDeployment),
 }
 
-fn placement_name(app: &str) -> String {
-    format!("{app}-app-placement")
+/// The result of [`Demo::drive`].
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// Everything expected was reached before the timeout.
+    pub converged: bool,
+    pub state: State,
+    pub expectation: Expectation,
+    /// Since [`Demo::start`].
+    pub elapsed: Duration,
 }
 
-/// The ApplicationSet of `app` (the spec's "ApplicationSet shape").
-pub fn application_set(app: &str) -> Value {
-    json!({
-        "apiVersion": "argoproj.io/v1alpha1",
-        "kind": "ApplicationSet",
-        "metadata": {"name": format!("{app}-app"), "namespace": "argocd"},
-        "spec": {
-            "generators": [{"clusterDecisionResource": {
-                "configMapRef": "acm-placement",
-                "labelSelector": {"matchLabels": {names::LABEL_PLACEMENT: placement_name(app)}},
-                "requeueAfterSeconds": 180,
-            }}],
-            "template": {
-                "metadata": {
-                    "name": format!("{{{{name}}}}-{app}-app"),
-                    "labels": {names::LABEL_PULL_TO_OCM: "true"},
-                    "annotations": {
-                        names::ANNOTATION_SKIP_RECONCILE: "true",
-                        names::ANNOTATION_OCM_MANAGED_CLUSTER: "{{name}}",
-                        names::ANNOTATION_OCM_MANAGED_CLUSTER_APP_NAMESPACE: "argocd",
-                    },
-                },
-                "spec": {
-                    "project": "default",
-                    "source": {
-                        "repoURL": "https://github.com/argoproj/argocd-example-apps.git",
-                        "targetRevision": "HEAD",
-                        "path": app,
-                    },
-                    "destination": {"server": names::IN_CLUSTER_SERVER, "namespace": app},
-                    "syncPolicy": {"automated": {"prune": true}, "syncOptions": ["CreateNamespace=true"]},
-                },
-            },
-        },
-    })
+/// A started demo: the fleet, its hub served over HTTP, and the model's components.
+pub struct Demo {
+    args: DemoArgs,
+    fleet: Fleet,
+    server: argocd_pull_hub::HubServer,
+    kubeconfig: PathBuf,
+    parts: Parts,
+    t0: Instant,
 }
 
-/// What the ApplicationSet controller would generate for `cluster` (template rendered with
-/// `{{name}}` = the cluster, owned by the ApplicationSet).
-pub fn generate_application(appset: &ApplicationSet, cluster: &str) -> anyhow::Result<Value> {
-    let template = appset
-        .spec
-        .template
-        .as_ref()
-        .context("ApplicationSet without a template")?;
-    let rendered = template
-        .to_string()
-        .replace("{{name}}", cluster)
-        .replace("{{clusterName}}", cluster);
-    let mut app: Value = serde_json::from_str(&rendered)?;
-    app["apiVersion"] = json!("argoproj.io/v1alpha1");
-    app["kind"] = json!("Application");
-    app["metadata"]["namespace"] = json!(appset.namespace().unwrap_or_else(|| "argocd".into()));
-    let owner = appset
-        .controller_owner_ref(&())
-        .context("ApplicationSet without a uid")?;
-    app["metadata"]["ownerReferences"] = json!([owner]);
-    Ok(app)
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-struct AppRow {
-    cluster: String,
-    app: String,
-    sync: String,
-    health: String,
-    revision: String,
-}
-
-fn row(a: &Application) -> AppRow {
-    let cluster = a
-        .annotations()
-        .get(names::ANNOTATION_OCM_MANAGED_CLUSTER)
-        .cloned()
-        .unwrap_or_default();
-    let owner = a.owning_application_set().unwrap_or("").to_string();
-    AppRow {
-        cluster,
-        app: owner.strip_suffix("-app").unwrap_or(&owner).to_string(),
-        sync: a.sync_status().unwrap_or("-").to_string(),
-        health: a.health_status().unwrap_or("-").to_string(),
-        revision: a
-            .status
-            .as_ref()
-            .and_then(|s| s.sync.as_ref())
-            .and_then(|s| s.revision.as_deref())
-            .map(|r| r.chars().take(7).collect())
-            .unwrap_or_else(|| "-".into()),
-    }
-}
-
-fn converged(r: &AppRow) -> bool {
-    r.sync == "Synced" && r.health == "Healthy"
-}
-
-fn print_table(rows: &BTreeMap<String, AppRow>) {
-    let w = |f: fn(&AppRow) -> &str, title: &str| {
-        rows.values()
-            .map(|r| f(r).len())
-            .chain([title.len()])
-            .max()
-            .unwrap_or(0)
-    };
-    let (wc, wa, ws, wh) = (
-        w(|r| &r.cluster, "CLUSTER"),
-        w(|r| &r.app, "APP"),
-        w(|r| &r.sync, "SYNC"),
-        w(|r| &r.health, "HEALTH"),
-    );
-    println!(
-        "{:wc$}  {:wa$}  {:ws$}  {:wh$}  REVISION",
-        "CLUSTER", "APP", "SYNC", "HEALTH"
-    );
-    let mut sorted: Vec<&AppRow> = rows.values().collect();
-    sorted.sort_by(|a, b| (&a.cluster, &a.app).cmp(&(&b.cluster, &b.app)));
-    for r in sorted {
+impl Demo {
+    /// Starts the fleet, serves its hub, writes the kubeconfig and starts the model's components.
+    pub async fn start(args: DemoArgs) -> anyhow::Result<Demo> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        if args.clusters == 0 || args.apps == 0 {
+            anyhow::bail!("--clusters and --apps must be at least 1");
+        }
+        let t0 = Instant::now();
+        let mut cfg = FleetConfig::with_clusters(args.clusters);
+        cfg.argo = ArgoSimConfig {
+            sync_delay: args.sync_delay,
+            health_delay: args.sync_delay,
+            ..Default::default()
+        };
+        if args.model != DemoModel::Basic {
+            // Agents carry the Applications: no ManifestWorks, no Placements.
+            cfg.work_agent = false;
+            cfg.placement = false;
+        }
+        let fleet = Fleet::start(cfg)
+            .await
+            .context("starting the simulated fleet")?;
+        for yaml in argocd_pull_api::crds::OWN {
+            fleet
+                .hub()
+                .install_crds_yaml(yaml)
+                .context("installing the GitOpsCluster and report CRDs on the hub")?;
+        }
+        let server = fleet
+            .serve(args.listen)
+            .await
+            .with_context(|| format!("serving the hub on {}", args.listen))?;
+        let kubeconfig = args
+            .kubeconfig_out
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("argocd-pull-demo.kubeconfig"));
+        server
+            .write_kubeconfig(&kubeconfig)
+            .with_context(|| format!("writing the kubeconfig to {}", kubeconfig.display()))?;
         println!(
-            "{:wc$}  {:wa$}  {:ws$}  {:wh$}  {}",
-            r.cluster, r.app, r.sync, r.health, r.revision
+            "hub: {} ({} managed cluster{}, kubeconfig {})",
+            server.url(),
+            args.clusters,
+            if args.clusters == 1 { "" } else { "s" },
+            kubeconfig.display()
         );
+
+        let hub = fleet.hub_client();
+        let parts = match args.model {
+            DemoModel::Basic => {
+                let mut config = argocd_pull_controller::ControllerConfig::default();
+                config.work.extra_feedback = argocd_pull_gitops::report::extra_feedback_rules();
+                let controllers = argocd_pull_controller::start(hub.clone(), config)
+                    .await
+                    .context("starting the hub controllers")?;
+                controllers.wait_ready().await;
+                let gitops = argocd_pull_gitops::start(hub, Default::default())
+                    .await
+                    .context("starting the GitOpsCluster and report controllers")?;
+                println!(
+                    "controllers: propagation, status, cleanup, gitopscluster, applicationset report running"
+                );
+                Parts::Basic {
+                    controllers,
+                    gitops,
+                }
+            }
+            DemoModel::Agent | DemoModel::Autonomous => {
+                let mode = if args.model == DemoModel::Agent {
+                    Mode::Managed
+                } else {
+                    Mode::Autonomous
+                };
+                let agents = fleet
+                    .cluster_names()
+                    .into_iter()
+                    .filter_map(|n| fleet.cluster(&n).map(|c| (n, c.client())))
+                    .collect();
+                println!("principal and agents: generating a throwaway PKI and JWT key…");
+                let local = argocd_pull_agent::start_local(hub, agents, mode)
+                    .await
+                    .context("starting the principal and the agents")?;
+                local.wait_connected(SETUP_TIMEOUT).await?;
+                println!(
+                    "principal: {} (gRPC over mTLS), {} agents connected in {} mode",
+                    local.principal.local_addr(),
+                    local.agents.len(),
+                    mode.as_str()
+                );
+                Parts::Agents(local)
+            }
+        };
+        Ok(Demo {
+            args,
+            fleet,
+            server,
+            kubeconfig,
+            parts,
+            t0,
+        })
+    }
+
+    /// A client of the hub.
+    pub fn hub_client(&self) -> Client {
+        self.fleet.hub_client()
+    }
+
+    /// The fleet (clusters, their clients).
+    pub fn fleet(&self) -> &Fleet {
+        &self.fleet
+    }
+
+    /// Where the hub's kubeconfig was written.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The hub's HTTP address.
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+
+    /// Applies the workload, follows it until it converged or `--timeout` passed, prints the
+    /// final tables.
+    pub async fn drive(&self) -> anyhow::Result<Outcome> {
+        let expectation = match self.args.model {
+            DemoModel::Basic => self.apply_basic().await?,
+            DemoModel::Agent => self.apply_agent().await?,
+            DemoModel::Autonomous => self.apply_autonomous().await?,
+        };
+        let (converged, state) = self.follow(&expectation).await;
+        let elapsed = self.t0.elapsed();
+        println!();
+        state::print_tables(&state);
+        println!();
+        println!("{}", state.summary(&expectation, elapsed));
+        if converged {
+            println!("{}", done_message(&expectation, &state, elapsed));
+        } else {
+            eprintln!(
+                "timed out after {:?}: {}",
+                self.args.timeout,
+                state.missing(&expectation)
+            );
+        }
+        Ok(Outcome {
+            converged,
+            state,
+            expectation,
+            elapsed,
+        })
+    }
+
+    /// Basic model: Argo CD server Service, GitOpsCluster and its Placement, then per app a
+    /// Placement, an ApplicationSet and its generated Applications.
+    async fn apply_basic(&self) -> anyhow::Result<Expectation> {
+        let hub = self.hub_client();
+        let ns = workload::ARGO_NAMESPACE;
+        let pp = PatchParams::apply("argocd-pull-demo").force();
+        let apply = |api: Api<kube::api::DynamicObject>, obj: Value| {
+            let pp = pp.clone();
+            async move {
+                let name = obj["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                api.patch(&name, &pp, &Patch::Apply(&obj))
+                    .await
+                    .with_context(|| format!("applying {} {name}", obj["kind"]))
+            }
+        };
+        let dynamic = |obj: &Value| -> anyhow::Result<Api<kube::api::DynamicObject>> {
+            let tm: kube::core::TypeMeta = serde_json::from_value(obj.clone())?;
+            let gvk = kube::api::GroupVersionKind::try_from(&tm)?;
+            let plural = match gvk.kind.as_str() {
+                "Service" => "services".to_string(),
+                k => format!("{}s", k.to_lowercase()),
+            };
+            let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, &plural);
+            Ok(Api::namespaced_with(hub.clone(), ns, &ar))
+        };
+        for obj in [
+            workload::argocd_server_service(),
+            workload::placement(workload::GITOPS_PLACEMENT),
+            workload::gitopscluster(workload::GITOPS_PLACEMENT),
+        ] {
+            apply(dynamic(&obj)?, obj).await?;
+        }
+        println!(
+            "gitopscluster {ns}/{}: clusters of placement {} → Argo CD cluster secrets in {ns}",
+            workload::GITOPSCLUSTER,
+            workload::GITOPS_PLACEMENT
+        );
+
+        let appsets: Api<ApplicationSet> = Api::namespaced(hub.clone(), ns);
+        let apps: Api<Application> = Api::namespaced(hub.clone(), ns);
+        let decisions: Api<PlacementDecision> = Api::namespaced(hub.clone(), ns);
+        let mut exp = Expectation {
+            gitopscluster: true,
+            clusters: self.args.clusters,
+            ..Default::default()
+        };
+        for i in 0..self.args.apps {
+            let app = workload::app_name(i);
+            let pname = workload::placement_name(&app);
+            let placement = workload::placement(&pname);
+            apply(dynamic(&placement)?, placement).await?;
+            let appset = appsets
+                .patch(
+                    &workload::appset_name(&app),
+                    &pp,
+                    &Patch::Apply(application_set(&app)),
+                )
+                .await?;
+            // The clusterDecisionResource generator: the PlacementDecisions' cluster names.
+            let of_placement =
+                |d: &PlacementDecision| d.labels().get(names::LABEL_PLACEMENT) == Some(&pname);
+            let want = self.args.clusters;
+            let ds = wait_for_list(&decisions, SETUP_TIMEOUT, |ds: &[PlacementDecision]| {
+                ds.iter()
+                    .filter(|d| of_placement(d))
+                    .map(|d| d.cluster_names().count())
+                    .sum::<usize>()
+                    == want
+            })
+            .await
+            .with_context(|| format!("waiting for the PlacementDecisions of {pname}"))?;
+            let mut clusters: Vec<String> = ds
+                .iter()
+                .filter(|d| of_placement(d))
+                .flat_map(|d| d.cluster_names().map(str::to_string).collect::<Vec<_>>())
+                .collect();
+            clusters.sort();
+            println!(
+                "applicationset {}: placement {pname} selected {} clusters",
+                appset.name_any(),
+                clusters.len()
+            );
+            let fail_on = (self.args.with_failure && i == 0)
+                .then(|| clusters.last().cloned())
+                .flatten();
+            for c in &clusters {
+                let mut a = generate_application(&appset, c)?;
+                let name = a["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                if fail_on.as_ref() == Some(c) {
+                    workload::make_failing(&mut a);
+                    println!("  {name} on {c} is made to fail its sync (--with-failure)");
+                    exp.failing = Some(format!("{ns}/{name}"));
+                    exp.failing_cluster = Some(c.clone());
+                    exp.failing_appset = Some(appset.name_any());
+                }
+                apps.patch(&name, &pp, &Patch::Apply(a)).await?;
+                exp.applications += 1;
+            }
+            exp.appsets.push(appset.name_any());
+        }
+        Ok(exp)
+    }
+
+    /// Agent model (managed): Applications in each agent's namespace on the hub.
+    async fn apply_agent(&self) -> anyhow::Result<Expectation> {
+        let hub = self.hub_client();
+        let pp = PatchParams::apply("argocd-pull-demo").force();
+        let mut exp = Expectation {
+            clusters: self.args.clusters,
+            ..Default::default()
+        };
+        let clusters = self.fleet.cluster_names();
+        for (ci, c) in clusters.iter().enumerate() {
+            let apps: Api<Application> = Api::namespaced(hub.clone(), c);
+            for i in 0..self.args.apps {
+                let name = workload::app_name(i);
+                let mut a = workload::application(c, &name);
+                if self.args.with_failure && i == 0 && ci + 1 == clusters.len() {
+                    workload::make_failing(&mut a);
+                    println!("  {c}/{name} is made to fail its sync (--with-failure)");
+                    exp.failing = Some(format!("{c}/{name}"));
+                }
+                apps.patch(&name, &pp, &Patch::Apply(a))
+                    .await
+                    .with_context(|| format!("creating Application {c}/{name} on the hub"))?;
+                exp.applications += 1;
+            }
+        }
+        println!(
+            "applications: {} created on the hub in the agents' namespaces ({} per cluster)",
+            exp.applications, self.args.apps
+        );
+        Ok(exp)
+    }
+
+    /// Autonomous model: Applications created on the clusters, appearing on the hub in each
+    /// agent's namespace.
+    async fn apply_autonomous(&self) -> anyhow::Result<Expectation> {
+        let ns = workload::ARGO_NAMESPACE;
+        let pp = PatchParams::apply("argocd-pull-demo").force();
+        let mut exp = Expectation {
+            clusters: self.args.clusters,
+            ..Default::default()
+        };
+        let clusters = self.fleet.cluster_names();
+        for (ci, c) in clusters.iter().enumerate() {
+            let cluster = self
+                .fleet
+                .cluster(c)
+                .with_context(|| format!("cluster {c} vanished"))?;
+            let apps: Api<Application> = Api::namespaced(cluster.client(), ns);
+            for i in 0..self.args.apps {
+                let name = workload::app_name(i);
+                let mut a = workload::application(ns, &name);
+                if self.args.with_failure && i == 0 && ci + 1 == clusters.len() {
+                    workload::make_failing(&mut a);
+                    println!("  {name} on {c} is made to fail its sync (--with-failure)");
+                    exp.failing = Some(format!("{c}/{name}"));
+                }
+                apps.patch(&name, &pp, &Patch::Apply(a))
+                    .await
+                    .with_context(|| format!("creating Application {ns}/{name} on {c}"))?;
+                exp.applications += 1;
+            }
+        }
+        println!(
+            "applications: {} created on the clusters ({} per cluster), the agents report them to the hub",
+            exp.applications, self.args.apps
+        );
+        Ok(exp)
+    }
+
+    /// Follows the hub until `exp` is reached (true) or the timeout (false).
+    async fn follow(&self, exp: &Expectation) -> (bool, State) {
+        let hub = self.hub_client();
+        let updates = updates(hub, exp.gitopscluster);
+        futures::pin_mut!(updates);
+        let t0 = self.t0;
+        let verbose = exp.applications <= 50;
+        let mut st = State::default();
+        let deadline = tokio::time::Instant::now() + self.args.timeout;
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let done = loop {
+            if st.converged(exp) {
+                break true;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => break false,
+                _ = tick.tick(), if !verbose => println!("{}", st.summary(exp, t0.elapsed())),
+                u = updates.next() => {
+                    let Some(u) = u else { break false };
+                    let at = format!("[{:>5.1}s]", t0.elapsed().as_secs_f64());
+                    match u {
+                        Update::App(key, Some(r)) => {
+                            let changed = st.apps.get(&key).is_none_or(|o| o.sync != r.sync || o.health != r.health);
+                            if changed && verbose {
+                                println!("{at} {:<10} {:<20} sync={:<10} health={}", r.cluster, r.app, r.sync, r.health);
+                            }
+                            st.apps.insert(key, r);
+                        }
+                        Update::App(key, None) => { st.apps.remove(&key); }
+                        Update::GitOps(g) => {
+                            let changed = st.gitopscluster.as_ref().map(|o| &o.phase) != g.as_ref().map(|n| &n.phase);
+                            if changed && verbose && let Some(g) = g.as_ref().filter(|g| g.phase != "-") {
+                                println!("{at} gitopscluster {} phase={}: {}", g.name, g.phase, g.message);
+                            }
+                            st.gitopscluster = g;
+                        }
+                        Update::ClusterSecret(name, present) => {
+                            if present {
+                                st.cluster_secrets.insert(name);
+                            } else {
+                                st.cluster_secrets.remove(&name);
+                            }
+                        }
+                        Update::Report(name, Some(r)) => {
+                            let changed = st.reports.get(&name).is_none_or(|o| o.summary != r.summary);
+                            if changed && verbose {
+                                let s = &r.summary;
+                                println!("{at} report {:<24} clusters={} synced={} healthy={}", r.name, s.clusters, s.synced, s.healthy);
+                            }
+                            st.reports.insert(name, r);
+                        }
+                        Update::Report(name, None) => { st.reports.remove(&name); }
+                    }
+                }
+            }
+        };
+        (done, st)
+    }
+
+    /// Stops everything this demo started.
+    pub async fn shutdown(self) {
+        match self.parts {
+            Parts::Basic {
+                controllers,
+                gitops,
+            } => {
+                gitops.shutdown().await;
+                controllers.shutdown().await;
+            }
+            Parts::Agents(local) => local.shutdown().await,
+        }
+        self.server.shutdown().await;
+        self.fleet.shutdown().await;
+    }
+
+    fn print_explore_hints(&self) {
+        let kc = self.kubeconfig.display();
+        println!();
+        println!("The hub keeps running. Explore it with:");
+        println!("  kubectl --kubeconfig {kc} get applications -A");
+        match self.args.model {
+            DemoModel::Basic => {
+                println!("  kubectl --kubeconfig {kc} get manifestworks -A");
+                println!("  kubectl --kubeconfig {kc} get gitopsclusters -A");
+                println!(
+                    "  kubectl --kubeconfig {kc} get multiclusterapplicationsetreports -A -o yaml"
+                );
+                println!(
+                    "  kubectl --kubeconfig {kc} get secrets -n argocd -l {}=cluster",
+                    names::LABEL_ARGOCD_SECRET_TYPE
+                );
+            }
+            DemoModel::Agent => {
+                println!(
+                    "  kubectl --kubeconfig {kc} patch application -n {} {} --type merge -p '{{\"spec\":{{\"source\":{{\"targetRevision\":\"v2\"}}}}}}'",
+                    self.fleet
+                        .cluster_names()
+                        .first()
+                        .cloned()
+                        .unwrap_or_default(),
+                    workload::app_name(0)
+                );
+            }
+            DemoModel::Autonomous => {}
+        }
+        println!("Press Ctrl-C to stop.");
     }
 }
 
-fn summary(rows: &BTreeMap<String, AppRow>, expected: usize, elapsed: Duration) -> String {
-    let synced = rows.values().filter(|r| r.sync == "Synced").count();
-    let healthy = rows.values().filter(|r| r.health == "Healthy").count();
-    let progressing = rows.values().filter(|r| r.health == "Progressing").count();
-    let degraded = rows.values().filter(|r| r.health == "Degraded").count();
-    format!(
-        "[{:>5.1}s] {}/{expected} applications, {synced} synced, {healthy} healthy, {progressing} progressing, {degraded} degraded",
-        elapsed.as_secs_f64(),
-        rows.len()
-    )
-}
-
-/// Runs the demo; exit code 0 when every Application converged, 1 on timeout.
-pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    match args.model {
-        DemoModel::Basic => {}
-    }
-    if args.clusters == 0 || args.apps == 0 {
-        anyhow::bail!("--clusters and --apps must be at least 1");
-    }
-    let t0 = Instant::now();
-    let mut cfg = FleetConfig::with_clusters(args.clusters);
-    cfg.argo = ArgoSimConfig {
-        sync_delay: args.sync_delay,
-        health_delay: args.sync_delay,
-        ..Default::default()
+/// The last line of a converged run.
+fn done_message(exp: &Expectation, state: &State, elapsed: Duration) -> String {
+    let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    let mut out = match &exp.failing {
+        None => format!(
+            "all {} Synced and Healthy on {}",
+            plural(exp.applications, "application"),
+            plural(exp.clusters, "cluster")
+        ),
+        Some(f) => format!(
+            "{} Synced and Healthy on {}, {f} Degraded as asked (--with-failure)",
+            plural(exp.applications - 1, "application"),
+            plural(exp.clusters, "cluster")
+        ),
     };
-    let fleet = Fleet::start(cfg)
-        .await
-        .context("starting the simulated fleet")?;
-    let server = fleet
-        .serve(args.listen)
-        .await
-        .with_context(|| format!("serving the hub on {}", args.listen))?;
-    let kubeconfig = args
-        .kubeconfig_out
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join("argocd-pull-demo.kubeconfig"));
-    server
-        .write_kubeconfig(&kubeconfig)
-        .with_context(|| format!("writing the kubeconfig to {}", kubeconfig.display()))?;
-    println!(
-        "hub: {} ({} managed clusters, kubeconfig {})",
-        server.url(),
-        args.clusters,
-        kubeconfig.display()
-    );
+    if exp.gitopscluster {
+        out.push_str(&format!(
+            "; GitOpsCluster successful with {}; {} complete",
+            plural(state.cluster_secrets.len(), "cluster secret"),
+            plural(exp.appsets.len(), "ApplicationSet report")
+        ));
+    }
+    out.push_str(&format!(" ({:.1}s)", elapsed.as_secs_f64()));
+    out
+}
 
-    let hub = fleet.hub_client();
-    let controllers = argocd_pull_controller::start(hub.clone(), Default::default())
-        .await
-        .context("starting the hub controllers")?;
-    controllers.wait_ready().await;
-    println!("controllers: propagation, status, cleanup running");
+/// A change seen on the hub.
+enum Update {
+    App(String, Option<AppRow>),
+    GitOps(Option<GitOpsClusterRow>),
+    /// An Argo CD cluster Secret in the Argo CD namespace appeared (true) or went.
+    ClusterSecret(String, bool),
+    Report(String, Option<ReportRow>),
+}
 
-    let result = drive(&fleet, &args, t0).await;
-    let code = match result {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
+/// The hub's Applications (all namespaces) and, when `gitops`, the demo's GitOpsCluster and the
+/// ApplicationSet reports, as one stream of updates.
+fn updates(hub: Client, gitops: bool) -> impl Stream<Item = Update> + Send {
+    fn events<K, T>(
+        api: Api<K>,
+        cfg: watcher::Config,
+        f: impl Fn(K, bool) -> T + Send + 'static,
+    ) -> futures::stream::BoxStream<'static, T>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+        K::DynamicType: Default,
+        T: Send + 'static,
+    {
+        watcher::watcher(api, cfg)
+            .filter_map(move |ev| {
+                let out = match ev {
+                    Ok(Event::Apply(o)) | Ok(Event::InitApply(o)) => Some(f(o, true)),
+                    Ok(Event::Delete(o)) => Some(f(o, false)),
+                    _ => None,
+                };
+                futures::future::ready(out)
+            })
+            .boxed()
+    }
+    let mut streams = vec![events(
+        Api::<Application>::all(hub.clone()),
+        watcher::Config::default(),
+        |a, present| {
+            let r = AppRow::from_application(&a);
+            Update::App(r.key(), present.then_some(r))
+        },
+    )];
+    if gitops {
+        streams.push(events(
+            Api::<GitOpsCluster>::namespaced(hub.clone(), workload::ARGO_NAMESPACE),
+            watcher::Config::default()
+                .fields(&format!("metadata.name={}", workload::GITOPSCLUSTER)),
+            |g, present| Update::GitOps(present.then(|| GitOpsClusterRow::from_object(&g))),
+        ));
+        streams.push(events(
+            Api::<kube::core::PartialObjectMeta<Secret>>::namespaced(
+                hub.clone(),
+                workload::ARGO_NAMESPACE,
+            ),
+            watcher::Config::default()
+                .labels(&format!("{}=cluster", names::LABEL_ARGOCD_SECRET_TYPE)),
+            |s, present| Update::ClusterSecret(s.name_any(), present),
+        ));
+        streams.push(events(
+            Api::<MulticlusterApplicationSetReport>::namespaced(hub, workload::ARGO_NAMESPACE),
+            watcher::Config::default(),
+            |r, present| Update::Report(r.name_any(), present.then(|| ReportRow::from_object(&r))),
+        ));
+    }
+    futures::stream::select_all(streams)
+}
+
+/// Runs the demo: exit code 0 when everything converged, 1 on timeout, 2 when the run failed
+/// after the start.
+pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
+    let keep_running = args.keep_running;
+    let demo = Demo::start(args).await?;
+    let code = match demo.drive().await {
+        Ok(o) if o.converged => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(1),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
     };
-
-    if args.keep_running {
-        println!();
-        println!("The hub keeps running. Explore it with:");
-        println!(
-            "  kubectl --kubeconfig {} get applications -A",
-            kubeconfig.display()
-        );
-        println!(
-            "  kubectl --kubeconfig {} get manifestworks -A",
-            kubeconfig.display()
-        );
-        println!("Press Ctrl-C to stop.");
+    if keep_running {
+        demo.print_explore_hints();
         tokio::signal::ctrl_c()
             .await
             .context("waiting for Ctrl-C")?;
     }
-    controllers.shutdown().await;
-    server.shutdown().await;
-    fleet.shutdown().await;
+    demo.shutdown().await;
     Ok(code)
-}
-
-/// Applies the workload and follows it; Ok(true) when converged.
-async fn drive(fleet: &Fleet, args: &DemoArgs, t0: Instant) -> anyhow::Result<bool> {
-    let hub = fleet.hub_client();
-    let pp = PatchParams::apply("argocd-pull-demo").force();
-    let cms: Api<ConfigMap> = Api::namespaced(hub.clone(), "argocd");
-    cms.patch(
-        "acm-placement",
-        &pp,
-        &Patch::Apply(json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "acm-placement", "namespace": "argocd"},
-            "data": {"apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "placementdecisions",
-                     "statusListKey": "decisions", "matchKey": "clusterName"},
-        })),
-    )
-    .await?;
-    let placements: Api<Placement> = Api::namespaced(hub.clone(), "argocd");
-    let appsets: Api<ApplicationSet> = Api::namespaced(hub.clone(), "argocd");
-    let apps: Api<Application> = Api::namespaced(hub.clone(), "argocd");
-    let decisions: Api<PlacementDecision> = Api::namespaced(hub.clone(), "argocd");
-
-    // Follow the hub Applications from the start.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Option<AppRow>)>();
-    let follow = tokio::spawn({
-        let apps = apps.clone();
-        async move {
-            let stream = watcher::watcher(apps, watcher::Config::default());
-            futures::pin_mut!(stream);
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(Event::Apply(a)) | Ok(Event::InitApply(a)) => {
-                        let _ = tx.send((a.name_any(), Some(row(&a))));
-                    }
-                    Ok(Event::Delete(a)) => {
-                        let _ = tx.send((a.name_any(), None));
-                    }
-                    _ => {}
-                }
-            }
-        }
-    });
-
-    let mut expected = 0;
-    for i in 0..args.apps {
-        let app = app_name(i);
-        let placement = json!({
-            "apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
-            "metadata": {"name": placement_name(&app), "namespace": "argocd"},
-            "spec": {"predicates": [{"requiredClusterSelector": {"labelSelector": {
-                "matchExpressions": [{"key": "vendor", "operator": "In", "values": ["Kubernetes"]}]}}}]},
-        });
-        placements
-            .patch(&placement_name(&app), &pp, &Patch::Apply(placement))
-            .await?;
-        let appset = appsets
-            .patch(
-                &format!("{app}-app"),
-                &pp,
-                &Patch::Apply(application_set(&app)),
-            )
-            .await?;
-        // The clusterDecisionResource generator: the PlacementDecisions' cluster names.
-        let selector = format!("{}={}", names::LABEL_PLACEMENT, placement_name(&app));
-        let want = fleet.cluster_names().len();
-        let ds = wait_for_list(
-            &decisions,
-            Duration::from_secs(30),
-            |ds: &[PlacementDecision]| {
-                ds.iter()
-                    .filter(|d| {
-                        d.labels().get(names::LABEL_PLACEMENT) == Some(&placement_name(&app))
-                    })
-                    .map(|d| d.cluster_names().count())
-                    .sum::<usize>()
-                    == want
-            },
-        )
-        .await
-        .with_context(|| format!("waiting for the PlacementDecisions of {selector}"))?;
-        let mut clusters: Vec<String> = ds
-            .iter()
-            .filter(|d| d.labels().get(names::LABEL_PLACEMENT) == Some(&placement_name(&app)))
-            .flat_map(|d| d.cluster_names().map(str::to_string).collect::<Vec<_>>())
-            .collect();
-        clusters.sort();
-        println!(
-            "applicationset {app}-app: placement {} selected {} clusters",
-            placement_name(&app),
-            clusters.len()
-        );
-        for c in &clusters {
-            let a = generate_application(&appset, c)?;
-            let name = a["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            apps.patch(&name, &pp, &Patch::Apply(a)).await?;
-            expected += 1;
-        }
-    }
-    let _ = apps.list(&ListParams::default().limit(1)).await?;
-
-    let verbose = expected <= 50;
-    let mut rows: BTreeMap<String, AppRow> = BTreeMap::new();
-    let deadline = tokio::time::Instant::now() + args.timeout;
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let done = loop {
-        if rows.len() == expected && rows.values().all(converged) {
-            break true;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep_until(deadline) => break false,
-            _ = tick.tick(), if !verbose => println!("{}", summary(&rows, expected, t0.elapsed())),
-            ev = rx.recv() => {
-                let Some((name, r)) = ev else { break false };
-                match r {
-                    Some(r) => {
-                        let changed = rows.get(&name).is_none_or(|old| old.sync != r.sync || old.health != r.health);
-                        if changed && verbose {
-                            println!("[{:>5.1}s] {:<28} {:<10} sync={:<10} health={}", t0.elapsed().as_secs_f64(), name, r.cluster, r.sync, r.health);
-                        }
-                        rows.insert(name, r);
-                    }
-                    None => { rows.remove(&name); }
-                }
-            }
-        }
-    };
-    follow.abort();
-    println!();
-    print_table(&rows);
-    println!();
-    println!("{}", summary(&rows, expected, t0.elapsed()));
-    if done {
-        println!(
-            "all {expected} applications Synced and Healthy on {} clusters in {:.1}s",
-            args.clusters,
-            t0.elapsed().as_secs_f64()
-        );
-    } else {
-        let stuck: Vec<&String> = rows
-            .iter()
-            .filter(|(_, r)| !converged(r))
-            .map(|(n, _)| n)
-            .take(10)
-            .collect();
-        eprintln!(
-            "timed out after {:?}: {} of {expected} applications converged; not converged: {:?}{}",
-            args.timeout,
-            rows.values().filter(|r| converged(r)).count(),
-            stuck,
-            if rows.len() < expected {
-                format!(" ({} not created yet)", expected - rows.len())
-            } else {
-                String::new()
-            }
-        );
-    }
-    Ok(done)
 }

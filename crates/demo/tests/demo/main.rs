@@ -3,6 +3,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod models;
+
 use argocd_pull_demo::{DemoArgs, DemoModel, generate_application, parse_duration, run};
 use clap::Parser;
 
@@ -69,7 +71,17 @@ fn flags_defaults_and_errors() {
         .unwrap()
         .to_string();
     assert!(e.contains("soon"), "{e}");
-    assert!(Cli::try_parse_from(["demo", "--model", "agent"]).is_err());
+    assert!(!cli.demo.with_failure);
+    let cli = Cli::try_parse_from(["demo", "--model", "agent", "--with-failure"]).unwrap();
+    assert_eq!(
+        (cli.demo.model, cli.demo.with_failure),
+        (DemoModel::Agent, true)
+    );
+    let e = Cli::try_parse_from(["demo", "--model", "push"])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("push") && e.contains("autonomous"), "{e}");
     assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
     assert!(parse_duration("5d").unwrap_err().contains("5d"));
 }
