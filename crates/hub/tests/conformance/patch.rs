@@ -183,10 +183,7 @@ async fn server_side_apply_creates_and_tracks_managed_fields() {
         .time
         .clone()
         .unwrap();
-    assert!(
-        serde_json::to_string(&t).unwrap() > "\"2020".to_string(),
-        "{t:?}"
-    );
+    assert!(*serde_json::to_string(&t).unwrap() > *"\"2020", "{t:?}");
 }
 
 #[tokio::test]
