@@ -3,6 +3,7 @@
 mod support;
 
 mod cli;
+mod embedded_hub;
 mod errors;
 mod golden;
 mod real_cluster;

@@ -13,28 +13,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::await_condition;
 
-fn feedback(work: &DynamicObject, kind: &str, name: &str, field: &str) -> Option<i64> {
-    let manifests = work
-        .data
-        .pointer("/status/resourceStatus/manifests")?
-        .as_array()?;
-    let m = manifests
-        .iter()
-        .find(|m| m["resourceMeta"]["kind"] == kind && m["resourceMeta"]["name"] == name)?;
-    m.pointer("/statusFeedback/values")?
-        .as_array()?
-        .iter()
-        .find(|v| v["name"] == field)?
-        .pointer("/fieldValue/integer")?
-        .as_i64()
-}
-
-fn condition_true(work: &DynamicObject, t: &str) -> bool {
-    work.data
-        .pointer("/status/conditions")
-        .and_then(|c| c.as_array())
-        .is_some_and(|c| c.iter().any(|c| c["type"] == t && c["status"] == "True"))
-}
+use crate::support::{condition_true, feedback};
 
 #[tokio::test]
 async fn generate_apply_and_see_feedback_on_a_real_hub() {

@@ -70,3 +70,33 @@ pub fn fails(o: &Output) -> String {
     );
     stderr(o)
 }
+
+/// An integer status feedback value of a manifest in a ManifestWork's status.
+pub fn feedback(
+    work: &kube::api::DynamicObject,
+    kind: &str,
+    name: &str,
+    field: &str,
+) -> Option<i64> {
+    let manifests = work
+        .data
+        .pointer("/status/resourceStatus/manifests")?
+        .as_array()?;
+    let m = manifests
+        .iter()
+        .find(|m| m["resourceMeta"]["kind"] == kind && m["resourceMeta"]["name"] == name)?;
+    m.pointer("/statusFeedback/values")?
+        .as_array()?
+        .iter()
+        .find(|v| v["name"] == field)?
+        .pointer("/fieldValue/integer")?
+        .as_i64()
+}
+
+/// True when the object has condition `t` with status True.
+pub fn condition_true(work: &kube::api::DynamicObject, t: &str) -> bool {
+    work.data
+        .pointer("/status/conditions")
+        .and_then(|c| c.as_array())
+        .is_some_and(|c| c.iter().any(|c| c["type"] == t && c["status"] == "True"))
+}
