@@ -10,6 +10,7 @@
 //! deletes anything.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::{BuildHasher, DefaultHasher, Hasher, RandomState};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,12 +32,209 @@ use crate::{FIELD_MANAGER, GitOpsConfig};
 
 const CONTROLLER: &str = "appset-report";
 
-/// A ManifestWork as the aggregator reads it: metadata and status only.
-#[derive(Clone, Debug, Deserialize)]
+/// A ManifestWork as the aggregator reads it: a compact projection decoded straight from the
+/// API response. Of the metadata only name, namespace, resourceVersion, deletionTimestamp, the
+/// `application-set` label and the two annotations the report needs are kept (managedFields and
+/// everything else are skipped unallocated); of the status only the feedback values of the Argo CD
+/// Application manifest. The payload (`spec`) is never decoded.
+#[derive(Clone, Debug, Default)]
 pub struct WorkView {
     pub metadata: ObjectMeta,
-    #[serde(default)]
     pub status: Option<ManifestWorkStatus>,
+}
+
+impl<'de> Deserialize<'de> for WorkView {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = slim::Work::deserialize(d)?;
+        Ok(raw.into())
+    }
+}
+
+/// The serde projection behind [`WorkView`] (undeclared fields are skipped by serde without
+/// allocating, `IgnoredAny`-style).
+mod slim {
+    use std::collections::BTreeMap;
+    use std::fmt;
+
+    use argocd_pull_api::names;
+    use argocd_pull_api::ocm::work::{
+        ManifestCondition, ManifestResourceMeta, ManifestResourceStatus, ManifestWorkStatus,
+        StatusFeedbackResult,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use kube::api::ObjectMeta;
+    use serde::Deserialize;
+    use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+
+    #[derive(Deserialize)]
+    pub(super) struct Work {
+        #[serde(default)]
+        metadata: Meta,
+        #[serde(default)]
+        status: Option<Status>,
+    }
+
+    #[derive(Default, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Meta {
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        namespace: Option<String>,
+        #[serde(default)]
+        resource_version: Option<String>,
+        #[serde(default)]
+        deletion_timestamp: Option<Time>,
+        #[serde(default, deserialize_with = "labels")]
+        labels: Option<BTreeMap<String, String>>,
+        #[serde(default, deserialize_with = "annotations")]
+        annotations: Option<BTreeMap<String, String>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Status {
+        #[serde(default)]
+        resource_status: Option<ResourceStatus>,
+    }
+
+    #[derive(Deserialize)]
+    struct ResourceStatus {
+        #[serde(default)]
+        manifests: Vec<Manifest>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Manifest {
+        #[serde(default)]
+        resource_meta: ResourceMeta,
+        #[serde(default)]
+        status_feedback: Option<StatusFeedbackResult>,
+    }
+
+    #[derive(Default, Deserialize)]
+    struct ResourceMeta {
+        #[serde(default)]
+        group: String,
+        #[serde(default)]
+        kind: String,
+        #[serde(default)]
+        resource: String,
+    }
+
+    /// A string map keeping only the keys in `keep` (the other values are skipped).
+    struct FilteredMap(&'static [&'static str]);
+
+    impl<'de> Visitor<'de> for FilteredMap {
+        type Value = Option<BTreeMap<String, String>>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a map of strings")
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(k) = m.next_key_seed(Key(self.0))? {
+                match k {
+                    Some(k) => {
+                        out.insert(k.to_string(), m.next_value::<String>()?);
+                    }
+                    None => {
+                        m.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(Some(out))
+        }
+    }
+
+    /// A map key matched against the wanted keys without allocating.
+    struct Key(&'static [&'static str]);
+
+    impl<'de> DeserializeSeed<'de> for Key {
+        type Value = Option<&'static str>;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Key {
+        type Value = Option<&'static str>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a string key")
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(self.0.iter().find(|k| **k == v).copied())
+        }
+    }
+
+    fn labels<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+        d.deserialize_option(FilteredMap(&[names::LABEL_APPLICATION_SET]))
+    }
+
+    fn annotations<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+        d.deserialize_option(FilteredMap(&[
+            names::HOSTING_APPLICATIONSET,
+            names::ANNOTATION_HUB_APPLICATION_NAME,
+        ]))
+    }
+
+    impl From<Work> for super::WorkView {
+        fn from(w: Work) -> Self {
+            let m = w.metadata;
+            // Only the Argo CD Application manifest's feedback is read (`application_feedback`
+            // takes the first such manifest); keep just that one.
+            let manifests: Vec<ManifestCondition> = w
+                .status
+                .and_then(|s| s.resource_status)
+                .into_iter()
+                .flat_map(|rs| rs.manifests)
+                .find(|m| {
+                    m.resource_meta.group == "argoproj.io"
+                        && (m.resource_meta.resource == "applications"
+                            || m.resource_meta.kind == "Application")
+                })
+                .map(|m| ManifestCondition {
+                    resource_meta: ManifestResourceMeta {
+                        group: m.resource_meta.group,
+                        kind: m.resource_meta.kind,
+                        resource: m.resource_meta.resource,
+                        ..Default::default()
+                    },
+                    status_feedback: m.status_feedback,
+                    conditions: Vec::new(),
+                })
+                .into_iter()
+                .collect();
+            super::WorkView {
+                metadata: ObjectMeta {
+                    name: m.name,
+                    namespace: m.namespace,
+                    resource_version: m.resource_version,
+                    deletion_timestamp: m.deletion_timestamp,
+                    labels: m.labels,
+                    annotations: m.annotations,
+                    ..Default::default()
+                },
+                status: Some(ManifestWorkStatus {
+                    conditions: Vec::new(),
+                    resource_status: Some(ManifestResourceStatus { manifests }),
+                }),
+            }
+        }
+    }
 }
 
 impl Resource for WorkView {
@@ -76,16 +274,34 @@ fn key_of(meta: &ObjectMeta) -> (String, String) {
 pub struct Index {
     work_appset: HashMap<WorkKey, AppSetKey>,
     by_appset: HashMap<AppSetKey, HashMap<WorkKey, WorkEntry>>,
-    reports: HashMap<AppSetKey, MulticlusterApplicationSetReport>,
+    /// A 128-bit digest of each stored report (label and statuses) instead of the report itself:
+    /// enough to write only on change, at a fraction of the memory.
+    reports: HashMap<AppSetKey, u128>,
     appsets: HashSet<AppSetKey>,
     dirty: HashSet<AppSetKey>,
+    digest_keys: (RandomState, RandomState),
+}
+
+/// Feeds serialised bytes to two independently keyed SipHashers (a 128-bit digest).
+struct DigestWriter(DefaultHasher, DefaultHasher);
+
+impl std::io::Write for DigestWriter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.write(b);
+        self.1.write(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// What a flush decided for one ApplicationSet.
 #[derive(Debug)]
 pub enum Decision {
     Write(AppSetKey, Box<MulticlusterApplicationSetReport>),
-    /// The ApplicationSet is gone: delete the report (if any) and these works.
+    /// The ApplicationSet is gone: delete the report (if any) and these works (plus, when it
+    /// has a report, the works the report names — read when deleting).
     Delete(AppSetKey, bool, Vec<WorkKey>),
 }
 
@@ -150,12 +366,30 @@ impl Index {
         }
     }
 
-    pub fn set_report(&mut self, r: MulticlusterApplicationSetReport) {
+    pub fn set_report(&mut self, r: &MulticlusterApplicationSetReport) {
         let k = AppSetKey {
             namespace: r.metadata.namespace.clone().unwrap_or_default(),
             name: r.metadata.name.clone().unwrap_or_default(),
         };
-        self.reports.insert(k, r);
+        let d = self.digest(r);
+        self.reports.insert(k, d);
+    }
+
+    /// The digest of what [`report::report_up_to_date`] compares: the `hosting-applicationset`
+    /// label and the statuses.
+    fn digest(&self, r: &MulticlusterApplicationSetReport) -> u128 {
+        let label = r
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(names::HOSTING_APPLICATIONSET));
+        let mut w = DigestWriter(
+            self.digest_keys.0.build_hasher(),
+            self.digest_keys.1.build_hasher(),
+        );
+        // Serialising plain data into a hasher cannot fail.
+        let _ = serde_json::to_writer(&mut w, &(label, &r.statuses));
+        (u128::from(w.0.finish()) << 64) | u128::from(w.1.finish())
     }
 
     pub fn remove_report(&mut self, ns: &str, name: &str) {
@@ -229,23 +463,12 @@ impl Index {
                 if !has_works && report.is_none() {
                     continue;
                 }
-                let mut works: BTreeSet<WorkKey> = self
+                let works: BTreeSet<WorkKey> = self
                     .by_appset
                     .get(&k)
                     .into_iter()
                     .flat_map(|m| m.keys().cloned())
                     .collect();
-                // Also the works the stored report names (app = ns/app/workNs/workName).
-                for cc in report
-                    .and_then(|r| r.statuses.as_ref())
-                    .into_iter()
-                    .flat_map(|s| s.cluster_conditions.iter())
-                {
-                    let parts: Vec<&str> = cc.app.split('/').collect();
-                    if let [_, _, wns, wname] = parts.as_slice() {
-                        works.insert((wns.to_string(), wname.to_string()));
-                    }
-                }
                 out.push(Decision::Delete(
                     k,
                     report.is_some(),
@@ -257,7 +480,7 @@ impl Index {
                 continue;
             }
             let desired = self.desired(&k);
-            if report.is_some_and(|r| report::report_up_to_date(r, &desired)) {
+            if report.is_some_and(|r| *r == self.digest(&desired)) {
                 continue;
             }
             out.push(Decision::Write(k, Box::new(desired)));
@@ -279,28 +502,36 @@ pub(crate) async fn run(
     metrics: Metrics,
     shutdown: CancellationToken,
 ) {
-    let works = watcher(
-        Api::<WorkView>::all(client.clone()),
-        watcher::Config::default().labels(names::LABEL_APPLICATION_SET),
-    )
-    .default_backoff()
-    .filter_map(|e| async move { log_err(e).map(Ev::Work) });
-    let reports = watcher(
-        Api::<MulticlusterApplicationSetReport>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .filter_map(|e| async move { log_err(e).map(Ev::Report) });
-    let appsets = watcher(
-        Api::<kube::core::PartialObjectMeta<ApplicationSet>>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .filter_map(|e| async move { log_err(e).map(Ev::AppSet) });
-    let mut events = stream::select(
-        stream::select(works.boxed(), reports.boxed()),
-        appsets.boxed(),
-    );
+    // Each watch runs in its own task, so that listing and decoding (the bulk of the start)
+    // overlap with indexing; the index is owned by this task alone.
+    let (tx, mut events) = tokio::sync::mpsc::channel::<Ev>(EVENT_BUFFER);
+    let mut pumps = tokio::task::JoinSet::new();
+    pumps.spawn(pump(
+        watcher(
+            Api::<WorkView>::all(client.clone()),
+            watcher::Config::default()
+                .labels(names::LABEL_APPLICATION_SET)
+                .page_size(WORK_PAGE_SIZE),
+        ),
+        Ev::Work,
+        tx.clone(),
+    ));
+    pumps.spawn(pump(
+        watcher(
+            Api::<MulticlusterApplicationSetReport>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+        Ev::Report,
+        tx.clone(),
+    ));
+    pumps.spawn(pump(
+        watcher(
+            Api::<kube::core::PartialObjectMeta<ApplicationSet>>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+        Ev::AppSet,
+        tx,
+    ));
 
     let mut index = Index::default();
     let (mut works_ready, mut reports_ready, mut appsets_ready) = (false, false, false);
@@ -326,7 +557,7 @@ pub(crate) async fn run(
                 metrics.report_works.set(index.works() as i64);
                 metrics.report_appsets.set(index.appsets_with_works() as i64);
             }
-            ev = events.next() => {
+            ev = events.recv() => {
                 let Some(ev) = ev else { break };
                 match ev {
                     Ev::Work(e) => match e {
@@ -344,7 +575,7 @@ pub(crate) async fn run(
                     },
                     Ev::Report(e) => match e {
                         watcher::Event::Init => {}
-                        watcher::Event::InitApply(r) | watcher::Event::Apply(r) => index.set_report(r),
+                        watcher::Event::InitApply(r) | watcher::Event::Apply(r) => index.set_report(&r),
                         watcher::Event::InitDone => reports_ready = true,
                         watcher::Event::Delete(r) => index.remove_report(
                             r.metadata.namespace.as_deref().unwrap_or_default(),
@@ -374,12 +605,35 @@ pub(crate) async fn run(
                     if !marked_all {
                         marked_all = true;
                         index.mark_all();
+                        // Everything is known: the first complete flush needs no debounce.
+                        deadline = Some(tokio::time::Instant::now());
                     }
                     if index.has_dirty() && deadline.is_none() {
                         deadline = Some(tokio::time::Instant::now() + config.report_debounce);
                     }
                 }
             }
+        }
+    }
+}
+
+/// Events buffered between a watch task and the aggregator.
+const EVENT_BUFFER: usize = 4096;
+/// Page size of the initial work list (kube's default is 500: 200 round trips for 100,000
+/// works).
+const WORK_PAGE_SIZE: u32 = 5000;
+
+/// Forwards one watch's events to the aggregator until it stops listening.
+async fn pump<K, S>(stream: S, wrap: fn(watcher::Event<K>) -> Ev, tx: tokio::sync::mpsc::Sender<Ev>)
+where
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+{
+    let mut stream = std::pin::pin!(stream.default_backoff());
+    while let Some(e) = stream.next().await {
+        if let Some(e) = log_err(e)
+            && tx.send(wrap(e)).await.is_err()
+        {
+            break;
         }
     }
 }
@@ -441,7 +695,7 @@ async fn execute(
     let mut ok = true;
     for (k, r) in results {
         match r {
-            Ok(Some(written)) => index.set_report(written),
+            Ok(Some(written)) => index.set_report(&written),
             Ok(None) => {}
             Err(e) => {
                 ok = false;
@@ -461,7 +715,29 @@ async fn delete_appset_outputs(
     works: &[WorkKey],
 ) -> Result<(), kube::Error> {
     let not_found = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 404);
-    for (ns, name) in works {
+    let reports: Api<MulticlusterApplicationSetReport> =
+        Api::namespaced(client.clone(), &k.namespace);
+    let mut works: BTreeSet<WorkKey> = works.iter().cloned().collect();
+    if has_report {
+        // Also the works the stored report names (app = ns/app/workNs/workName).
+        let stored = match reports.get(&k.name).await {
+            Ok(r) => Some(r),
+            Err(e) if not_found(&e) => None,
+            Err(e) => return Err(e),
+        };
+        for cc in stored
+            .as_ref()
+            .and_then(|r| r.statuses.as_ref())
+            .into_iter()
+            .flat_map(|s| s.cluster_conditions.iter())
+        {
+            let parts: Vec<&str> = cc.app.split('/').collect();
+            if let [_, _, wns, wname] = parts.as_slice() {
+                works.insert((wns.to_string(), wname.to_string()));
+            }
+        }
+    }
+    for (ns, name) in &works {
         let api: Api<ManifestWork> = Api::namespaced(client.clone(), ns);
         match api.delete(name, &DeleteParams::default()).await {
             Ok(_) => metrics.write(CONTROLLER, "ManifestWork", "delete"),
@@ -470,9 +746,7 @@ async fn delete_appset_outputs(
         }
     }
     if has_report {
-        let api: Api<MulticlusterApplicationSetReport> =
-            Api::namespaced(client.clone(), &k.namespace);
-        match api.delete(&k.name, &DeleteParams::default()).await {
+        match reports.delete(&k.name, &DeleteParams::default()).await {
             Ok(_) => metrics.write(CONTROLLER, "MulticlusterApplicationSetReport", "delete"),
             Err(e) if not_found(&e) => {}
             Err(e) => return Err(e),
@@ -607,3 +881,110 @@ pub(crate) async fn run_app_conditions(
 
 /// Shared handle for tests and the benchmark: the aggregator's pure index.
 pub type SharedIndex = Arc<std::sync::Mutex<Index>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn full_work() -> serde_json::Value {
+        json!({
+            "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+            "metadata": {
+                "name": "c1-gb-abcde", "namespace": "c1", "resourceVersion": "42", "uid": "u",
+                "labels": {names::LABEL_APPLICATION_SET: "true", "other": "x"},
+                "annotations": {
+                    names::HOSTING_APPLICATIONSET: "argocd/gb",
+                    names::ANNOTATION_HUB_APPLICATION_NAME: "c1-gb",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"huge\": true}",
+                },
+                "managedFields": [{"manager": "m", "operation": "Update", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:spec": {"f:workload": {}}}}],
+            },
+            "spec": {"workload": {"manifests": [{"apiVersion": "argoproj.io/v1alpha1",
+                "kind": "Application", "metadata": {"name": "c1-gb"}, "spec": {"project": "default"}}]}},
+            "status": {
+                "conditions": [{"type": "Applied", "status": "True", "reason": "r", "message": "m",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                "resourceStatus": {"manifests": [
+                    {"resourceMeta": {"ordinal": 0, "group": "", "version": "v1", "kind": "ConfigMap",
+                        "resource": "configmaps", "name": "cm", "namespace": "argocd"},
+                     "statusFeedback": {"values": [{"name": "healthStatus",
+                        "fieldValue": {"type": "String", "string": "Wrong"}}]}},
+                    {"resourceMeta": {"ordinal": 1, "group": "argoproj.io", "version": "v1alpha1",
+                        "kind": "Application", "resource": "applications", "name": "c1-gb", "namespace": "argocd"},
+                     "statusFeedback": {"values": [
+                        {"name": "healthStatus", "fieldValue": {"type": "String", "string": "Degraded"}},
+                        {"name": "condition.SyncError", "fieldValue": {"type": "String", "string": "boom"}},
+                        {"name": "resources.kind", "fieldValue": {"type": "JsonRaw", "jsonRaw": "[\"Service\"]"}},
+                        {"name": "resources.name", "fieldValue": {"type": "JsonRaw", "jsonRaw": "[\"gb\"]"}}]},
+                     "conditions": []}]}
+            }
+        })
+    }
+
+    #[test]
+    fn compact_work_view_yields_the_same_report_entry_as_the_full_work() {
+        let doc = full_work();
+        let full: ManifestWork = serde_json::from_value(doc.clone()).unwrap();
+        let view: WorkView = serde_json::from_slice(&serde_json::to_vec(&doc).unwrap()).unwrap();
+        let appset = report::work_appset(&view.metadata).unwrap();
+        assert_eq!(appset, report::work_appset(&full.metadata).unwrap());
+        let entry = report::work_entry(&appset, &view.metadata, view.status.as_ref());
+        assert_eq!(
+            entry,
+            report::work_entry(&appset, &full.metadata, full.status.as_ref())
+        );
+        assert_eq!(entry.condition.health_status, "Degraded");
+        assert_eq!(entry.condition.conditions.len(), 1);
+        assert_eq!(entry.resources.len(), 1);
+        // What the watcher needs, and nothing the report does not use.
+        assert_eq!(view.metadata.resource_version.as_deref(), Some("42"));
+        assert_eq!(view.metadata.annotations.as_ref().unwrap().len(), 2);
+        assert_eq!(view.metadata.labels.as_ref().unwrap().len(), 1);
+        assert!(view.metadata.managed_fields.is_none());
+    }
+
+    #[test]
+    fn compact_work_view_of_a_bare_work() {
+        let view: WorkView =
+            serde_json::from_value(json!({"metadata": {"name": "w", "namespace": "c",
+                "labels": null, "deletionTimestamp": "2026-01-01T00:00:00Z"}}))
+            .unwrap();
+        assert_eq!(view.metadata.labels, None);
+        assert!(view.metadata.deletion_timestamp.is_some());
+        assert!(report::application_feedback(view.status.as_ref()).is_empty());
+    }
+
+    #[test]
+    fn stored_report_digest_detects_any_change() {
+        let mut index = Index::default();
+        let meta = full_work()["metadata"].clone();
+        let view: WorkView = serde_json::from_value(json!({"metadata": meta})).unwrap();
+        index.apply_work(&view.metadata, None);
+        let k = AppSetKey::parse("argocd/gb").unwrap();
+        let desired = index.desired(&k);
+        let first = index.flush(false);
+        assert!(matches!(first.as_slice(), [Decision::Write(..)]));
+        // Stored as written: nothing to do.
+        index.set_report(&desired);
+        index.mark_all();
+        assert!(index.flush(false).is_empty());
+        // Stored report differs (someone edited it, or the label): rewritten.
+        let mut edited = desired.clone();
+        edited.statuses.as_mut().unwrap().cluster_conditions[0].sync_status = "Synced".into();
+        index.set_report(&edited);
+        index.mark_all();
+        assert!(matches!(
+            index.flush(false).as_slice(),
+            [Decision::Write(..)]
+        ));
+        let mut relabelled = desired.clone();
+        relabelled.metadata.labels = None;
+        index.set_report(&relabelled);
+        index.mark_all();
+        assert!(matches!(
+            index.flush(false).as_slice(),
+            [Decision::Write(..)]
+        ));
+    }
+}
