@@ -180,7 +180,6 @@ impl Agent {
         tasks.push(tokio::spawn(
             async move { c.connect_loop(client_tls).await },
         ));
-        inner.metrics.ready.store(true, Ordering::Relaxed);
         Ok(Agent { inner, tasks })
     }
 
@@ -223,6 +222,7 @@ impl Agent {
             let _ = t.await;
         }
         self.inner.connected.store(false, Ordering::SeqCst);
+        self.inner.metrics.ready.set(false);
     }
 }
 
@@ -987,6 +987,7 @@ impl Inner {
                 }
             }
             self.connected.store(false, Ordering::SeqCst);
+            self.metrics.ready.set(false);
             if started.elapsed() > Duration::from_secs(10) {
                 delay = self.cfg.reconnect_min;
             }
@@ -1066,6 +1067,8 @@ impl Inner {
             .insert("authorization", resp.access_token.parse()?);
         let inbound = es.subscribe(req).await?.into_inner();
         self.connected.store(true, Ordering::SeqCst);
+        // ready = connected and authenticated
+        self.metrics.ready.set(true);
         *self.last_error.lock().expect("poisoned") = None;
         self.connected_tx.send_modify(|n| *n += 1);
         tracing::info!(principal = %self.cfg.principal, mode = self.cfg.mode.as_str(), "connected to principal");

@@ -9,10 +9,11 @@ use anyhow::Context;
 
 use crate::Mode;
 use crate::agent::{Agent, AgentConfig};
-use crate::metrics::{Metrics, serve_admin};
+use crate::metrics::Metrics;
 use crate::principal::{Principal, PrincipalConfig};
 use crate::store::{KubeStore, Store};
 use crate::tls::TlsMaterial;
+use argocd_pull_ops::CancellationToken;
 
 fn read(p: &PathBuf) -> anyhow::Result<Vec<u8>> {
     std::fs::read(p).with_context(|| format!("reading {}", p.display()))
@@ -172,8 +173,18 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
-/// Runs the principal against the current kube context until Ctrl-C.
+/// Runs the principal against the current kube context until SIGTERM or Ctrl-C.
 pub async fn run_principal(args: PrincipalArgs) -> anyhow::Result<()> {
+    run_principal_until(args, None, argocd_pull_ops::shutdown::on_signal()).await
+}
+
+/// Runs the principal until `shutdown` is cancelled, then stops serving and drops every stream.
+/// `store`: the hub backend (`None`: the current kube context).
+pub async fn run_principal_until(
+    args: PrincipalArgs,
+    store: Option<Arc<dyn Store>>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let tls = TlsMaterial {
         cert_pem: read(&args.tls_cert)?,
@@ -189,21 +200,40 @@ pub async fn run_principal(args: PrincipalArgs) -> anyhow::Result<()> {
     cfg.queue_capacity = args.queue_capacity;
     cfg.concurrency = args.concurrency;
     cfg.compression = args.compression;
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to the hub cluster")?;
-    let store: Arc<dyn Store> = Arc::new(KubeStore::new(client));
+    let store: Arc<dyn Store> = match store {
+        Some(s) => s,
+        None => {
+            let client = kube::Client::try_default()
+                .await
+                .context("connecting to the hub cluster")?;
+            Arc::new(KubeStore::new(client))
+        }
+    };
     let metrics = Metrics::new("argocd_principal");
-    let (maddr, _admin) = serve_admin(args.metrics_addr, metrics.clone()).await?;
+    let (maddr, admin) = metrics
+        .serve_admin(args.metrics_addr, shutdown.clone())
+        .await?;
     tracing::info!(%maddr, "principal metrics and health endpoints");
     let p = Principal::start(cfg, store, metrics).await?;
-    tokio::signal::ctrl_c().await?;
+    shutdown.cancelled().await;
+    tracing::info!("principal shutting down");
     p.shutdown().await;
+    admin.await??;
     Ok(())
 }
 
-/// Runs an agent against the current kube context until Ctrl-C.
+/// Runs an agent against the current kube context until SIGTERM or Ctrl-C.
 pub async fn run_agent(args: AgentArgs) -> anyhow::Result<()> {
+    run_agent_until(args, None, argocd_pull_ops::shutdown::on_signal()).await
+}
+
+/// Runs an agent until `shutdown` is cancelled. `store`: the local backend (`None`: the current
+/// kube context).
+pub async fn run_agent_until(
+    args: AgentArgs,
+    store: Option<Arc<dyn Store>>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let tls = TlsMaterial {
         cert_pem: read(&args.tls_cert)?,
@@ -228,16 +258,25 @@ pub async fn run_agent(args: AgentArgs) -> anyhow::Result<()> {
     cfg.queue_capacity = args.queue_capacity;
     cfg.compression = args.compression;
     cfg.keepalive_interval = args.keepalive;
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to the local cluster")?;
-    let store: Arc<dyn Store> = Arc::new(KubeStore::new(client));
+    let store: Arc<dyn Store> = match store {
+        Some(s) => s,
+        None => {
+            let client = kube::Client::try_default()
+                .await
+                .context("connecting to the local cluster")?;
+            Arc::new(KubeStore::new(client))
+        }
+    };
     let metrics = Metrics::new("argocd_agent");
-    let (maddr, _admin) = serve_admin(args.metrics_addr, metrics.clone()).await?;
+    let (maddr, admin) = metrics
+        .serve_admin(args.metrics_addr, shutdown.clone())
+        .await?;
     tracing::info!(%maddr, "agent metrics and health endpoints");
     let a = Agent::start(cfg, store, metrics).await?;
-    tokio::signal::ctrl_c().await?;
+    shutdown.cancelled().await;
+    tracing::info!("agent shutting down");
     a.shutdown().await;
+    admin.await??;
     Ok(())
 }
 

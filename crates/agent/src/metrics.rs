@@ -1,21 +1,25 @@
-//! Metrics (prometheus-client) and the admin HTTP server (`/metrics`, `/healthz`, `/readyz`).
+//! Metrics of one side (prometheus-client), registered into an [`argocd_pull_ops::metrics::Registry`],
+//! and readiness ([`argocd_pull_ops::admin::Readiness`]). The admin server (`/metrics`,
+//! `/healthz`, `/readyz`) is `argocd_pull_ops::admin`: see [`Metrics::serve_admin`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
+use argocd_pull_ops::CancellationToken;
+use argocd_pull_ops::admin::{self, Readiness};
+use argocd_pull_ops::metrics::Registry;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
 
 type Labels = Vec<(String, String)>;
 
 /// Counters of one side (principal or agent).
 pub struct Metrics {
-    pub registry: std::sync::Mutex<Registry>,
+    /// The registry these metrics are registered in (served by the admin server).
+    pub registry: Arc<Registry>,
     pub events_queued: Family<Labels, Counter>,
     pub events_coalesced: Counter,
     pub events_deferred: Counter,
@@ -35,7 +39,8 @@ pub struct Metrics {
     pub queue_inflight: Gauge,
     pub queue_deferred: Gauge,
     pub propagation_latency: Histogram,
-    pub ready: AtomicBool,
+    /// `/readyz`: principal listening; agent connected and authenticated.
+    pub ready: Readiness,
 }
 
 fn l(k: &str, v: &str) -> Labels {
@@ -43,11 +48,18 @@ fn l(k: &str, v: &str) -> Labels {
 }
 
 impl Metrics {
-    /// `prefix`: `argocd_principal` or `argocd_agent`.
+    /// `prefix`: `argocd_principal` or `argocd_agent`. The metrics get their own registry.
     pub fn new(prefix: &str) -> Arc<Self> {
-        let mut reg = Registry::with_prefix(prefix);
-        let m = Self {
-            registry: std::sync::Mutex::new(Registry::default()),
+        let mut reg = Registry::default();
+        let mut m = Self::unregistered();
+        m.register(reg.sub_registry_with_prefix(prefix));
+        m.registry = Arc::new(reg);
+        Arc::new(m)
+    }
+
+    fn unregistered() -> Self {
+        Self {
+            registry: Arc::new(Registry::default()),
             events_queued: Default::default(),
             events_coalesced: Default::default(),
             events_deferred: Default::default(),
@@ -67,8 +79,12 @@ impl Metrics {
             queue_inflight: Default::default(),
             queue_deferred: Default::default(),
             propagation_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
-            ready: AtomicBool::new(false),
-        };
+            ready: Readiness::default(),
+        }
+    }
+
+    fn register(&self, reg: &mut Registry) {
+        let m = self;
         reg.register(
             "events_queued",
             "Events put into a send queue, by type",
@@ -164,8 +180,6 @@ impl Metrics {
             "Time from sentat to receipt",
             m.propagation_latency.clone(),
         );
-        *m.registry.lock().expect("poisoned") = reg;
-        Arc::new(m)
     }
 
     pub fn queued(&self, ty: &str) {
@@ -204,56 +218,19 @@ impl Metrics {
 
     /// Text exposition.
     pub fn encode(&self) -> String {
-        let mut s = String::new();
-        encode(&mut s, &self.registry.lock().expect("poisoned")).expect("encode");
-        s
+        argocd_pull_ops::metrics::render(&self.registry)
     }
-}
 
-/// Serves `/metrics`, `/healthz`, `/readyz` until the task is aborted. Returns the bound address.
-pub async fn serve_admin(
-    addr: SocketAddr,
-    metrics: Arc<Metrics>,
-) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    use axum::{Router, http::StatusCode, routing::get};
-    let m1 = metrics.clone();
-    let m2 = metrics.clone();
-    let app = Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let m = m1.clone();
-                async move {
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        m.encode(),
-                    )
-                }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let m = m2.clone();
-                async move {
-                    if m.ready.load(Ordering::Relaxed) {
-                        (StatusCode::OK, "ready")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
-                    }
-                }
-            }),
-        );
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    let h = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "admin server failed");
-        }
-    });
-    Ok((bound, h))
+    /// Binds the shared admin server (`argocd_pull_ops::admin`: `/metrics`, `/healthz`, `/readyz`)
+    /// for these metrics until `shutdown` is cancelled. Returns the bound address and the server
+    /// task.
+    pub async fn serve_admin(
+        &self,
+        addr: SocketAddr,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<anyhow::Result<()>>)> {
+        let (bound, fut) =
+            admin::bind(addr, self.registry.clone(), self.ready.clone(), shutdown).await?;
+        Ok((bound, tokio::spawn(fut)))
+    }
 }

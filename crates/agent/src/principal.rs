@@ -202,7 +202,7 @@ impl Principal {
             }
         }));
         tasks.push(accept_task);
-        metrics.ready.store(true, Ordering::Relaxed);
+        metrics.ready.set(true);
         tracing::info!(%addr, "principal listening");
         Ok(Principal {
             inner,
@@ -240,7 +240,7 @@ impl Principal {
 
     /// Stops serving and drops every stream.
     pub async fn shutdown(mut self) {
-        self.inner.metrics.ready.store(false, Ordering::Relaxed);
+        self.inner.metrics.ready.set(false);
         if let Some(s) = self.shutdown.take() {
             let _ = s.send(());
         }

@@ -4,6 +4,7 @@ mod deletion;
 mod harness;
 mod hub;
 mod managed;
+mod ops;
 mod projects;
 mod rejections;
 mod restarts;

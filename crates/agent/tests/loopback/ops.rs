@@ -1,0 +1,288 @@
+//! Operability: admin endpoints on both sides (via the CLI entry points), graceful shutdown,
+//! gzip compression on the wire, TLS 1.2 refused by default.
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use argocd_pull_agent::Mode;
+use argocd_pull_agent::cli::{AgentArgs, PrincipalArgs, run_agent_until, run_principal_until};
+use argocd_pull_agent::local::LocalPki;
+use argocd_pull_agent::store::MemStore;
+use argocd_pull_agent::tls;
+use argocd_pull_ops::CancellationToken;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::harness::*;
+
+fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// `GET path` over plain HTTP/1.1: (status, body). `None` when nothing listens.
+async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|x| x.1)
+        .unwrap_or("")
+        .to_string();
+    Some((status, body))
+}
+
+/// Polls an HTTP endpoint until it answers `status` (the admin server has no event to await).
+async fn until_status(addr: SocketAddr, path: &str, status: u16) {
+    tokio::time::timeout(T, async {
+        loop {
+            if get(addr, path).await.is_some_and(|(s, _)| s == status) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{addr}{path} never answered {status}"));
+}
+
+#[tokio::test]
+async fn admin_endpoints_answer_on_both_sides_and_shutdown_is_graceful() {
+    init();
+    let dir = tempfile::tempdir().unwrap();
+    argocd_pull_agent::pki::write_local_pki(dir.path(), &["edge".into()], &[], false).unwrap();
+    let f = |n: &str| dir.path().join(n);
+    let (grpc, padmin, aadmin) = (free_addr(), free_addr(), free_addr());
+    let (hub, spoke) = (MemStore::new(), MemStore::new());
+
+    // the agent first: alive but not ready while the principal is unreachable
+    let agent_args = AgentArgs {
+        server_address: grpc.to_string(),
+        server_name: Some("localhost".into()),
+        mode: Mode::Managed,
+        tls_cert: f("edge.crt"),
+        tls_key: f("edge.key"),
+        tls_ca: f("ca.crt"),
+        tls_allow_12: false,
+        namespace: "argocd".into(),
+        max_event_size: argocd_pull_agent::DEFAULT_MAX_EVENT_SIZE,
+        queue_capacity: 1000,
+        compression: false,
+        keepalive: std::time::Duration::from_secs(30),
+        metrics_addr: aadmin,
+    };
+    let atoken = CancellationToken::new();
+    let atask = tokio::spawn(run_agent_until(
+        agent_args,
+        Some(Arc::new(spoke.clone())),
+        atoken.clone(),
+    ));
+    until_status(aadmin, "/healthz", 200).await;
+    assert_eq!(
+        get(aadmin, "/readyz").await.unwrap().0,
+        503,
+        "agent not ready before it is connected"
+    );
+
+    let principal_args = PrincipalArgs {
+        listen: grpc,
+        tls_cert: f("principal.crt"),
+        tls_key: f("principal.key"),
+        tls_client_ca: f("ca.crt"),
+        tls_allow_12: false,
+        identity_regex: tls::DEFAULT_IDENTITY_REGEX.into(),
+        jwt_key: f("jwt.key"),
+        namespace: "argocd".into(),
+        max_event_size: argocd_pull_agent::DEFAULT_MAX_EVENT_SIZE,
+        queue_capacity: 1000,
+        concurrency: 8,
+        compression: false,
+        metrics_addr: padmin,
+    };
+    let ptoken = CancellationToken::new();
+    let ptask = tokio::spawn(run_principal_until(
+        principal_args,
+        Some(Arc::new(hub.clone())),
+        ptoken.clone(),
+    ));
+    until_status(padmin, "/readyz", 200).await;
+    assert_eq!(get(padmin, "/healthz").await.unwrap().0, 200);
+    until_status(aadmin, "/readyz", 200).await;
+
+    put(&hub, app("edge", "guestbook", "v1")).await;
+    wait_for(&spoke, "argocd", "guestbook", "delivered", |o| o.is_some()).await;
+    let (s, body) = get(padmin, "/metrics").await.unwrap();
+    assert_eq!(s, 200);
+    assert!(
+        body.contains("argocd_principal_connected_agents 1"),
+        "{body}"
+    );
+    assert!(
+        body.contains("argocd_principal_events_sent_total{type=\"create\"}"),
+        "{body}"
+    );
+    let (s, body) = get(aadmin, "/metrics").await.unwrap();
+    assert_eq!(s, 200);
+    assert!(
+        body.contains("argocd_agent_events_processed_total"),
+        "{body}"
+    );
+
+    // graceful shutdown (what SIGTERM / Ctrl-C trigger through argocd_pull_ops::shutdown)
+    ptoken.cancel();
+    tokio::time::timeout(T, ptask)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        get(padmin, "/healthz").await.is_none(),
+        "admin server stopped"
+    );
+    until_status(aadmin, "/readyz", 503).await; // agent lost its principal: not ready
+    atoken.cancel();
+    tokio::time::timeout(T, atask)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(get(aadmin, "/healthz").await.is_none());
+}
+
+/// A TCP relay counting the bytes it forwards from the upstream (principal) to the client.
+async fn counting_relay(upstream: SocketAddr, down_bytes: Arc<AtomicU64>) -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = l.accept().await {
+            let n = down_bytes.clone();
+            tokio::spawn(async move {
+                let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                    return;
+                };
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let up = tokio::spawn(async move { tokio::io::copy(&mut cr, &mut sw).await });
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match sr.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => {
+                            n.fetch_add(k as u64, Ordering::Relaxed);
+                            if cw.write_all(&buf[..k]).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                up.abort();
+            });
+        }
+    });
+    addr
+}
+
+async fn bytes_for_large_app(compression: bool) -> u64 {
+    let pki = LocalPki::new().unwrap();
+    let (hub, spoke) = (MemStore::new(), MemStore::new());
+    let p = principal_with(&pki, &hub, "127.0.0.1:0", |c| c.compression = compression).await;
+    let n = Arc::new(AtomicU64::new(0));
+    let relay = counting_relay(p.local_addr(), n.clone()).await;
+    let mut c =
+        argocd_pull_agent::agent::AgentConfig::new(relay, pki.agent("c1").unwrap(), Mode::Managed);
+    c.compression = compression;
+    let a = argocd_pull_agent::agent::Agent::start(
+        c,
+        Arc::new(spoke.clone()),
+        argocd_pull_agent::metrics::Metrics::new("argocd_agent"),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(T, a.wait_connected(0)).await.unwrap();
+    let before = n.load(Ordering::Relaxed);
+    let mut big = app("c1", "big", "v1");
+    big["metadata"]["annotations"]["blob"] = json!("abcdefgh".repeat(64 * 1024)); // 512 KiB
+    put(&hub, big).await;
+    let l = wait_for(&spoke, "argocd", "big", "delivered", |o| o.is_some())
+        .await
+        .unwrap();
+    assert_eq!(
+        l["metadata"]["annotations"]["blob"].as_str().unwrap().len(),
+        512 * 1024
+    );
+    let sent = n.load(Ordering::Relaxed) - before;
+    a.shutdown().await;
+    p.shutdown().await;
+    sent
+}
+
+#[tokio::test]
+async fn compression_shrinks_what_goes_on_the_wire() {
+    init();
+    let plain = bytes_for_large_app(false).await;
+    let gz = bytes_for_large_app(true).await;
+    assert!(plain > 512 * 1024, "uncompressed: {plain} bytes");
+    assert!(
+        gz < 64 * 1024,
+        "gzip: a 512 KiB compressible event takes {gz} bytes on the wire"
+    );
+}
+
+async fn tls12_handshake(allow_tls12: bool) -> Result<(), String> {
+    let pki = LocalPki::new().unwrap();
+    let hub = MemStore::new();
+    let p = principal_with(&pki, &hub, "127.0.0.1:0", |c| c.allow_tls12 = allow_tls12).await;
+    let m = pki.agent("c1").unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in tls::parse_certs(&m.ca_pem).unwrap() {
+        roots.add(c).unwrap();
+    }
+    let mut cfg = rustls::ClientConfig::builder_with_provider(tls::provider())
+        .with_protocol_versions(&[&rustls::version::TLS12])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(
+            tls::parse_certs(&m.cert_pem).unwrap(),
+            tls::parse_key(&m.key_pem).unwrap(),
+        )
+        .unwrap();
+    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(p.local_addr())
+        .await
+        .unwrap();
+    let r = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(
+            rustls::pki_types::ServerName::try_from("localhost").unwrap(),
+            tcp,
+        )
+        .await;
+    let out = match r {
+        Ok(s) => {
+            assert_eq!(
+                s.get_ref().1.protocol_version(),
+                Some(rustls::ProtocolVersion::TLSv1_2)
+            );
+            Ok(())
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    p.shutdown().await;
+    out
+}
+
+#[tokio::test]
+async fn tls12_is_refused_by_default_and_allowed_on_request() {
+    init();
+    let e = tls12_handshake(false)
+        .await
+        .expect_err("a TLS 1.2-only client must be refused");
+    assert!(e.to_lowercase().contains("version"), "{e}");
+    tls12_handshake(true)
+        .await
+        .expect("TLS 1.2 works when allowed");
+}
