@@ -51,7 +51,8 @@ async fn child(url: String) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn proc_stats(pid: u32) -> (f64, u64) {
+/// (CPU seconds, VmHWM KiB, VmRSS KiB) of `pid`.
+fn proc_stats(pid: u32) -> (f64, u64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit(')').next().unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
@@ -59,13 +60,15 @@ fn proc_stats(pid: u32) -> (f64, u64) {
     let ticks: u64 = f.get(11).and_then(|x| x.parse().ok()).unwrap_or(0)
         + f.get(12).and_then(|x| x.parse().ok()).unwrap_or(0);
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let hwm_kib = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|x| x.parse().ok())
-        .unwrap_or(0);
-    (ticks as f64 / 100.0, hwm_kib)
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|x| x.parse().ok())
+            .unwrap_or(0u64)
+    };
+    (ticks as f64 / 100.0, kib("VmHWM:"), kib("VmRSS:"))
 }
 
 async fn parent() -> anyhow::Result<()> {
@@ -166,7 +169,7 @@ async fn parent() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let t_works = started.elapsed();
-    let (cpu_propagate, _) = proc_stats(pid);
+    let (cpu_propagate, hwm_propagate, rss_propagate) = proc_stats(pid);
     eprintln!(
         "all {apps} ManifestWorks exist after {t_works:.2?} (controller CPU {cpu_propagate:.2}s)"
     );
@@ -223,7 +226,7 @@ async fn parent() -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let (cpu_total, _) = proc_stats(pid);
+    let (cpu_total, hwm_status, _) = proc_stats(pid);
     eprintln!(
         "all {apps} hub statuses Synced/Healthy {t_status:.2?} after feedback started (feedback written in {fb_written:.2?})"
     );
@@ -231,10 +234,10 @@ async fn parent() -> anyhow::Result<()> {
     // steady state
     tokio::time::sleep(Duration::from_secs(3)).await;
     let before = hub.counters();
-    let (cpu_before_idle, _) = proc_stats(pid);
+    let (cpu_before_idle, _, _) = proc_stats(pid);
     tokio::time::sleep(Duration::from_secs(20)).await;
     let delta = hub.counters().since(&before);
-    let (cpu_after_idle, hwm_kib) = proc_stats(pid);
+    let (cpu_after_idle, hwm_kib, rss_steady) = proc_stats(pid);
     child.kill()?;
     let _ = child.wait();
     server.shutdown().await;
@@ -260,7 +263,18 @@ async fn parent() -> anyhow::Result<()> {
         "controller CPU while idle for 20 s: {:.2} s",
         cpu_after_idle - cpu_before_idle
     );
-    println!("controller peak RSS: {:.1} MiB", hwm_kib as f64 / 1024.0);
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    println!(
+        "controller peak RSS: {:.1} MiB (peak by the end of propagation {:.1} MiB, RSS then {:.1} MiB; peak by the end of status {:.1} MiB)",
+        mib(hwm_kib),
+        mib(hwm_propagate),
+        mib(rss_propagate),
+        mib(hwm_status)
+    );
+    println!(
+        "controller RSS in the steady state: {:.1} MiB",
+        mib(rss_steady)
+    );
     println!(
         "API writes in 20 s of steady state: {} (requests: {})",
         delta.writes(),

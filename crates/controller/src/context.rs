@@ -3,8 +3,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use argocd_pull_api::argocd::Application;
-use argocd_pull_api::ocm::cluster::{ManagedCluster, PlacementDecision};
-use argocd_pull_api::ocm::work::ManifestWork;
+use argocd_pull_api::ocm::cluster::PlacementDecision;
 use argocd_pull_ops::admin::Readiness;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -12,11 +11,12 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use tokio::sync::{Notify, mpsc};
 
+use crate::cache::{ClusterLite, WorkLite};
 use crate::recent::Recent;
 use crate::{ControllerConfig, Metrics};
 
 pub(crate) type AppRef = ObjectRef<Application>;
-pub(crate) type WorkRef = ObjectRef<ManifestWork>;
+pub(crate) type WorkRef = ObjectRef<WorkLite>;
 
 /// Shared state of the controllers: caches, triggers, bookkeeping.
 pub(crate) struct Ctx {
@@ -25,10 +25,10 @@ pub(crate) struct Ctx {
     pub metrics: Metrics,
     pub readiness: Readiness,
     pub apps: Store<Application>,
-    pub works: Store<ManifestWork>,
-    pub clusters: Store<ManagedCluster>,
+    pub works: Store<WorkLite>,
+    pub clusters: Store<ClusterLite>,
     pub decisions: Option<Store<PlacementDecision>>,
-    pub recent_works: Recent<ManifestWork>,
+    pub recent_works: Recent<WorkLite>,
     pub recent_apps: Recent<Application>,
     pub recorder: Recorder,
     /// Applications waiting for a cluster (to exist, or to be in a PlacementDecision).
@@ -39,13 +39,16 @@ pub(crate) struct Ctx {
     pub propagate_tx: mpsc::UnboundedSender<AppRef>,
     pub status_tx: mpsc::UnboundedSender<WorkRef>,
     pub sweep_request: Notify,
+    /// Per work, the fingerprint of what the propagation controller last reacted to or wrote
+    /// itself (so the watch echo of our own write does not trigger another reconcile).
+    pub work_fingerprints: Mutex<HashMap<WorkRef, u64>>,
 }
 
 /// The writers and trigger receivers, consumed by the pumps.
 pub(crate) struct Receivers {
     pub apps: Writer<Application>,
-    pub works: Writer<ManifestWork>,
-    pub clusters: Writer<ManagedCluster>,
+    pub works: Writer<WorkLite>,
+    pub clusters: Writer<ClusterLite>,
     pub decisions: Option<Writer<PlacementDecision>>,
     pub propagate_rx: mpsc::UnboundedReceiver<AppRef>,
     pub status_rx: mpsc::UnboundedReceiver<WorkRef>,
@@ -89,6 +92,7 @@ impl Ctx {
             propagate_tx,
             status_tx,
             sweep_request: Notify::new(),
+            work_fingerprints: Mutex::new(HashMap::new()),
         };
         (
             Arc::new(ctx),
@@ -119,6 +123,16 @@ impl Ctx {
         if self.config.cleanup {
             self.sweep_request.notify_one();
         }
+    }
+
+    /// Records the fingerprint of `work` as seen; `true` when it differs from the last one (the
+    /// propagation controller should look at the work again).
+    pub fn note_work(&self, work: WorkRef, fingerprint: u64) -> bool {
+        lock(&self.work_fingerprints).insert(work, fingerprint) != Some(fingerprint)
+    }
+
+    pub fn forget_work(&self, work: &WorkRef) {
+        lock(&self.work_fingerprints).remove(work);
     }
 
     /// Remembers that `app` waits for `cluster`.

@@ -20,6 +20,7 @@
 //! Entry points: [`start`] (library: demo, tests, benchmarks) and [`cli::ControllerArgs`] (flags of `argocd-pull
 //! controller`).
 
+mod cache;
 pub mod cli;
 mod config;
 mod context;

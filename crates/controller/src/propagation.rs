@@ -5,14 +5,18 @@ use std::sync::Arc;
 use argocd_pull_api::argocd::Application;
 use argocd_pull_api::names::{ANNOTATION_REFRESH, FINALIZER_ARGOCD_RESOURCES};
 use argocd_pull_api::ocm::work::ManifestWork;
-use argocd_pull_domain::{desired_work, selected_cluster, work_update_patch};
+use argocd_pull_domain::{
+    desired_work, normalized_spec_digest, selected_cluster, work_metadata_differs,
+    work_update_patch,
+};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::context::Ctx;
+use crate::cache::WorkLite;
+use crate::context::{Ctx, WorkRef};
 use crate::error::{Error, is_status};
 use crate::metrics::{ControllerLabels, ErrorLabels, OpLabels};
 
@@ -41,14 +45,16 @@ pub(crate) async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Ac
     let cluster = cluster.to_string();
     let desired = desired_work(&app, &ctx.config.work)?;
     let work_name = desired.metadata.name.clone().unwrap_or_default();
-    let work_key = ObjectRef::<ManifestWork>::new(&work_name).within(&cluster);
+    let work_key = WorkRef::new(&work_name).within(&cluster);
     let existing = ctx
         .recent_works
         .resolve(&work_key, ctx.works.get(&work_key));
+    // typed, for the rare reads of a whole work; writes answer with the projection
     let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), &cluster);
+    let works_lite: Api<WorkLite> = Api::namespaced(ctx.client.clone(), &cluster);
 
     if app.metadata.deletion_timestamp.is_some() {
-        return finalize(&app, &ctx, &works, existing.as_deref(), &work_name).await;
+        return finalize(&app, &ctx, &works_lite, existing.as_deref(), &work_name).await;
     }
 
     if ctx.clusters.get(&ObjectRef::new(&cluster)).is_none() {
@@ -80,19 +86,19 @@ pub(crate) async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Ac
         ..Default::default()
     };
     match existing.as_deref() {
-        None => match works.create(&pp, &desired).await {
+        None => match create_work(&ctx, &cluster, &pp, &desired).await {
             Ok(created) => {
                 ctx.metrics
                     .works_written
                     .get_or_create(&OpLabels { op: "create" })
                     .inc();
                 tracing::info!(app = %key, work = %work_key, "ManifestWork created");
-                ctx.recent_works.record(created);
+                record_work(&ctx, created);
             }
             Err(e) if is_status(&e, 409) => {
                 // the cache is behind (or another controller made it): compare with the live one
                 let live = works.get(&work_name).await?;
-                update_work(&ctx, &works, &live, &desired, &key).await?;
+                update_work(&ctx, &works_lite, &live, &desired, &key).await?;
             }
             Err(e) if is_status(&e, 404) => {
                 ctx.warn_once(
@@ -110,7 +116,15 @@ pub(crate) async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Ac
             tracing::debug!(work = %work_key, "ManifestWork is being deleted; waiting");
             return Ok(Action::await_change());
         }
-        Some(w) => update_work(&ctx, &works, w, &desired, &key).await?,
+        Some(w)
+            if w.spec_digest == normalized_spec_digest(&desired.spec)
+                && !work_metadata_differs(&w.metadata, &desired.metadata) => {}
+        Some(_) => {
+            // it differs: the merge patch is computed against the whole live work (the cache
+            // keeps only a digest of its spec)
+            let live = works.get(&work_name).await?;
+            update_work(&ctx, &works_lite, &live, &desired, &key).await?;
+        }
     }
 
     strip_propagated(&ctx, &app).await?;
@@ -119,9 +133,36 @@ pub(crate) async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Ac
     Ok(Action::await_change())
 }
 
+/// Creates `desired` and returns the projection of what the API server stored (the answer is
+/// decoded straight into it).
+async fn create_work(
+    ctx: &Ctx,
+    namespace: &str,
+    pp: &PostParams,
+    desired: &ManifestWork,
+) -> Result<WorkLite, kube::Error> {
+    let url = <ManifestWork as kube::Resource>::url_path(&(), Some(namespace));
+    let body = serde_json::to_vec(desired).map_err(kube::Error::SerdeError)?;
+    let mut req = kube::core::Request::new(url)
+        .create(pp, body)
+        .map_err(kube::Error::BuildRequest)?;
+    req.extensions_mut().insert("create");
+    ctx.client.request::<WorkLite>(req).await
+}
+
+/// Remembers a work we wrote: read-your-writes for the next reconciles, and its fingerprint so
+/// that the watch echo of the write does not trigger a reconcile of its own.
+fn record_work(ctx: &Ctx, written: WorkLite) {
+    ctx.note_work(
+        ObjectRef::from_obj(&written),
+        crate::pumps::work_fingerprint(&written),
+    );
+    ctx.recent_works.record(written);
+}
+
 async fn update_work(
     ctx: &Ctx,
-    works: &Api<ManifestWork>,
+    works: &Api<WorkLite>,
     existing: &ManifestWork,
     desired: &ManifestWork,
     app: &ObjectRef<Application>,
@@ -136,7 +177,7 @@ async fn update_work(
         .get_or_create(&OpLabels { op: "update" })
         .inc();
     tracing::info!(app = %app, work = %ObjectRef::from_obj(&updated), "ManifestWork updated");
-    ctx.recent_works.record(updated);
+    record_work(ctx, updated);
     Ok(())
 }
 
@@ -194,7 +235,7 @@ async fn strip_propagated(ctx: &Ctx, app: &Application) -> Result<(), Error> {
                 })
                 .inc();
             tracing::info!(app = %ObjectRef::from_obj(app), "operation/refresh handed to the managed cluster; removed from the hub Application");
-            ctx.recent_apps.record(patched);
+            ctx.recent_apps.record(crate::cache::stripped(patched));
             Ok(())
         }
         Err(e) if is_status(&e, 409) => Err(Error::Conflict(format!(
@@ -211,8 +252,8 @@ async fn strip_propagated(ctx: &Ctx, app: &Application) -> Result<(), Error> {
 async fn finalize(
     app: &Application,
     ctx: &Ctx,
-    works: &Api<ManifestWork>,
-    existing: Option<&ManifestWork>,
+    works: &Api<WorkLite>,
+    existing: Option<&WorkLite>,
     work_name: &str,
 ) -> Result<Action, Error> {
     let key = ObjectRef::from_obj(app);
@@ -251,7 +292,7 @@ async fn finalize(
                     })
                     .inc();
                 tracing::info!(app = %key, "removed {FINALIZER_ARGOCD_RESOURCES}");
-                ctx.recent_apps.record(patched);
+                ctx.recent_apps.record(crate::cache::stripped(patched));
             }
             Err(e) if is_status(&e, 404) => {}
             Err(e) if is_status(&e, 409) => {

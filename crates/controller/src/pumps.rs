@@ -7,10 +7,9 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use argocd_pull_api::argocd::Application;
-use argocd_pull_api::names::{ANNOTATION_LAST_APPLIED, LABEL_PULL_TO_OCM};
-use argocd_pull_api::ocm::cluster::{ManagedCluster, PlacementDecision};
-use argocd_pull_api::ocm::work::ManifestWork;
-use argocd_pull_domain::hub_app_ref;
+use argocd_pull_api::names::LABEL_PULL_TO_OCM;
+use argocd_pull_api::ocm::cluster::PlacementDecision;
+use argocd_pull_domain::hub_app_ref_of;
 use argocd_pull_ops::CancellationToken;
 use futures::{Stream, StreamExt};
 use kube::runtime::WatchStreamExt;
@@ -22,6 +21,7 @@ use kube::{Api, Resource};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+use crate::cache::{ClusterLite, WorkLite, strip_app};
 use crate::context::{Ctx, Receivers};
 use crate::{propagation, status, sweep};
 
@@ -46,38 +46,14 @@ fn app_fingerprint(app: &Application) -> u64 {
 }
 
 /// What of a ManifestWork the propagation controller reacts to (spec, labels, annotations).
-fn work_fingerprint(work: &ManifestWork) -> u64 {
+pub(crate) fn work_fingerprint(work: &WorkLite) -> u64 {
     let mut h = DefaultHasher::new();
     work.metadata.uid.hash(&mut h);
     work.metadata.labels.hash(&mut h);
     work.metadata.annotations.hash(&mut h);
     work.metadata.deletion_timestamp.is_some().hash(&mut h);
-    match work.metadata.generation {
-        Some(g) => g.hash(&mut h),
-        None => serde_json::to_string(&work.spec)
-            .unwrap_or_default()
-            .hash(&mut h),
-    }
+    work.spec_digest.hash(&mut h);
     h.finish()
-}
-
-fn strip_app(app: &mut Application) {
-    app.metadata.managed_fields = None;
-    if let Some(a) = app.metadata.annotations.as_mut() {
-        a.remove(ANNOTATION_LAST_APPLIED);
-    }
-}
-
-fn strip_work(work: &mut ManifestWork) {
-    work.metadata.managed_fields = None;
-    if let Some(s) = work.status.as_mut() {
-        s.conditions.clear();
-        if let Some(rs) = s.resource_status.as_mut() {
-            for m in &mut rs.manifests {
-                m.conditions.clear();
-            }
-        }
-    }
 }
 
 fn pull_labelled() -> watcher::Config {
@@ -86,8 +62,8 @@ fn pull_labelled() -> watcher::Config {
         .any_semantic()
 }
 
-fn app_ref_of_work(work: &ManifestWork) -> Option<ObjectRef<Application>> {
-    let r = hub_app_ref(work)?;
+fn app_ref_of_work(work: &WorkLite) -> Option<ObjectRef<Application>> {
+    let r = hub_app_ref_of(&work.metadata)?;
     Some(ObjectRef::new(r.name).within(r.namespace))
 }
 
@@ -158,13 +134,12 @@ pub(crate) fn spawn_all(
     // ManifestWorks
     {
         let ctx = ctx.clone();
-        let stream = watcher(Api::<ManifestWork>::all(client.clone()), pull_labelled())
+        // decoded straight into the compact projection (see `cache`)
+        let stream = watcher(Api::<WorkLite>::all(client.clone()), pull_labelled())
             .default_backoff()
-            .modify(strip_work)
             .reflect(rx.works);
         let token = token.clone();
         tasks.push(tokio::spawn(async move {
-            let mut seen: HashMap<ObjectRef<ManifestWork>, u64> = HashMap::new();
             pump(stream, token, "manifestworks", |ev| match ev {
                 Event::Apply(work) | Event::InitApply(work) => {
                     ctx.recent_works.observe(&work);
@@ -172,17 +147,18 @@ pub(crate) fn spawn_all(
                     let Some(app) = app_ref_of_work(&work) else {
                         return;
                     };
-                    let fp = work_fingerprint(&work);
-                    if seen.insert(key.clone(), fp) != Some(fp) {
+                    // unchanged, or the echo of our own write: nothing to propagate
+                    if ctx.note_work(key.clone(), work_fingerprint(&work)) {
                         ctx.trigger_propagation(app);
                     }
-                    if work.metadata.deletion_timestamp.is_none() {
+                    // without any feedback value there is no status to write
+                    if work.metadata.deletion_timestamp.is_none() && work.has_feedback() {
                         ctx.trigger_status(key);
                     }
                 }
                 Event::Delete(work) => {
                     ctx.recent_works.observe_delete(&work);
-                    seen.remove(&ObjectRef::from_obj(&work));
+                    ctx.forget_work(&ObjectRef::from_obj(&work));
                     if let Some(app) = app_ref_of_work(&work) {
                         // re-create it if the Application still wants it
                         ctx.trigger_propagation(app);
@@ -198,14 +174,10 @@ pub(crate) fn spawn_all(
     {
         let ctx = ctx.clone();
         let stream = watcher(
-            Api::<ManagedCluster>::all(client.clone()),
+            Api::<ClusterLite>::all(client.clone()),
             watcher::Config::default(),
         )
         .default_backoff()
-        .modify(|c: &mut ManagedCluster| {
-            c.metadata.managed_fields = None;
-            c.status = None;
-        })
         .reflect(rx.clusters);
         let token = token.clone();
         tasks.push(tokio::spawn(async move {

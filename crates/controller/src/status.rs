@@ -3,12 +3,12 @@
 use std::sync::Arc;
 
 use argocd_pull_api::argocd::Application;
-use argocd_pull_api::ocm::work::ManifestWork;
-use argocd_pull_domain::{FeedbackValues, application_identifier, hub_app_ref, status_patch};
+use argocd_pull_domain::{hub_app_ref_of, status_patch};
 use kube::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
+use crate::cache::WorkLite;
 use crate::context::Ctx;
 use crate::error::Error;
 use crate::metrics::{ControllerLabels, ErrorLabels};
@@ -22,7 +22,7 @@ fn now() -> String {
         .to_string()
 }
 
-pub(crate) async fn reconcile(work: Arc<ManifestWork>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+pub(crate) async fn reconcile(work: Arc<WorkLite>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.metrics
         .reconciles
         .get_or_create(&ControllerLabels {
@@ -32,17 +32,17 @@ pub(crate) async fn reconcile(work: Arc<ManifestWork>, ctx: Arc<Ctx>) -> Result<
     if work.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let Some(hub) = hub_app_ref(&work) else {
+    let Some(hub) = hub_app_ref_of(&work.metadata) else {
         return Ok(Action::await_change());
     };
     let app_key = ObjectRef::<Application>::new(hub.name).within(hub.namespace);
     let Some(app) = ctx.recent_apps.resolve(&app_key, ctx.apps.get(&app_key)) else {
         return Ok(Action::await_change());
     };
-    let Some(id) = application_identifier(&work, hub.name) else {
+    let Some(id) = work.application_identifier(hub.name) else {
         return Ok(Action::await_change());
     };
-    let feedback = FeedbackValues::from_work(&work, &id);
+    let feedback = work.feedback_for(&id);
     let api: Api<Application> = Api::namespaced(ctx.client.clone(), hub.namespace);
     let mut current = app.status.clone();
     // at most two steps: Progressing on the way into Healthy, then Healthy
@@ -54,6 +54,7 @@ pub(crate) async fn reconcile(work: Arc<ManifestWork>, ctx: Arc<Ctx>) -> Result<
             patch_with_retry(&api, hub.name, &ctx.config.field_manager, plan.patch).await?;
         ctx.metrics.status_patches.inc();
         tracing::debug!(app = %app_key, health = ?patched.health_status(), sync = ?patched.sync_status(), "status written");
+        let patched = crate::cache::stripped(patched);
         current = patched.status.clone();
         ctx.recent_apps.record(patched);
         if !plan.intermediate {
@@ -64,7 +65,7 @@ pub(crate) async fn reconcile(work: Arc<ManifestWork>, ctx: Arc<Ctx>) -> Result<
     Ok(Action::await_change())
 }
 
-pub(crate) fn error_policy(work: Arc<ManifestWork>, err: &Error, ctx: Arc<Ctx>) -> Action {
+pub(crate) fn error_policy(work: Arc<WorkLite>, err: &Error, ctx: Arc<Ctx>) -> Action {
     ctx.metrics
         .reconcile_errors
         .get_or_create(&ErrorLabels {

@@ -4,13 +4,13 @@
 use std::sync::Arc;
 
 use argocd_pull_api::argocd::Application;
-use argocd_pull_api::ocm::work::ManifestWork;
-use argocd_pull_domain::{hub_app_ref, is_orphan};
+use argocd_pull_domain::{hub_app_ref_of, is_orphan_meta};
 use argocd_pull_ops::CancellationToken;
 use kube::api::DeleteParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
+use crate::cache::WorkLite;
 use crate::context::Ctx;
 use crate::error::is_status;
 
@@ -28,13 +28,13 @@ pub(crate) async fn sweep(ctx: &Ctx) -> Result<SweepReport, kube::Error> {
     let mut report = SweepReport::default();
     let mut orphans = Vec::new();
     for work in ctx.works.state() {
-        let Some(hub) = hub_app_ref(&work) else {
+        let Some(hub) = hub_app_ref_of(&work.metadata) else {
             continue;
         };
         report.examined += 1;
         let key = ObjectRef::<Application>::new(hub.name).within(hub.namespace);
         let app = ctx.recent_apps.resolve(&key, ctx.apps.get(&key));
-        if is_orphan(&work, app.as_deref()) {
+        if is_orphan_meta(&work.metadata, app.as_deref()) {
             orphans.push(work);
         }
     }
@@ -52,8 +52,8 @@ pub(crate) async fn sweep(ctx: &Ctx) -> Result<SweepReport, kube::Error> {
     Ok(report)
 }
 
-async fn delete(ctx: &Ctx, work: &ManifestWork) -> Result<(), kube::Error> {
-    let api: Api<ManifestWork> =
+async fn delete(ctx: &Ctx, work: &WorkLite) -> Result<(), kube::Error> {
+    let api: Api<WorkLite> =
         Api::namespaced(ctx.client.clone(), &work.namespace().unwrap_or_default());
     match api.delete(&work.name_any(), &DeleteParams::default()).await {
         Ok(_) => {

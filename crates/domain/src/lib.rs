@@ -20,8 +20,10 @@ pub mod work;
 
 pub use select::{is_pull_labelled, selected_cluster};
 pub use status::{FeedbackValues, StatusPlan, application_identifier, status_patch};
-pub use sweep::{HubAppRef, hub_app_ref, is_orphan};
+pub use sweep::{HubAppRef, hub_app_ref, hub_app_ref_of, is_orphan, is_orphan_meta};
 pub use work::{
-    DEFAULT_FEEDBACK_PATHS, WorkError, WorkOptions, appset_hash, desired_work, payload,
-    payload_namespace, work_differs, work_name, work_update_patch,
+    DEFAULT_FEEDBACK_PATHS, SpecDigest, WorkError, WorkOptions, appset_hash, desired_work,
+    is_application_identifier, normalized_spec_digest, payload, payload_identifier_in,
+    payload_namespace, spec_digest, work_differs, work_metadata_differs, work_name,
+    work_update_patch,
 };

@@ -1,5 +1,6 @@
 //! Which pull-labelled ManifestWorks no longer have a reason to exist.
 
+use argocd_pull_api::ObjectMeta;
 use argocd_pull_api::argocd::Application;
 use argocd_pull_api::names::{
     ANNOTATION_HUB_APPLICATION_NAME, ANNOTATION_HUB_APPLICATION_NAMESPACE,
@@ -19,10 +20,15 @@ pub struct HubAppRef<'a> {
 /// The hub Application named by a pull-labelled work's two annotations (`None` when the work is not
 /// pull-labelled or either annotation is missing or empty: such a work is not ours).
 pub fn hub_app_ref(work: &ManifestWork) -> Option<HubAppRef<'_>> {
-    if !is_pull_labelled(work.metadata.labels.as_ref()) {
+    hub_app_ref_of(&work.metadata)
+}
+
+/// [`hub_app_ref`] from a work's metadata alone (for caches that keep a projection of works).
+pub fn hub_app_ref_of(meta: &ObjectMeta) -> Option<HubAppRef<'_>> {
+    if !is_pull_labelled(meta.labels.as_ref()) {
         return None;
     }
-    let ann = work.metadata.annotations.as_ref()?;
+    let ann = meta.annotations.as_ref()?;
     let namespace = ann.get(ANNOTATION_HUB_APPLICATION_NAMESPACE)?;
     let name = ann.get(ANNOTATION_HUB_APPLICATION_NAME)?;
     if namespace.is_empty() || name.is_empty() {
@@ -40,7 +46,12 @@ pub fn hub_app_ref(work: &ManifestWork) -> Option<HubAppRef<'_>> {
 ///   name) → yes, this work is stale;
 /// * otherwise no.
 pub fn is_orphan(work: &ManifestWork, app: Option<&Application>) -> bool {
-    if hub_app_ref(work).is_none() || work.metadata.deletion_timestamp.is_some() {
+    is_orphan_meta(&work.metadata, app)
+}
+
+/// [`is_orphan`] from a work's metadata alone (the rule reads nothing else).
+pub fn is_orphan_meta(work: &ObjectMeta, app: Option<&Application>) -> bool {
+    if hub_app_ref_of(work).is_none() || work.deletion_timestamp.is_some() {
         return false;
     }
     let Some(app) = app else { return true };
@@ -51,8 +62,8 @@ pub fn is_orphan(work: &ManifestWork, app: Option<&Application>) -> bool {
     else {
         return false;
     };
-    work.metadata.namespace.as_deref() != Some(cluster)
-        || work.metadata.name.as_deref() != Some(work_name(name, uid).as_str())
+    work.namespace.as_deref() != Some(cluster)
+        || work.name.as_deref() != Some(work_name(name, uid).as_str())
 }
 
 #[cfg(test)]

@@ -393,11 +393,21 @@ fn stored(mut desired: ManifestWork) -> ManifestWork {
     desired
 }
 
+/// The digest-based comparison (what a cache of work projections uses) decides like
+/// [`work_differs`] on the full objects.
+fn assert_digest_agrees(existing: &ManifestWork, desired: &ManifestWork, name: &str) {
+    let by_digest = spec_digest(&existing.spec) != normalized_spec_digest(&desired.spec)
+        || work_metadata_differs(&existing.metadata, &desired.metadata);
+    assert_eq!(by_digest, work_differs(existing, desired), "{name}");
+}
+
 #[test]
 fn identical_work_does_not_differ() {
     let d = desired_work(&app(base()), &WorkOptions::default()).unwrap();
     let existing = stored(d.clone());
     assert!(!work_differs(&existing, &d));
+    assert_digest_agrees(&existing, &d, "identical");
+    assert_eq!(spec_digest(&existing.spec), spec_digest(&d.spec));
     assert_eq!(work_update_patch(&existing, &d), None);
 }
 
@@ -416,6 +426,7 @@ fn work_written_without_crd_defaults_does_not_differ() {
         .unwrap()
         .field_manager = None;
     assert!(!work_differs(&existing, &d));
+    assert_digest_agrees(&existing, &d, "without CRD defaults");
 }
 
 #[test]
@@ -483,6 +494,7 @@ fn differences_table() {
         let mut existing = stored(d.clone());
         mutate(&mut existing);
         assert!(work_differs(&existing, &d), "{name}");
+        assert_digest_agrees(&existing, &d, name);
         assert_eq!(work_update_patch(&existing, &d), Some(want), "{name}");
     }
 }
@@ -504,6 +516,15 @@ fn payload_key_order_does_not_matter() {
     .unwrap();
     existing.spec.workload.manifests[0] = sorted;
     assert!(!work_differs(&existing, &d));
+    assert_digest_agrees(&existing, &d, "key order");
+    // a number of another representation, or an array in another order, is a change
+    let mut reordered = stored(d.clone());
+    reordered.spec.workload.manifests[0]["spec"]["x"] = json!([1, 2]);
+    let mut other = stored(d.clone());
+    other.spec.workload.manifests[0]["spec"]["x"] = json!([2, 1]);
+    assert_ne!(spec_digest(&reordered.spec), spec_digest(&other.spec));
+    other.spec.workload.manifests[0]["spec"]["x"] = json!([1.0, 2]);
+    assert_ne!(spec_digest(&reordered.spec), spec_digest(&other.spec));
 }
 
 #[test]

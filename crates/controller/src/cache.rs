@@ -1,0 +1,450 @@
+//! What the watch caches keep: compact projections instead of whole objects.
+//!
+//! A ManifestWork embeds the whole payload Application (and, in its status, conditions per
+//! manifest); caching 10,000 of them as typed objects costs well over 100 MiB. The work cache keeps
+//! [`WorkLite`] instead: the metadata the rules read, a [`SpecDigest`] of the spec and the
+//! feedback values of the payload Application. The watch stream is deserialized straight into it,
+//! so the payload only lives while one event is decoded. Where the full spec is needed (an update
+//! whose merge patch must be computed), the work is read from the API server — which only happens
+//! when the Application really changed.
+
+use std::borrow::Cow;
+
+use argocd_pull_api::ObjectMeta;
+use argocd_pull_api::argocd::{
+    Application, ApplicationStatus, HealthStatus, OperationState, SyncStatus,
+};
+use argocd_pull_api::names::ANNOTATION_LAST_APPLIED;
+use argocd_pull_api::ocm::work::{
+    FeedbackValue, ManifestResourceMeta, ManifestWork, ManifestWorkSpec, ResourceIdentifier,
+};
+use argocd_pull_domain::work::normalize_spec;
+use argocd_pull_domain::{
+    FeedbackValues, SpecDigest, is_application_identifier, normalized_spec_digest,
+    payload_identifier_in,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// The feedback a work reports for one Application manifest.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct AppFeedback {
+    pub id: ResourceIdentifier,
+    pub values: Vec<FeedbackValue>,
+}
+
+/// A ManifestWork as the controllers need it (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(from = "WireWork<'static>")]
+pub(crate) struct WorkLite {
+    /// name, namespace, uid, resourceVersion, generation, labels, annotations, deletionTimestamp.
+    pub metadata: ObjectMeta,
+    /// Of the spec after the CRD defaults.
+    pub spec_digest: SpecDigest,
+    /// The Argo CD Application identifiers of `spec.manifestConfigs`.
+    pub app_ids: Vec<ResourceIdentifier>,
+    /// Feedback of the status' Application manifests (conditions dropped).
+    pub feedback: Vec<AppFeedback>,
+}
+
+impl WorkLite {
+    /// The identifier of the payload Application named `app_name` (as
+    /// [`argocd_pull_domain::application_identifier`] on the full work).
+    pub fn application_identifier(&self, app_name: &str) -> Option<ResourceIdentifier> {
+        payload_identifier_in(&self.app_ids, app_name)
+    }
+
+    /// The feedback values reported for the manifest `id` names.
+    pub fn feedback_for(&self, id: &ResourceIdentifier) -> FeedbackValues {
+        let values = self
+            .feedback
+            .iter()
+            .find(|f| &f.id == id)
+            .map(|f| f.values.as_slice())
+            .unwrap_or(&[]);
+        FeedbackValues::from_values(values)
+    }
+
+    /// Whether the work reports any feedback value at all (without one, there is no status to
+    /// write).
+    pub fn has_feedback(&self) -> bool {
+        self.feedback.iter().any(|f| !f.values.is_empty())
+    }
+
+    /// The projection of a full work (tests compare it with the decoded wire form).
+    #[cfg(test)]
+    pub fn from_work(work: &ManifestWork) -> Self {
+        WireWork {
+            metadata: WireMeta::from_meta(&work.metadata),
+            spec: Some(Cow::Borrowed(&work.spec)),
+            status: work.status.as_ref().and_then(|s| {
+                let rs = s.resource_status.as_ref()?;
+                Some(WireStatus {
+                    resource_status: Some(WireResourceStatus {
+                        manifests: rs
+                            .manifests
+                            .iter()
+                            .map(|m| WireManifest {
+                                resource_meta: m.resource_meta.clone(),
+                                status_feedback: m.status_feedback.as_ref().map(|f| WireFeedback {
+                                    values: f.values.clone(),
+                                }),
+                            })
+                            .collect(),
+                    }),
+                })
+            }),
+        }
+        .into()
+    }
+}
+
+fn ident(m: &ManifestResourceMeta) -> ResourceIdentifier {
+    ResourceIdentifier {
+        group: m.group.clone(),
+        resource: m.resource.clone(),
+        namespace: m.namespace.clone(),
+        name: m.name.clone(),
+    }
+}
+
+impl From<WireWork<'_>> for WorkLite {
+    fn from(w: WireWork<'_>) -> Self {
+        let mut spec = w.spec.map(Cow::into_owned).unwrap_or_default();
+        normalize_spec(&mut spec);
+        let app_ids: Vec<ResourceIdentifier> = spec
+            .manifest_configs
+            .iter()
+            .map(|c| &c.resource_identifier)
+            .filter(|id| is_application_identifier(id))
+            .cloned()
+            .collect();
+        let feedback = w
+            .status
+            .and_then(|s| s.resource_status)
+            .map(|rs| rs.manifests)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|m| {
+                let id = ident(&m.resource_meta);
+                (is_application_identifier(&id) || app_ids.contains(&id)).then(|| AppFeedback {
+                    id,
+                    values: m.status_feedback.map(|f| f.values).unwrap_or_default(),
+                })
+            })
+            .collect();
+        WorkLite {
+            metadata: w.metadata.into_meta(),
+            spec_digest: normalized_spec_digest(&spec),
+            app_ids,
+            feedback,
+        }
+    }
+}
+
+/// The wire form, as much of it as the projection reads (serde skips everything else without
+/// building it).
+#[derive(Deserialize)]
+struct WireWork<'a> {
+    #[serde(default)]
+    metadata: WireMeta,
+    #[serde(default)]
+    spec: Option<Cow<'a, ManifestWorkSpec>>,
+    #[serde(default)]
+    status: Option<WireStatus>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireMeta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    uid: Option<String>,
+    #[serde(default)]
+    resource_version: Option<String>,
+    #[serde(default)]
+    generation: Option<i64>,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    annotations: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    deletion_timestamp: Option<Time>,
+}
+
+impl WireMeta {
+    #[cfg(test)]
+    fn from_meta(m: &ObjectMeta) -> Self {
+        WireMeta {
+            name: m.name.clone(),
+            namespace: m.namespace.clone(),
+            uid: m.uid.clone(),
+            resource_version: m.resource_version.clone(),
+            generation: m.generation,
+            labels: m.labels.clone(),
+            annotations: m.annotations.clone(),
+            deletion_timestamp: m.deletion_timestamp.clone(),
+        }
+    }
+
+    fn into_meta(self) -> ObjectMeta {
+        let mut annotations = self.annotations;
+        if let Some(a) = annotations.as_mut() {
+            a.remove(ANNOTATION_LAST_APPLIED);
+        }
+        ObjectMeta {
+            name: self.name,
+            namespace: self.namespace,
+            uid: self.uid,
+            resource_version: self.resource_version,
+            generation: self.generation,
+            labels: self.labels,
+            annotations,
+            deletion_timestamp: self.deletion_timestamp,
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireStatus {
+    #[serde(default)]
+    resource_status: Option<WireResourceStatus>,
+}
+
+#[derive(Deserialize)]
+struct WireResourceStatus {
+    #[serde(default)]
+    manifests: Vec<WireManifest>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireManifest {
+    resource_meta: ManifestResourceMeta,
+    #[serde(default)]
+    status_feedback: Option<WireFeedback>,
+}
+
+#[derive(Deserialize)]
+struct WireFeedback {
+    #[serde(default)]
+    values: Vec<FeedbackValue>,
+}
+
+impl kube::Resource for WorkLite {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        ManifestWork::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        ManifestWork::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        ManifestWork::version(dt)
+    }
+    fn api_version(dt: &()) -> Cow<'_, str> {
+        ManifestWork::api_version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        ManifestWork::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+// A ManagedCluster is only needed for its existence: its name.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub(crate) struct ClusterLite {
+    #[serde(default, deserialize_with = "name_only")]
+    pub metadata: ObjectMeta,
+}
+
+fn name_only<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    let m = WireMeta::deserialize(d)?;
+    Ok(ObjectMeta {
+        name: m.name,
+        uid: m.uid,
+        resource_version: m.resource_version,
+        ..Default::default()
+    })
+}
+
+impl kube::Resource for ClusterLite {
+    type DynamicType = ();
+    type Scope = ClusterResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        argocd_pull_api::ocm::cluster::ManagedCluster::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        argocd_pull_api::ocm::cluster::ManagedCluster::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        argocd_pull_api::ocm::cluster::ManagedCluster::version(dt)
+    }
+    fn api_version(dt: &()) -> Cow<'_, str> {
+        argocd_pull_api::ocm::cluster::ManagedCluster::api_version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        argocd_pull_api::ocm::cluster::ManagedCluster::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// Drops what no controller reads from a cached Application: managedFields, the last-applied
+/// annotation, and every status field but the ones the status rules compare (health and sync
+/// status, sync revision, operation phase, start time and whether an operation is recorded).
+pub(crate) fn strip_app(app: &mut Application) {
+    app.metadata.managed_fields = None;
+    if let Some(a) = app.metadata.annotations.as_mut() {
+        a.remove(ANNOTATION_LAST_APPLIED);
+    }
+    if let Some(s) = app.status.take() {
+        app.status = Some(compact_status(s));
+    }
+}
+
+/// [`strip_app`] by value.
+pub(crate) fn stripped(mut app: Application) -> Application {
+    strip_app(&mut app);
+    app
+}
+
+fn compact_status(s: ApplicationStatus) -> ApplicationStatus {
+    ApplicationStatus {
+        health: s.health.map(|h| HealthStatus {
+            status: h.status,
+            ..Default::default()
+        }),
+        sync: s.sync.map(|y| SyncStatus {
+            status: y.status,
+            revision: y.revision,
+            ..Default::default()
+        }),
+        operation_state: s.operation_state.map(|o| OperationState {
+            phase: o.phase,
+            started_at: o.started_at,
+            // only whether it is an object is read
+            operation: o.operation.map(|v| {
+                if v.is_object() {
+                    serde_json::Value::Object(Default::default())
+                } else {
+                    v
+                }
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use argocd_pull_api::argocd::Application;
+    use argocd_pull_domain::{WorkOptions, application_identifier, desired_work, spec_digest};
+    use serde_json::json;
+
+    fn work_json() -> serde_json::Value {
+        let app: Application = serde_json::from_value(json!({
+            "metadata": {"name": "app1", "namespace": "argocd", "uid": "abcdef-1",
+                "labels": {"apps.open-cluster-management.io/pull-to-ocm-managed-cluster": "true"},
+                "annotations": {"apps.open-cluster-management.io/ocm-managed-cluster": "c1"}},
+            "spec": {"project": "default", "destination": {"namespace": "guestbook"}}
+        }))
+        .unwrap();
+        let work = desired_work(&app, &WorkOptions::default()).unwrap();
+        let mut v = serde_json::to_value(&work).unwrap();
+        v["metadata"]["uid"] = json!("w-uid");
+        v["metadata"]["resourceVersion"] = json!("7");
+        v["metadata"]["generation"] = json!(1);
+        v["metadata"]["managedFields"] = json!([{"manager": "x", "fieldsV1": {"f:spec": {}}}]);
+        v["status"] = json!({
+            "conditions": [{"type": "Applied", "status": "True", "reason": "x", "message": "m",
+                "lastTransitionTime": "2024-01-01T00:00:00Z"}],
+            "resourceStatus": {"manifests": [{
+                "resourceMeta": {"ordinal": 0, "group": "argoproj.io", "version": "v1alpha1",
+                    "kind": "Application", "resource": "applications", "name": "app1", "namespace": "argocd"},
+                "statusFeedback": {"values": [
+                    {"name": "healthStatus", "fieldValue": {"type": "String", "string": "Healthy"}},
+                    {"name": "syncStatus", "fieldValue": {"type": "String", "string": "Synced"}}]},
+                "conditions": [{"type": "Available", "status": "True", "reason": "x", "message": "m",
+                    "lastTransitionTime": "2024-01-01T00:00:00Z"}]
+            }]}
+        });
+        v
+    }
+
+    #[test]
+    fn projection_keeps_what_the_rules_read() {
+        let v = work_json();
+        let full: ManifestWork = serde_json::from_value(v.clone()).unwrap();
+        let lite: WorkLite = serde_json::from_value(v).unwrap();
+        // decoding the wire form and projecting a typed work agree
+        assert_eq!(lite, WorkLite::from_work(&full));
+        assert_eq!(lite.metadata.name, full.metadata.name);
+        assert_eq!(lite.metadata.labels, full.metadata.labels);
+        assert_eq!(lite.metadata.annotations, full.metadata.annotations);
+        assert_eq!(lite.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(lite.metadata.managed_fields, None);
+        assert_eq!(lite.spec_digest, spec_digest(&full.spec));
+        let id = application_identifier(&full, "app1").unwrap();
+        assert_eq!(lite.application_identifier("app1"), Some(id.clone()));
+        assert_eq!(
+            lite.feedback_for(&id),
+            FeedbackValues::from_work(&full, &id)
+        );
+        assert_eq!(lite.feedback_for(&id).health(), Some("Healthy"));
+        assert!(lite.has_feedback());
+    }
+
+    #[test]
+    fn a_work_without_status_has_no_feedback() {
+        let mut v = work_json();
+        v.as_object_mut().unwrap().remove("status");
+        let lite: WorkLite = serde_json::from_value(v).unwrap();
+        assert!(!lite.has_feedback());
+        assert_eq!(
+            lite.feedback_for(&lite.application_identifier("app1").unwrap()),
+            FeedbackValues::default()
+        );
+    }
+
+    #[test]
+    fn compact_application_status_keeps_the_compared_fields() {
+        let mut app: Application = serde_json::from_value(json!({
+            "metadata": {"name": "a", "namespace": "argocd"},
+            "status": {"health": {"status": "Healthy", "message": "m"},
+                "sync": {"status": "Synced", "revision": "r1", "comparedTo": {"x": 1}},
+                "operationState": {"phase": "Running", "startedAt": "t", "message": "m",
+                    "operation": {"sync": {"revision": "r"}}},
+                "resources": [{"kind": "Pod", "name": "p"}],
+                "history": [{"id": 1}]}
+        }))
+        .unwrap();
+        strip_app(&mut app);
+        assert_eq!(
+            serde_json::to_value(app.status.unwrap()).unwrap(),
+            json!({"health": {"status": "Healthy"}, "sync": {"status": "Synced", "revision": "r1"},
+                "operationState": {"phase": "Running", "startedAt": "t", "operation": {}}})
+        );
+    }
+}
