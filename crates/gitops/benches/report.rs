@@ -1,9 +1,12 @@
 //! Report benchmark: 1,000 clusters × 100 ApplicationSets = 100,000 ManifestWorks with feedback.
 //!
-//! `cargo bench -p argocd-pull-gitops` (env `BENCH_CLUSTERS`, `BENCH_APPSETS` to scale down).
+//! `cargo bench -p argocd-pull-gitops --bench report` (env `BENCH_CLUSTERS`, `BENCH_APPSETS` to
+//! scale down).
 //! 1. Pure: the aggregator's index fed 100,000 works in memory → 100 reports.
-//! 2. Embedded hub: works created directly (with status feedback), then the aggregator started:
-//!    time to the complete report set, time to reflect one cluster's change, memory.
+//! 2. Embedded hub served over HTTP: works created directly (with status feedback), then the
+//!    aggregator started in a child process (this binary re-executed), so that its CPU time and
+//!    RSS are its own: time to the complete report set, time to reflect one cluster's change,
+//!    the controller's CPU and memory. The parent watches the reports to see them complete.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -13,10 +16,12 @@ use argocd_pull_api::ocm::work::{
     FeedbackValue, FieldValue, ManifestCondition, ManifestResourceMeta, ManifestResourceStatus,
     ManifestWorkStatus, StatusFeedbackResult,
 };
+use argocd_pull_api::report::MulticlusterApplicationSetReport;
+use argocd_pull_gitops::GitOpsConfig;
 use argocd_pull_gitops::aggregator::{Decision, Index};
-use argocd_pull_gitops::{GitOpsConfig, metrics::WriteLabel};
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -229,52 +234,63 @@ async fn on_hub(clusters: usize, appsets: usize) {
         "hub: {total} works with feedback created in {:?}",
         t.elapsed()
     );
-    let rss_before = proc_status("VmRSS:");
+
+    let server = hub.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    // The parent sees the reports through a watch (in process).
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<MulticlusterApplicationSetReport>();
+    let report_api: Api<MulticlusterApplicationSetReport> = Api::all(client.clone());
+    let watch = tokio::spawn(async move {
+        let mut s = std::pin::pin!(
+            watcher(report_api, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+        );
+        while let Some(r) = s.next().await {
+            if let Ok(r) = r
+                && tx.send(r).is_err()
+            {
+                break;
+            }
+        }
+    });
 
     let t = Instant::now();
-    let running = argocd_pull_gitops::start(
-        client.clone(),
-        GitOpsConfig {
-            gitopscluster: false,
-            ..GitOpsConfig::default()
-        },
-    )
-    .await
-    .unwrap();
-    let applies = || {
-        running
-            .metrics
-            .writes
-            .get_or_create(&WriteLabel {
-                controller: "appset-report".into(),
-                kind: "MulticlusterApplicationSetReport".into(),
-                verb: "apply".into(),
-            })
-            .get()
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .env(CHILD_ENV, server.url())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let complete_reports = |r: &MulticlusterApplicationSetReport| {
+        r.statuses
+            .as_ref()
+            .and_then(|s| s.summary.as_ref())
+            .is_some_and(|s| s.clusters == clusters.to_string())
     };
+    let mut complete = std::collections::HashSet::new();
     tokio::time::timeout(Duration::from_secs(600), async {
-        while applies() < appsets as u64 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        while complete.len() < appsets {
+            let r = rx.recv().await.expect("report watch");
+            if complete_reports(&r) {
+                complete.insert(r.metadata.name.clone().unwrap_or_default());
+            }
         }
     })
     .await
     .expect("complete report set");
-    let complete = t.elapsed();
-    let report_api: Api<argocd_pull_api::report::MulticlusterApplicationSetReport> =
-        Api::namespaced(client.clone(), "argocd");
-    let r = report_api.get("appset-000").await.unwrap();
-    assert_eq!(
-        r.statuses.unwrap().summary.unwrap().clusters,
-        clusters.to_string()
-    );
+    let took = t.elapsed();
+    let (cpu_start, rss_start, _) = proc_stats(pid);
     println!(
-        "hub: complete report set ({appsets} reports × {clusters} clusters) {complete:?} after start"
+        "hub: complete report set ({appsets} reports × {clusters} clusters) {took:?} after the controller process started; controller CPU {cpu_start:.2} s, RSS {:.0} MiB",
+        mib(rss_start)
     );
+    // Let the echoes of the writes settle before the change rounds.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    while rx.try_recv().is_ok() {}
 
     // One cluster's status changes.
+    let (cpu_before_changes, _, _) = proc_stats(pid);
     let mut worst = Duration::ZERO;
     for round in 0..5 {
-        let before = applies();
         let api: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), "cluster-0007", &work_ar);
         let h = if round % 2 == 0 {
@@ -292,8 +308,17 @@ async fn on_hub(clusters: usize, appsets: usize) {
         .await
         .unwrap();
         tokio::time::timeout(Duration::from_secs(30), async {
-            while applies() <= before {
-                tokio::time::sleep(Duration::from_millis(1)).await;
+            loop {
+                let r = rx.recv().await.expect("report watch");
+                let reflected = r.metadata.name.as_deref() == Some("appset-003")
+                    && r.statuses.as_ref().is_some_and(|s| {
+                        s.cluster_conditions
+                            .iter()
+                            .any(|c| c.cluster == "cluster-0007" && c.health_status == h)
+                    });
+                if reflected {
+                    break;
+                }
             }
         })
         .await
@@ -302,16 +327,59 @@ async fn on_hub(clusters: usize, appsets: usize) {
         worst = worst.max(took);
         println!("hub: one cluster's change reflected in {took:?} (debounce 200 ms included)");
     }
-    println!("hub: worst change {worst:?}");
-    let rss_after = proc_status("VmRSS:");
+    let (cpu_end, rss_end, hwm) = proc_stats(pid);
     println!(
-        "memory: process peak RSS (hub + controller) {:.0} MiB; RSS before the controller started {:.0} MiB, after {:.0} MiB (controller share ≈ {:.0} MiB)",
-        mib(proc_status("VmHWM:")),
-        mib(rss_before),
-        mib(rss_after),
-        mib(rss_after.saturating_sub(rss_before))
+        "hub: worst change {worst:?}; controller CPU for the 5 changes {:.2} s",
+        cpu_end - cpu_before_changes
     );
-    running.shutdown().await;
+    println!(
+        "memory: controller process RSS {:.0} MiB at the end, peak {:.0} MiB; hub (parent) peak RSS {:.0} MiB",
+        mib(rss_end),
+        mib(hwm),
+        mib(proc_status("VmHWM:"))
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    watch.abort();
+    server.shutdown().await;
+}
+
+/// CPU seconds (user + system), current RSS and peak RSS (KiB) of a process.
+fn proc_stats(pid: u32) -> (f64, u64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // fields after ")": state(0) … utime(11) stime(12); clock ticks are 100/s on Linux
+    let ticks: u64 = f.get(11).and_then(|x| x.parse().ok()).unwrap_or(0)
+        + f.get(12).and_then(|x| x.parse().ok()).unwrap_or(0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|x| x.parse().ok())
+            .unwrap_or(0)
+    };
+    (ticks as f64 / 100.0, field("VmRSS:"), field("VmHWM:"))
+}
+
+const CHILD_ENV: &str = "ARGOCD_PULL_GITOPS_BENCH_CHILD_URL";
+
+/// The controller process: the report aggregator only, against the served hub.
+async fn child(url: String) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+    let _running = argocd_pull_gitops::start(
+        client,
+        GitOpsConfig {
+            gitopscluster: false,
+            ..GitOpsConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    std::future::pending::<()>().await;
 }
 
 fn main() {
@@ -320,10 +388,13 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    pure(clusters, appsets);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
+    if let Ok(url) = std::env::var(CHILD_ENV) {
+        return rt.block_on(child(url));
+    }
+    pure(clusters, appsets);
     rt.block_on(on_hub(clusters, appsets));
 }
