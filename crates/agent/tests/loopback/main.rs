@@ -1,6 +1,7 @@
 //! Loopback tests: real TLS 1.3 + gRPC between a principal and agents in one process.
 mod autonomous;
 mod deletion;
+mod e2e;
 mod harness;
 mod hub;
 mod managed;
