@@ -19,7 +19,7 @@
 //!
 //! It prints progress and ends with tables of the hub Applications (and in the basic model the
 //! GitOpsCluster and the reports). [`Demo`] is the library form (tests inspect the hub it leaves
-//! running); [`run`] is `argocd-pull demo`.
+//! running); [`run`] is `argocd-pull demo`. See `crates/demo/README.md`.
 
 mod state;
 pub mod workload;
@@ -545,7 +545,7 @@ impl Demo {
                             let changed = st.reports.get(&name).is_none_or(|o| o.summary != r.summary);
                             if changed && verbose {
                                 let s = &r.summary;
-                                println!("{at} report {:<24} clusters={} synced={} healthy={}", r.name, s.clusters, s.synced, s.healthy);
+                                println!("{at} report {:<24} clusters={} synced={} healthy={} progressing={}", r.name, s.clusters, s.synced, s.healthy, s.in_progress);
                             }
                             st.reports.insert(name, r);
                         }

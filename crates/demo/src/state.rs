@@ -319,6 +319,16 @@ pub fn print_columns(headers: &[&str], rows: &[Vec<String>]) {
     }
 }
 
+/// `s` cut to `max` characters (an ellipsis marks the cut).
+fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
 /// The final tables.
 pub fn print_tables(state: &State) {
     let mut apps: Vec<&AppRow> = state.apps.values().collect();
@@ -345,7 +355,7 @@ pub fn print_tables(state: &State) {
                 format!("{}/{}", g.namespace, g.name),
                 g.phase.clone(),
                 state.cluster_secrets.len().to_string(),
-                g.message.clone(),
+                shorten(&g.message, 100),
             ]],
         );
     }
@@ -384,5 +394,100 @@ pub fn print_tables(state: &State) {
                 println!("  {} on {}: {}: {}", r.name, e.cluster, e.type_, e.message);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shorten_cuts_on_characters() {
+        assert_eq!(shorten("abc", 3), "abc");
+        assert_eq!(shorten("abcdé", 4), "abc…");
+        assert_eq!(shorten("ééééé", 3).chars().count(), 3);
+    }
+
+    fn report(clusters: u32, synced: u32, healthy: u32, errors: &[&str]) -> ReportRow {
+        ReportRow {
+            namespace: "argocd".into(),
+            name: "guestbook-app".into(),
+            summary: ReportSummary {
+                clusters: clusters.to_string(),
+                synced: synced.to_string(),
+                healthy: healthy.to_string(),
+                ..Default::default()
+            },
+            errors: errors
+                .iter()
+                .map(|c| ReportError {
+                    cluster: (*c).into(),
+                    type_: "SyncError".into(),
+                    message: "boom".into(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_report_is_complete_when_it_covers_every_cluster_synced_and_healthy() {
+        let exp = Expectation {
+            appsets: vec!["guestbook-app".into()],
+            clusters: 2,
+            ..Default::default()
+        };
+        let mut st = State::default();
+        assert!(!st.reports_done(&exp));
+        for (r, done) in [
+            (report(1, 1, 1, &[]), false),
+            (report(2, 2, 1, &[]), false),
+            (report(2, 2, 2, &[]), true),
+        ] {
+            st.reports.insert("guestbook-app".into(), r);
+            assert_eq!(st.reports_done(&exp), done);
+        }
+    }
+
+    #[test]
+    fn with_a_failure_the_report_must_show_it() {
+        let exp = Expectation {
+            appsets: vec!["guestbook-app".into()],
+            clusters: 2,
+            failing_cluster: Some("cluster2".into()),
+            failing_appset: Some("guestbook-app".into()),
+            ..Default::default()
+        };
+        let mut st = State::default();
+        for (r, done) in [
+            (report(2, 2, 2, &[]), false),
+            (report(2, 1, 1, &[]), false),
+            (report(2, 1, 1, &["cluster1"]), false),
+            (report(2, 1, 1, &["cluster2"]), true),
+        ] {
+            st.reports.insert("guestbook-app".into(), r);
+            assert_eq!(st.reports_done(&exp), done);
+        }
+    }
+
+    #[test]
+    fn the_gitopscluster_needs_success_and_every_secret() {
+        let exp = Expectation {
+            gitopscluster: true,
+            clusters: 2,
+            ..Default::default()
+        };
+        let mut st = State {
+            gitopscluster: Some(GitOpsClusterRow {
+                phase: "successful".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        st.cluster_secrets.insert("cluster1-secret".into());
+        assert!(!st.gitopscluster_done(&exp));
+        st.cluster_secrets.insert("cluster2-secret".into());
+        assert!(st.gitopscluster_done(&exp));
+        st.gitopscluster.as_mut().unwrap().phase = "failed".into();
+        assert!(!st.gitopscluster_done(&exp));
     }
 }
