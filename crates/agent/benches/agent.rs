@@ -1,5 +1,10 @@
 //! Throughput/latency/scale benchmark of the agent model over loopback mTLS.
-//! `BENCH_AGENTS` (default 1000), `BENCH_EVENTS` (default 5000). Results: docs/perf/agent.md.
+//! `BENCH_AGENTS` (default 1000), `BENCH_EVENTS` (default 5000), `BENCH_HUB_BUFFER` (hub store
+//! watch buffer, default 65536). Results: docs/perf/agent.md.
+//!
+//! Phase 0 measures the principal's memory per idle agent connection honestly: the agents run
+//! in a child process (this binary re-executed with `BENCH_ROLE=agents`), the principal alone in
+//! this one, and the principal process's VmRSS is read before and after they connect.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +19,11 @@ use futures::StreamExt;
 use serde_json::json;
 
 fn rss_kib() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    rss_kib_of("self")
+}
+
+fn rss_kib_of(pid: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     s.lines()
         .find(|l| l.starts_with("VmRSS:"))
         .and_then(|l| l.split_whitespace().nth(1))
@@ -71,7 +80,92 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    if std::env::var("BENCH_ROLE").as_deref() == Ok("agents") {
+        rt.block_on(agents_child());
+        return;
+    }
+    rt.block_on(rss_phase());
     rt.block_on(run());
+}
+
+/// Child process: connects `BENCH_AGENTS` idle managed agents to `BENCH_ADDR`, with the
+/// certificates in `BENCH_PKI_DIR`, and stays until killed.
+async fn agents_child() {
+    let n: usize = std::env::var("BENCH_AGENTS").unwrap().parse().unwrap();
+    let addr = std::env::var("BENCH_ADDR").unwrap().parse().unwrap();
+    let dir = std::path::PathBuf::from(std::env::var("BENCH_PKI_DIR").unwrap());
+    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+    let mut agents = Vec::new();
+    for i in 0..n {
+        let m = argocd_pull_agent::tls::TlsMaterial {
+            cert_pem: std::fs::read(dir.join(format!("a{i}.crt"))).unwrap(),
+            key_pem: std::fs::read(dir.join(format!("a{i}.key"))).unwrap(),
+            ca_pem: ca.clone(),
+        };
+        let mut c = AgentConfig::new(addr, m, Mode::Managed);
+        c.reconnect_max = Duration::from_secs(2);
+        let s = MemStore::with_capacity(16);
+        agents.push(
+            Agent::start(c, Arc::new(s), Metrics::new("argocd_agent"))
+                .await
+                .unwrap(),
+        );
+    }
+    std::future::pending::<()>().await;
+}
+
+async fn rss_phase() {
+    let n: usize = std::env::var("BENCH_RSS_AGENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    if n == 0 {
+        return;
+    }
+    let pki = LocalPki::new().unwrap();
+    let _ = throwaway_jwt_key();
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..n {
+        let m = pki.agent(&format!("a{i}")).unwrap();
+        std::fs::write(dir.path().join(format!("a{i}.crt")), &m.cert_pem).unwrap();
+        std::fs::write(dir.path().join(format!("a{i}.key")), &m.key_pem).unwrap();
+        if i == 0 {
+            std::fs::write(dir.path().join("ca.crt"), &m.ca_pem).unwrap();
+        }
+    }
+    let hub = MemStore::new();
+    let p = principal(&pki, &hub, "127.0.0.1:0").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = rss_kib();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .env("BENCH_ROLE", "agents")
+        .env("BENCH_AGENTS", n.to_string())
+        .env("BENCH_ADDR", p.local_addr().to_string())
+        .env("BENCH_PKI_DIR", dir.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while p.connected_agents().len() < n {
+        assert!(
+            t.elapsed() < Duration::from_secs(300),
+            "agents did not connect"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let connected = t.elapsed();
+    // idle: let handshakes, auth and resync traffic settle
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = rss_kib();
+    let child_rss = rss_kib_of(&child.id().to_string());
+    println!(
+        "principal process alone: {n} idle agents (in a child process) connected in {connected:?}; \
+         principal VmRSS {before} KiB -> {after} KiB: {:.1} KiB per idle connection (agents' process: {child_rss} KiB)",
+        (after.saturating_sub(before)) as f64 / n as f64
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    p.shutdown().await;
 }
 
 async fn run() {
@@ -85,7 +179,11 @@ async fn run() {
         .unwrap_or(5000);
     let pki = LocalPki::new().unwrap();
     let _ = throwaway_jwt_key();
-    let hub = MemStore::new();
+    let hub_buffer: usize = std::env::var("BENCH_HUB_BUFFER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(65536);
+    let hub = MemStore::with_capacity(hub_buffer);
     let p = principal(&pki, &hub, "127.0.0.1:0").await;
     let addr = p.local_addr();
     let mats: Vec<_> = (0..n_agents)

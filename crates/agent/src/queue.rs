@@ -12,7 +12,8 @@
 //! * an in-flight event is resent with backoff (5 s, ×4, capped at 2 min) until it is ACKed, or
 //!   answered with an `error` event (then it is dropped, loudly: counted and logged).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -78,6 +79,8 @@ struct InFlight {
     ev: Event,
     attempts: u32,
     deadline: Instant,
+    /// identifies this (re)scheduling in the deadline heap; older heap entries are stale
+    token: u64,
 }
 
 #[derive(Default)]
@@ -92,6 +95,52 @@ struct State {
     inflight: usize,
     /// sent but connection went away: resend at once on the next session
     seq: u64,
+    /// in-flight event id -> key (ACK matching without scanning the slots)
+    by_event: HashMap<String, String>,
+    /// resend deadlines (lazy deletion: an entry is live while its token matches the slot's)
+    deadlines: BinaryHeap<Reverse<(Instant, u64, String)>>,
+}
+
+impl State {
+    fn schedule(&mut self, key: &str, deadline: Instant) {
+        self.seq += 1;
+        let token = self.seq;
+        if let Some(f) = self.slots.get_mut(key).and_then(|s| s.inflight.as_mut()) {
+            f.deadline = deadline;
+            f.token = token;
+            self.deadlines
+                .push(Reverse((deadline, token, key.to_string())));
+        }
+        // stale entries of ACKed events are dropped when they surface; bound them anyway
+        if self.deadlines.len() > 2 * self.inflight + 1024 {
+            let live: Vec<Reverse<(Instant, u64, String)>> = self
+                .slots
+                .iter()
+                .filter_map(|(k, s)| {
+                    s.inflight
+                        .as_ref()
+                        .map(|f| Reverse((f.deadline, f.token, k.clone())))
+                })
+                .collect();
+            self.deadlines = BinaryHeap::from(live);
+        }
+    }
+
+    /// The earliest live resend: (deadline, key). Drops stale heap entries on the way.
+    fn earliest(&mut self) -> Option<(Instant, String)> {
+        while let Some(Reverse((d, tok, k))) = self.deadlines.peek() {
+            let live = self
+                .slots
+                .get(k)
+                .and_then(|s| s.inflight.as_ref())
+                .is_some_and(|f| f.token == *tok);
+            if live {
+                return Some((*d, k.clone()));
+            }
+            self.deadlines.pop();
+        }
+        None
+    }
 }
 
 /// Counters the queue keeps (exported as metrics by the owner).
@@ -236,28 +285,23 @@ impl SendQueue {
     pub fn next(&self, now: Instant) -> Result<Outgoing, Option<Instant>> {
         self.refill_deferred();
         let mut s = self.state.lock().expect("poisoned");
-        // due resends
+        // due resends (deadline heap: O(log n), no scan of the slots)
         let mut earliest: Option<Instant> = None;
-        let mut due: Option<String> = None;
-        for (k, slot) in &s.slots {
-            if let Some(f) = &slot.inflight {
-                if f.deadline <= now {
-                    due = Some(k.clone());
-                    break;
-                }
-                earliest = Some(earliest.map_or(f.deadline, |e: Instant| e.min(f.deadline)));
+        if let Some((d, k)) = s.earliest() {
+            if d <= now {
+                let slot = s.slots.get_mut(&k).expect("slot");
+                let f = slot.inflight.as_mut().expect("inflight");
+                f.attempts += 1;
+                let attempts = f.attempts;
+                let ev = f.ev.clone();
+                s.schedule(&k, now + self.backoff.delay(attempts));
+                return Ok(Outgoing {
+                    key: k,
+                    event: ev,
+                    attempt: attempts,
+                });
             }
-        }
-        if let Some(k) = due {
-            let slot = s.slots.get_mut(&k).expect("slot");
-            let f = slot.inflight.as_mut().expect("inflight");
-            f.attempts += 1;
-            f.deadline = now + self.backoff.delay(f.attempts);
-            return Ok(Outgoing {
-                key: k,
-                event: f.ev.clone(),
-                attempt: f.attempts,
-            });
+            earliest = Some(d);
         }
         while let Some(k) = s.ready.pop_front() {
             s.ready_set.remove(&k);
@@ -270,8 +314,9 @@ impl SendQueue {
             let Some(mut ev) = slot.pending.pop_front() else {
                 continue;
             };
-            if slot.recent_ids.contains(&ev.event_id) {
+            if slot.recent_ids.contains(&ev.event_id) || s.by_event.contains_key(&ev.event_id) {
                 // keep ACK matching unambiguous for a later event of the same object version
+                // (or an event of another key that happens to carry the same id)
                 let seq = s.seq;
                 s.seq += 1;
                 ev.event_id = format!("{}.{}", ev.event_id, seq);
@@ -280,10 +325,13 @@ impl SendQueue {
             slot.inflight = Some(InFlight {
                 ev: ev.clone(),
                 attempts: 1,
-                deadline: now + self.backoff.delay(1),
+                deadline: now,
+                token: 0,
             });
             s.pending -= 1;
             s.inflight += 1;
+            s.by_event.insert(ev.event_id.clone(), k.clone());
+            s.schedule(&k, now + self.backoff.delay(1));
             drop(s);
             self.notify.notify_one();
             return Ok(Outgoing {
@@ -299,12 +347,16 @@ impl SendQueue {
     pub fn resend_all_now(&self) {
         let now = Instant::now();
         let mut s = self.state.lock().expect("poisoned");
-        for slot in s.slots.values_mut() {
+        let mut keys = Vec::new();
+        for (k, slot) in s.slots.iter_mut() {
             if let Some(f) = &mut slot.inflight {
-                f.deadline = now;
                 // a reconnect is not a failed attempt: restart the backoff
                 f.attempts = 0;
+                keys.push(k.clone());
             }
+        }
+        for k in keys {
+            s.schedule(&k, now);
         }
         drop(s);
         self.notify.notify_one();
@@ -313,19 +365,21 @@ impl SendQueue {
     /// Handles an ACK (`processed`) or `error` answer for `event_id`.
     pub fn answer(&self, resource_id: &str, event_id: &str) -> Answered {
         let mut s = self.state.lock().expect("poisoned");
-        let key = s
-            .slots
-            .iter()
-            .find(|(_, slot)| {
-                slot.inflight.as_ref().is_some_and(|f| {
-                    f.ev.event_id == event_id
-                        && (resource_id.is_empty() || f.ev.resource_id == resource_id)
-                })
-            })
-            .map(|(k, _)| k.clone());
-        let Some(key) = key else {
+        let Some(key) = s.by_event.get(event_id).cloned() else {
             return Answered::Unknown;
         };
+        let matches = s
+            .slots
+            .get(&key)
+            .and_then(|slot| slot.inflight.as_ref())
+            .is_some_and(|f| {
+                f.ev.event_id == event_id
+                    && (resource_id.is_empty() || f.ev.resource_id == resource_id)
+            });
+        if !matches {
+            return Answered::Unknown;
+        }
+        s.by_event.remove(event_id);
         let slot = s.slots.get_mut(&key).expect("slot");
         let f = slot.inflight.take().expect("inflight");
         slot.recent_ids.push_back(f.ev.event_id.clone());
@@ -490,6 +544,66 @@ mod tests {
             sent.push(o.key);
         }
         assert_eq!(sent, vec!["a", "b", "c"]);
+        assert!(q.is_idle());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn resends_come_due_by_deadline_and_acked_events_never_resend() {
+        let q = q();
+        let t0 = Instant::now();
+        let mut sent = HashMap::new();
+        for k in ["a", "b", "c"] {
+            q.push(k, ev(EventType::Create, k, 1));
+            let o = q.next(t0).unwrap();
+            sent.insert(o.key.clone(), o.event);
+        }
+        let b = &sent["b"];
+        assert!(matches!(
+            q.answer(&b.resource_id, &b.event_id),
+            Answered::Acked(_)
+        ));
+        let t5 = t0 + Duration::from_secs(5);
+        let mut resent: Vec<String> = Vec::new();
+        while let Ok(o) = q.next(t5) {
+            assert_eq!(o.attempt, 2);
+            resent.push(o.key);
+        }
+        resent.sort();
+        assert_eq!(resent, vec!["a", "c"], "the ACKed one is not resent");
+        assert_eq!(q.next(t5).unwrap_err(), Some(t5 + Duration::from_secs(20)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn equal_event_ids_of_two_keys_stay_unambiguous() {
+        let q = q();
+        let stub = |kind: &str| json!({"kind": kind, "metadata": {"name": "x", "namespace": "n"}});
+        q.push(
+            "x",
+            Event::for_object(
+                "t",
+                EventType::Delete,
+                Target::Application,
+                &stub("Application"),
+            ),
+        );
+        q.push(
+            "appproject/x",
+            Event::for_object(
+                "t",
+                EventType::Delete,
+                Target::AppProject,
+                &stub("AppProject"),
+            ),
+        );
+        let now = Instant::now();
+        let (a, b) = (q.next(now).unwrap(), q.next(now).unwrap());
+        assert_ne!(a.event.event_id, b.event.event_id);
+        for o in [a, b] {
+            assert!(matches!(
+                q.answer(&o.event.resource_id, &o.event.event_id),
+                Answered::Acked(_)
+            ));
+        }
         assert!(q.is_idle());
     }
 

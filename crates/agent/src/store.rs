@@ -301,7 +301,13 @@ impl Default for MemStore {
 
 impl MemStore {
     pub fn new() -> Self {
-        let (tx, _) = broadcast::channel(1024);
+        Self::with_capacity(1024)
+    }
+
+    /// A store whose watchers may fall `capacity` events behind before they resynchronise from
+    /// a full list (a `Restarted` event): a busy shared store (a benchmark's hub) wants more.
+    pub fn with_capacity(capacity: usize) -> Self {
+        let (tx, _) = broadcast::channel(capacity.max(16));
         Self {
             inner: Arc::new(Mutex::new(MemInner {
                 objects: BTreeMap::new(),
