@@ -192,6 +192,7 @@ pub(crate) struct State {
 
 pub(crate) const CRD_KEY: &str = "customresourcedefinitions.apiextensions.k8s.io";
 pub(crate) const NS_KEY: &str = "namespaces";
+pub(crate) const SECRET_KEY: &str = "secrets";
 
 impl State {
     pub fn new(opts: &HubOptions, committed: Arc<AtomicU64>) -> State {

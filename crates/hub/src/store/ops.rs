@@ -5,7 +5,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use super::{CRD_KEY, NS_KEY, Obj, State};
+use super::{CRD_KEY, NS_KEY, Obj, SECRET_KEY, State};
 use crate::apply;
 use crate::error::{ApiError, ApiResult};
 use crate::registry::{self, ResourceType};
@@ -195,6 +195,9 @@ fn resolve_ns(rt: &ResourceType, url_ns: &str, val: &mut Value) -> ApiResult<Str
 }
 
 fn type_side_effects_on_write(rt: &ResourceType, new: &mut Value, name: &str) -> ApiResult<()> {
+    if rt.key() == SECRET_KEY {
+        fold_secret_string_data(new);
+    }
     if rt.key() == CRD_KEY {
         registry::crd_to_type(new).map_err(|e| {
             let (field, msg) = e.split_once(": ").unwrap_or(("spec", e.as_str()));
@@ -215,6 +218,35 @@ fn type_side_effects_on_write(rt: &ResourceType, new: &mut Value, name: &str) ->
         new["status"] = json!({"phase": phase});
     }
     Ok(())
+}
+
+/// Like the real apiserver: a Secret's write-only `stringData` is merged into `data` (base64,
+/// `stringData` wins) and dropped; `type` defaults to `Opaque`.
+fn fold_secret_string_data(secret: &mut Value) {
+    use base64::Engine as _;
+    let Some(obj) = secret.as_object_mut() else {
+        return;
+    };
+    if let Some(Value::Object(string_data)) = obj.remove("stringData") {
+        let data = obj
+            .entry("data")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !data.is_object() {
+            *data = Value::Object(Map::new());
+        }
+        if let Some(data) = data.as_object_mut() {
+            for (k, v) in string_data {
+                let text = match v {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+                data.insert(k, Value::String(encoded));
+            }
+        }
+    }
+    obj.entry("type")
+        .or_insert_with(|| Value::String("Opaque".into()));
 }
 
 pub(crate) fn create(
@@ -486,6 +518,9 @@ pub(crate) fn finish_update(
             .and_then(|g| g.as_i64())
             .unwrap_or(1);
         meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+    }
+    if rt.key() == SECRET_KEY {
+        fold_secret_string_data(&mut new);
     }
     if rt.key() == CRD_KEY || rt.key() == NS_KEY {
         // Keep the server-written status of these types.

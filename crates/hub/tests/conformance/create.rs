@@ -223,3 +223,48 @@ async fn namespace_and_type_mismatch_are_400() {
         "{b}"
     );
 }
+
+#[tokio::test]
+async fn secret_string_data_is_folded_into_data() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Patch, PatchParams};
+    let hub = Hub::new();
+    let api: Api<Secret> = Api::default_namespaced(hub.client());
+    let s: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "cluster1-secret"},
+        "data": {"kept": "a2VwdA==", "server": "b2xk"},
+        "stringData": {"name": "cluster1", "server": "https://cluster1-control-plane"}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &s).await.unwrap();
+    let got = api.get("cluster1-secret").await.unwrap();
+    assert_eq!(got.string_data, None, "stringData is write-only");
+    assert_eq!(
+        got.type_.as_deref(),
+        Some("Opaque"),
+        "type defaults to Opaque"
+    );
+    let data = got.data.unwrap();
+    let text = |k: &str| String::from_utf8(data[k].0.clone()).unwrap();
+    assert_eq!(text("name"), "cluster1");
+    assert_eq!(
+        text("server"),
+        "https://cluster1-control-plane",
+        "stringData wins over data"
+    );
+    assert_eq!(text("kept"), "kept");
+
+    // The same on a patch.
+    let patch = json!({"stringData": {"name": "renamed"}});
+    api.patch(
+        "cluster1-secret",
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+    let got = api.get("cluster1-secret").await.unwrap();
+    assert_eq!(got.string_data, None);
+    assert_eq!(got.data.unwrap()["name"].0, b"renamed");
+}
