@@ -648,6 +648,36 @@ fn log_err<T>(e: Result<T, watcher::Error>) -> Option<T> {
     }
 }
 
+/// A MulticlusterApplicationSetReport response whose body is skipped, not decoded.
+#[derive(Clone, Debug, Default, Deserialize)]
+struct Unread {
+    #[serde(skip)]
+    metadata: ObjectMeta,
+}
+
+impl Resource for Unread {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+        MulticlusterApplicationSetReport::kind(&())
+    }
+    fn group(_: &()) -> std::borrow::Cow<'_, str> {
+        MulticlusterApplicationSetReport::group(&())
+    }
+    fn version(_: &()) -> std::borrow::Cow<'_, str> {
+        MulticlusterApplicationSetReport::version(&())
+    }
+    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+        MulticlusterApplicationSetReport::plural(&())
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 /// Carries out a flush's decisions; returns whether all succeeded (failed ones are marked dirty
 /// again and retried on the next flush).
 async fn execute(
@@ -666,8 +696,9 @@ async fn execute(
         async move {
             match d {
                 Decision::Write(k, desired) => {
-                    let api: Api<MulticlusterApplicationSetReport> =
-                        Api::namespaced(client, &k.namespace);
+                    // The response (the whole report again, with its managedFields) is not
+                    // decoded: what was applied is what is remembered.
+                    let api: Api<Unread> = Api::namespaced(client, &k.namespace);
                     let r = api
                         .patch(
                             &k.name,
@@ -675,7 +706,7 @@ async fn execute(
                             &Patch::Apply(&*desired),
                         )
                         .await
-                        .map(Some);
+                        .map(|_| Some(*desired));
                     if r.is_ok() {
                         metrics.write(CONTROLLER, "MulticlusterApplicationSetReport", "apply");
                         tracing::debug!(appset = %k, "report written");
