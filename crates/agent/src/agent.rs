@@ -624,11 +624,22 @@ impl Inner {
                     self.revert(copy);
                 }
                 let h = status_report_hash(obj);
+                // nothing to report for an object without status and operation that we have
+                // not reported before (e.g. just created from the principal's event): saves a
+                // status-update + ACK round trip per created Application
+                let nothing = obj.get("status").is_none_or(Value::is_null)
+                    && obj.get("operation").is_none_or(Value::is_null);
                 let mut sent = self.sent.lock().expect("poisoned");
-                if sent.get(&name) != Some(&h) {
+                let report = match sent.get(&name) {
+                    Some(prev) => *prev != h,
+                    None => !nothing,
+                };
+                if report {
                     sent.insert(name, h);
                     drop(sent);
                     self.push(EventType::StatusUpdate, &status_payload(obj));
+                } else if !sent.contains_key(&name) {
+                    sent.insert(name, h);
                 }
             }
             Mode::Autonomous => {
