@@ -21,6 +21,12 @@ use serde_json::json;
 
 const CHILD_ENV: &str = "ARGOCD_PULL_BENCH_CHILD_URL";
 
+/// The allocator of the benchmark binary (parent hub and controller child alike): glibc's malloc
+/// keeps freed memory of the start-up burst in per-thread arenas; mimalloc returns it. The library
+/// does not choose an allocator; the `argocd-pull` binary should make the same choice.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -150,7 +156,13 @@ async fn parent() -> anyhow::Result<()> {
 
     // the controller, in a child process
     let exe = std::env::current_exe()?;
-    let mut child = std::process::Command::new(exe)
+    // BENCH_CHILD_PREFIX, e.g. "heaptrack -o /tmp/controller": run the controller under a tool
+    // (the CPU and RSS figures are then the tool's process, not the controller's)
+    let prefix = std::env::var("BENCH_CHILD_PREFIX").unwrap_or_default();
+    let mut words: Vec<std::ffi::OsString> = prefix.split_whitespace().map(Into::into).collect();
+    words.push(exe.into());
+    let mut child = std::process::Command::new(&words[0])
+        .args(&words[1..])
         .env(CHILD_ENV, server.url())
         .env("RUST_LOG", "warn")
         .spawn()?;

@@ -28,11 +28,11 @@ use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
-/// The feedback a work reports for one Application manifest.
+/// The feedback a work reports for one Application manifest, as text by rule name.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct AppFeedback {
     pub id: ResourceIdentifier,
-    pub values: Vec<FeedbackValue>,
+    pub values: FeedbackValues,
 }
 
 /// A ManifestWork as the controllers need it (see the module docs).
@@ -58,19 +58,17 @@ impl WorkLite {
 
     /// The feedback values reported for the manifest `id` names.
     pub fn feedback_for(&self, id: &ResourceIdentifier) -> FeedbackValues {
-        let values = self
-            .feedback
+        self.feedback
             .iter()
             .find(|f| &f.id == id)
-            .map(|f| f.values.as_slice())
-            .unwrap_or(&[]);
-        FeedbackValues::from_values(values)
+            .map(|f| f.values.clone())
+            .unwrap_or_default()
     }
 
-    /// Whether the work reports any feedback value at all (without one, there is no status to
-    /// write).
+    /// Whether the work reports any feedback value with content (without one, there is no
+    /// status to write: a status write needs a health and a sync status).
     pub fn has_feedback(&self) -> bool {
-        self.feedback.iter().any(|f| !f.values.is_empty())
+        self.feedback.iter().any(|f| !f.values.values.is_empty())
     }
 
     /// The projection of a full work (tests compare it with the decoded wire form).
@@ -98,6 +96,34 @@ impl WorkLite {
             }),
         }
         .into()
+    }
+}
+
+/// Only the metadata of an API answer (the rest is skipped without being built): the answer to
+/// our own create, whose spec is the one we sent.
+#[derive(Deserialize)]
+pub(crate) struct MetaOnly {
+    #[serde(default)]
+    metadata: WireMeta,
+}
+
+impl WorkLite {
+    /// The projection of a work we created from `desired` (whose normalized spec has `digest`),
+    /// with the metadata the API server answered.
+    pub fn created(answer: MetaOnly, desired: &ManifestWork, digest: SpecDigest) -> Self {
+        WorkLite {
+            metadata: answer.metadata.into_meta(),
+            spec_digest: digest,
+            app_ids: desired
+                .spec
+                .manifest_configs
+                .iter()
+                .map(|c| &c.resource_identifier)
+                .filter(|id| is_application_identifier(id))
+                .cloned()
+                .collect(),
+            feedback: Vec::new(),
+        }
     }
 }
 
@@ -131,7 +157,12 @@ impl From<WireWork<'_>> for WorkLite {
                 let id = ident(&m.resource_meta);
                 (is_application_identifier(&id) || app_ids.contains(&id)).then(|| AppFeedback {
                     id,
-                    values: m.status_feedback.map(|f| f.values).unwrap_or_default(),
+                    values: FeedbackValues::from_values(
+                        m.status_feedback
+                            .as_ref()
+                            .map(|f| f.values.as_slice())
+                            .unwrap_or(&[]),
+                    ),
                 })
             })
             .collect();
@@ -414,6 +445,16 @@ mod tests {
         );
         assert_eq!(lite.feedback_for(&id).health(), Some("Healthy"));
         assert!(lite.has_feedback());
+    }
+
+    #[test]
+    fn the_projection_of_our_create_equals_the_decoded_one() {
+        let mut v = work_json();
+        v.as_object_mut().unwrap().remove("status");
+        let full: ManifestWork = serde_json::from_value(v.clone()).unwrap();
+        let answer: MetaOnly = serde_json::from_value(v.clone()).unwrap();
+        let created = WorkLite::created(answer, &full, spec_digest(&full.spec));
+        assert_eq!(created, serde_json::from_value::<WorkLite>(v).unwrap());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use argocd_pull_api::argocd::Application;
 use argocd_pull_api::names::{ANNOTATION_REFRESH, FINALIZER_ARGOCD_RESOURCES};
 use argocd_pull_api::ocm::work::ManifestWork;
 use argocd_pull_domain::{
-    desired_work, normalized_spec_digest, selected_cluster, work_metadata_differs,
+    SpecDigest, desired_work, normalized_spec_digest, selected_cluster, work_metadata_differs,
     work_update_patch,
 };
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -15,7 +15,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::cache::WorkLite;
+use crate::cache::{MetaOnly, WorkLite};
 use crate::context::{Ctx, WorkRef};
 use crate::error::{Error, is_status};
 use crate::metrics::{ControllerLabels, ErrorLabels, OpLabels};
@@ -44,6 +44,7 @@ pub(crate) async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Ac
     };
     let cluster = cluster.to_string();
     let desired = desired_work(&app, &ctx.config.work)?;
+    let desired_digest = normalized_spec_digest(&desired.spec);
     let work_name = desired.metadata.name.clone().unwrap_or_default();
     let work_key = WorkRef::new(&work_name).within(&cluster);
     let existing = ctx
@@ -86,7 +87,7 @@ pub(crate) async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Ac
         ..Default::default()
     };
     match existing.as_deref() {
-        None => match create_work(&ctx, &cluster, &pp, &desired).await {
+        None => match create_work(&ctx, &cluster, &pp, &desired, desired_digest).await {
             Ok(created) => {
                 ctx.metrics
                     .works_written
@@ -117,7 +118,7 @@ pub(crate) async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Ac
             return Ok(Action::await_change());
         }
         Some(w)
-            if w.spec_digest == normalized_spec_digest(&desired.spec)
+            if w.spec_digest == desired_digest
                 && !work_metadata_differs(&w.metadata, &desired.metadata) => {}
         Some(_) => {
             // it differs: the merge patch is computed against the whole live work (the cache
@@ -133,13 +134,14 @@ pub(crate) async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Ac
     Ok(Action::await_change())
 }
 
-/// Creates `desired` and returns the projection of what the API server stored (the answer is
-/// decoded straight into it).
+/// Creates `desired` and returns the projection of what the API server stored (only the
+/// metadata of the answer is decoded; the spec is the one we sent).
 async fn create_work(
     ctx: &Ctx,
     namespace: &str,
     pp: &PostParams,
     desired: &ManifestWork,
+    digest: SpecDigest,
 ) -> Result<WorkLite, kube::Error> {
     let url = <ManifestWork as kube::Resource>::url_path(&(), Some(namespace));
     let body = serde_json::to_vec(desired).map_err(kube::Error::SerdeError)?;
@@ -147,7 +149,8 @@ async fn create_work(
         .create(pp, body)
         .map_err(kube::Error::BuildRequest)?;
     req.extensions_mut().insert("create");
-    ctx.client.request::<WorkLite>(req).await
+    let answer = ctx.client.request::<MetaOnly>(req).await?;
+    Ok(WorkLite::created(answer, desired, digest))
 }
 
 /// Remembers a work we wrote: read-your-writes for the next reconciles, and its fingerprint so

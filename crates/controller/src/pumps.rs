@@ -38,11 +38,25 @@ fn app_fingerprint(app: &Application) -> u64 {
         .map(|o| o.len())
         .hash(&mut h);
     app.metadata.deletion_timestamp.is_some().hash(&mut h);
-    serde_json::to_string(&app.spec)
-        .unwrap_or_default()
-        .hash(&mut h);
-    app.operation.as_ref().map(|o| o.to_string()).hash(&mut h);
+    // serialized straight into the hasher (no string per event)
+    let _ = serde_json::to_writer(HashWriter(&mut h), &app.spec);
+    app.operation.is_some().hash(&mut h);
+    if let Some(op) = &app.operation {
+        let _ = serde_json::to_writer(HashWriter(&mut h), op);
+    }
     h.finish()
+}
+
+struct HashWriter<'a, H: Hasher>(&'a mut H);
+
+impl<H: Hasher> std::io::Write for HashWriter<'_, H> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// What of a ManifestWork the propagation controller reacts to (spec, labels, annotations).
