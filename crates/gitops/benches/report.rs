@@ -369,6 +369,10 @@ const CHILD_ENV: &str = "ARGOCD_PULL_GITOPS_BENCH_CHILD_URL";
 /// The controller process: the report aggregator only, against the served hub.
 async fn child(url: String) {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    tracing_subscriber::fmt()
+        .with_env_filter("argocd_pull_gitops=info")
+        .with_writer(std::io::stderr)
+        .init();
     let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
     let _running = argocd_pull_gitops::start(
         client,

@@ -539,6 +539,8 @@ pub(crate) async fn run(
     let mut relist_appsets: Option<HashSet<AppSetKey>> = None;
     let mut deadline: Option<tokio::time::Instant> = None;
     let mut marked_all = false;
+    let mut first_flush = true;
+    let run_started = Instant::now();
     loop {
         let sleep = async {
             match deadline {
@@ -552,7 +554,21 @@ pub(crate) async fn run(
                 deadline = None;
                 let started = Instant::now();
                 let decisions = index.flush(appsets_ready);
+                let computed = started.elapsed();
+                let n = decisions.len();
                 let ok = execute(&client, &config, &metrics, &mut index, decisions).await;
+                if std::mem::take(&mut first_flush) {
+                    tracing::info!(
+                        controller = CONTROLLER,
+                        decisions = n,
+                        compute_ms = computed.as_millis() as u64,
+                        total_ms = started.elapsed().as_millis() as u64,
+                        since_start_ms = run_started.elapsed().as_millis() as u64,
+                        "initial reports written"
+                    );
+                } else {
+                    tracing::debug!(controller = CONTROLLER, decisions = n, compute_ms = computed.as_millis() as u64, total_ms = started.elapsed().as_millis() as u64, "reports flushed");
+                }
                 metrics.reconciled(CONTROLLER, started.elapsed().as_secs_f64(), ok);
                 metrics.report_works.set(index.works() as i64);
                 metrics.report_appsets.set(index.appsets_with_works() as i64);
@@ -569,6 +585,7 @@ pub(crate) async fn run(
                         watcher::Event::InitDone => {
                             if let Some(s) = relist_works.take() { index.retain_works(&s); }
                             works_ready = true;
+                            tracing::info!(controller = CONTROLLER, works = index.works(), since_start_ms = run_started.elapsed().as_millis() as u64, "work list indexed");
                         }
                         watcher::Event::Apply(w) => index.apply_work(&w.metadata, w.status.as_ref()),
                         watcher::Event::Delete(w) => index.delete_work(&w.metadata),
