@@ -160,7 +160,8 @@ fn record_work(ctx: &Ctx, written: WorkLite) {
         ObjectRef::from_obj(&written),
         crate::pumps::work_fingerprint(&written),
     );
-    ctx.recent_works.record(written);
+    let cached = ctx.works.get(&ObjectRef::from_obj(&written));
+    ctx.recent_works.record(written, cached);
 }
 
 async fn update_work(
@@ -238,7 +239,9 @@ async fn strip_propagated(ctx: &Ctx, app: &Application) -> Result<(), Error> {
                 })
                 .inc();
             tracing::info!(app = %ObjectRef::from_obj(app), "operation/refresh handed to the managed cluster; removed from the hub Application");
-            ctx.recent_apps.record(crate::cache::stripped(patched));
+            let cached = ctx.apps.get(&ObjectRef::from_obj(&patched));
+            ctx.recent_apps
+                .record(crate::cache::stripped(patched), cached);
             Ok(())
         }
         Err(e) if is_status(&e, 409) => Err(Error::Conflict(format!(
@@ -295,7 +298,9 @@ async fn finalize(
                     })
                     .inc();
                 tracing::info!(app = %key, "removed {FINALIZER_ARGOCD_RESOURCES}");
-                ctx.recent_apps.record(crate::cache::stripped(patched));
+                let cached = ctx.apps.get(&ObjectRef::from_obj(&patched));
+                ctx.recent_apps
+                    .record(crate::cache::stripped(patched), cached);
             }
             Err(e) if is_status(&e, 404) => {}
             Err(e) if is_status(&e, 409) => {

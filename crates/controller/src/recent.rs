@@ -37,12 +37,23 @@ where
 {
     /// Remembers what the API server returned for a write (only when resourceVersions are
     /// numeric, as on every real API server: otherwise freshness cannot be compared).
-    pub fn record(&self, written: K) {
-        if rv(&written).is_none() {
+    /// `cached` is what the watch cache holds for the object now: when the watch already
+    /// delivered this version (or a newer one), there is nothing to remember — an entry made then
+    /// would stay until the object's next reconcile.
+    pub fn record(&self, written: K, cached: Option<Arc<K>>) {
+        let Some(written_rv) = rv(&written) else {
+            return;
+        };
+        if cached.is_some_and(|c| rv(c.as_ref()) >= Some(written_rv)) {
             return;
         }
         let key = ObjectRef::from_obj(&written);
         self.lock().insert(key, Arc::new(written));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
     }
 
     /// The freshest of the cached object and our last write.
@@ -80,5 +91,34 @@ where
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<K>, Arc<K>>> {
         self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn cm(rv: &str) -> ConfigMap {
+        let mut c = ConfigMap::default();
+        c.metadata.name = Some("c".into());
+        c.metadata.namespace = Some("ns".into());
+        c.metadata.resource_version = Some(rv.into());
+        c
+    }
+
+    #[test]
+    fn a_write_the_cache_already_holds_is_not_remembered() {
+        let recent = Recent::<ConfigMap>::default();
+        recent.record(cm("5"), Some(Arc::new(cm("5"))));
+        recent.record(cm("5"), Some(Arc::new(cm("6"))));
+        assert_eq!(recent.len(), 0);
+        // the cache is behind: our write wins until it catches up
+        recent.record(cm("5"), Some(Arc::new(cm("4"))));
+        let key = ObjectRef::from_obj(&cm("5"));
+        let got = recent.resolve(&key, Some(Arc::new(cm("4")))).unwrap();
+        assert_eq!(got.metadata.resource_version.as_deref(), Some("5"));
+        recent.observe(&cm("5"));
+        assert_eq!(recent.len(), 0);
     }
 }

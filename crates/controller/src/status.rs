@@ -56,7 +56,7 @@ pub(crate) async fn reconcile(work: Arc<WorkLite>, ctx: Arc<Ctx>) -> Result<Acti
         tracing::debug!(app = %app_key, health = ?patched.health_status(), sync = ?patched.sync_status(), "status written");
         let patched = crate::cache::stripped(patched);
         current = patched.status.clone();
-        ctx.recent_apps.record(patched);
+        ctx.recent_apps.record(patched, ctx.apps.get(&app_key));
         if !plan.intermediate {
             break;
         }
