@@ -1072,8 +1072,8 @@ impl Inner {
         if self.cfg.compression {
             es = es.send_compressed(tonic::codec::CompressionEncoding::Gzip);
         }
-        let (tx, rx) = mpsc::channel(256);
-        let mut req = tonic::Request::new(ReceiverStream::new(rx));
+        let (tx, rx) = mpsc::channel::<Box<crate::proto::eventstreamapi::Event>>(256);
+        let mut req = tonic::Request::new(ReceiverStream::new(rx).map(|e| *e));
         req.metadata_mut()
             .insert("authorization", resp.access_token.parse()?);
         let inbound = es.subscribe(req).await?.into_inner();

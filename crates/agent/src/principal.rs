@@ -1286,7 +1286,7 @@ impl EventStream for Svc {
         }
         let a = self.inner.register(&agent, mode);
         let inbound = req.into_inner();
-        let (tx, rx) = mpsc::channel::<eventstreamapi::Event>(256);
+        let (tx, rx) = mpsc::channel::<Box<eventstreamapi::Event>>(256);
         let ctx = SessionCtx {
             source: SOURCE.into(),
             queue: a.queue.clone(),
@@ -1322,7 +1322,7 @@ impl EventStream for Svc {
             a.connected.store(true, Ordering::SeqCst);
         }
         tracing::info!(agent, mode = mode.as_str(), "agent subscribed");
-        let out = ReceiverStream::new(rx).map(Ok);
+        let out = ReceiverStream::new(rx).map(|e| Ok(*e));
         Ok(Response::new(Box::pin(out)))
     }
 

@@ -39,12 +39,14 @@ impl From<crate::store::StoreError> for HandleError {
 /// Direct (un-queued, un-ACKed) events: ACKs, errors, requests and responses.
 #[derive(Clone)]
 pub struct Outbox {
-    tx: mpsc::Sender<Event>,
+    // boxed: a channel allocates a block of 32 slots up front; boxed slots keep an idle
+    // connection small (see docs/perf/agent.md)
+    tx: mpsc::Sender<Box<Event>>,
 }
 
 impl Outbox {
     pub async fn send(&self, ev: Event) {
-        let _ = self.tx.send(ev).await;
+        let _ = self.tx.send(Box::new(ev)).await;
     }
 }
 
@@ -105,12 +107,12 @@ pub async fn run<S>(
     ctx: SessionCtx,
     handler: Arc<dyn Handler>,
     mut inbound: S,
-    wire: mpsc::Sender<eventstreamapi::Event>,
+    wire: mpsc::Sender<Box<eventstreamapi::Event>>,
 ) -> SessionEnd
 where
     S: Stream<Item = Result<eventstreamapi::Event, tonic::Status>> + Unpin + Send,
 {
-    let (direct_tx, mut direct_rx) = mpsc::channel::<Event>(4096);
+    let (direct_tx, mut direct_rx) = mpsc::channel::<Box<Event>>(4096);
     let out = Outbox { tx: direct_tx };
     ctx.queue.resend_all_now();
 
@@ -123,7 +125,7 @@ where
             while let Ok(ev) = direct_rx.try_recv() {
                 match to_wire_checked(&ctx, &ev) {
                     Ok(w) => {
-                        if wire.send(w).await.is_err() {
+                        if wire.send(Box::new(w)).await.is_err() {
                             return;
                         }
                         ctx.metrics.sent(ev.ty.short());
@@ -144,7 +146,7 @@ where
                 Ok(o) => {
                     match to_wire_checked(&ctx, &o.event) {
                         Ok(w) => {
-                            if wire.send(w).await.is_err() {
+                            if wire.send(Box::new(w)).await.is_err() {
                                 return;
                             }
                             ctx.metrics.sent(o.event.ty.short());
@@ -177,7 +179,7 @@ where
                         ev = direct_rx.recv() => {
                             let Some(ev) = ev else { return };
                             if let Ok(w) = to_wire_checked(&ctx, &ev) {
-                                if wire.send(w).await.is_err() { return; }
+                                if wire.send(Box::new(w)).await.is_err() { return; }
                                 ctx.metrics.sent(ev.ty.short());
                             } else {
                                 ctx.metrics.failed("oversized");

@@ -393,11 +393,21 @@ impl MemStore {
 
     fn list_sync(&self, kind: Kind, ns: Option<&str>) -> Vec<Value> {
         let g = self.inner.lock().expect("poisoned");
-        g.objects
-            .iter()
-            .filter(|((k, n, _), _)| *k == kind && ns.is_none_or(|x| x == n))
-            .map(|(_, v)| v.clone())
-            .collect()
+        match ns {
+            // keys sort by (kind, namespace, name): one namespace is a contiguous range
+            Some(ns) => g
+                .objects
+                .range((kind, ns.to_string(), String::new())..)
+                .take_while(|((k, n, _), _)| *k == kind && n == ns)
+                .map(|(_, v)| v.clone())
+                .collect(),
+            None => g
+                .objects
+                .range((kind, String::new(), String::new())..)
+                .take_while(|((k, _, _), _)| *k == kind)
+                .map(|(_, v)| v.clone())
+                .collect(),
+        }
     }
 }
 
