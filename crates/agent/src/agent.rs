@@ -638,8 +638,8 @@ impl Inner {
                     sent.insert(name, h);
                     drop(sent);
                     self.push(EventType::StatusUpdate, &status_payload(obj));
-                } else if !sent.contains_key(&name) {
-                    sent.insert(name, h);
+                } else {
+                    sent.entry(name).or_insert(h);
                 }
             }
             Mode::Autonomous => {
