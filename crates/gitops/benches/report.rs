@@ -372,6 +372,7 @@ async fn child(url: String) {
     tracing_subscriber::fmt()
         .with_env_filter("argocd_pull_gitops=info")
         .with_writer(std::io::stderr)
+        .with_ansi(false)
         .init();
     let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
     let _running = argocd_pull_gitops::start(
