@@ -21,12 +21,6 @@ use serde_json::json;
 
 const CHILD_ENV: &str = "ARGOCD_PULL_BENCH_CHILD_URL";
 
-/// The allocator of the benchmark binary (parent hub and controller child alike): glibc's malloc
-/// keeps freed memory of the start-up burst in per-thread arenas; mimalloc returns it. The library
-/// does not choose an allocator; the `argocd-pull` binary should make the same choice.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
