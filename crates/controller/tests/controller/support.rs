@@ -204,6 +204,13 @@ where
     }
 }
 
+/// Logs go through libtest's capture (shown for failing tests only); `RUST_LOG` sets the level.
 fn tracing_subscriber_init() -> anyhow::Result<()> {
-    argocd_pull_ops::logging::init(argocd_pull_ops::logging::LogFormat::Text)
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init()
+        .map_err(|e| anyhow::anyhow!("{e}"))
 }
