@@ -249,6 +249,7 @@ async fn run() {
             .unwrap();
         }
     }
+    let writes = t.elapsed();
     for (s, _) in agents.iter().skip(1).take(k.min(n_agents - 1)) {
         until_count(s, "argocd", per as usize).await;
     }
@@ -256,8 +257,8 @@ async fn run() {
     let total = per as usize * k.min(n_agents - 1);
     let cpu = cpu_seconds() - cpu0;
     println!(
-        "aggregate: {total} creates over {} agents in {d:?}: {:.0} events/s; CPU {cpu:.1} s \
-         (all of principal, agents, stores, TLS): {:.0} events per CPU-second",
+        "aggregate: {total} creates over {} agents in {d:?} (hub writes done after {writes:?}): \
+         {:.0} events/s; CPU {cpu:.1} s (all of principal, agents, stores, TLS): {:.0} events per CPU-second",
         k.min(n_agents - 1),
         total as f64 / d.as_secs_f64(),
         total as f64 / cpu
