@@ -200,15 +200,7 @@ pub async fn run_principal_until(
     cfg.queue_capacity = args.queue_capacity;
     cfg.concurrency = args.concurrency;
     cfg.compression = args.compression;
-    let store: Arc<dyn Store> = match store {
-        Some(s) => s,
-        None => {
-            let client = kube::Client::try_default()
-                .await
-                .context("connecting to the hub cluster")?;
-            Arc::new(KubeStore::new(client))
-        }
-    };
+    let store = store_or_current_context(store, "hub").await?;
     let metrics = Metrics::new("argocd_principal");
     let (maddr, admin) = metrics
         .serve_admin(args.metrics_addr, shutdown.clone())
@@ -258,15 +250,7 @@ pub async fn run_agent_until(
     cfg.queue_capacity = args.queue_capacity;
     cfg.compression = args.compression;
     cfg.keepalive_interval = args.keepalive;
-    let store: Arc<dyn Store> = match store {
-        Some(s) => s,
-        None => {
-            let client = kube::Client::try_default()
-                .await
-                .context("connecting to the local cluster")?;
-            Arc::new(KubeStore::new(client))
-        }
-    };
+    let store = store_or_current_context(store, "local").await?;
     let metrics = Metrics::new("argocd_agent");
     let (maddr, admin) = metrics
         .serve_admin(args.metrics_addr, shutdown.clone())
@@ -278,6 +262,20 @@ pub async fn run_agent_until(
     a.shutdown().await;
     admin.await??;
     Ok(())
+}
+
+/// `store`, or the cluster of the current kube context (`KUBECONFIG`, then in-cluster).
+async fn store_or_current_context(
+    store: Option<Arc<dyn Store>>,
+    which: &str,
+) -> anyhow::Result<Arc<dyn Store>> {
+    if let Some(s) = store {
+        return Ok(s);
+    }
+    let client = kube::Client::try_default()
+        .await
+        .with_context(|| format!("connecting to the {which} cluster"))?;
+    Ok(Arc::new(KubeStore::new(client)))
 }
 
 /// Creates a CA, the principal certificate, agent certificates and the JWT key.
