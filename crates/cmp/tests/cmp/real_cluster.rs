@@ -6,6 +6,7 @@
 //! the work is Applied and Available and the Deployment's status feedback reports an available
 //! replica → delete the work.
 
+use std::io::Write as _;
 use std::time::Duration;
 
 use argocd_pull_cmp::{GenerateOptions, Input, Target};
@@ -16,12 +17,14 @@ use kube::runtime::wait::await_condition;
 use crate::support::{condition_true, feedback};
 
 #[tokio::test]
-async fn generate_apply_and_see_feedback_on_a_real_hub() {
+async fn e2e_generate_apply_and_see_feedback_on_a_real_hub() {
     let (Ok(kubeconfig), Ok(cluster)) = (
         std::env::var("ARGOCD_PULL_E2E_HUB_KUBECONFIG"),
         std::env::var("ARGOCD_PULL_E2E_CLUSTER"),
     ) else {
-        println!(
+        // Written to stderr directly: libtest does not capture it, so the skip is visible.
+        let _ = writeln!(
+            std::io::stderr(),
             "SKIP: set ARGOCD_PULL_E2E_HUB_KUBECONFIG and ARGOCD_PULL_E2E_CLUSTER to run the real-cluster CMP e2e test"
         );
         return;

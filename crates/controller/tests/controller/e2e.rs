@@ -3,6 +3,7 @@
 //! `ARGOCD_PULL_E2E_CLUSTER` (the ManagedCluster name of the managed cluster). The hub needs OCM
 //! and the Application CRD; the managed cluster an OCM work agent and Argo CD.
 
+use std::io::Write as _;
 use std::time::Duration;
 
 use argocd_pull_api::argocd::Application;
@@ -27,10 +28,11 @@ async fn real_cluster_round_trip() {
         std::env::var("ARGOCD_PULL_E2E_MANAGED_KUBECONFIG"),
         std::env::var("ARGOCD_PULL_E2E_CLUSTER"),
     ) else {
-        println!(
+        // Written to stderr directly: libtest does not capture it, so the skip is visible.
+        let _ = writeln!(
+            std::io::stderr(),
             "SKIP: real-cluster e2e needs ARGOCD_PULL_E2E_HUB_KUBECONFIG, ARGOCD_PULL_E2E_MANAGED_KUBECONFIG and ARGOCD_PULL_E2E_CLUSTER"
         );
-        eprintln!("SKIP: real-cluster e2e (environment not set)");
         return;
     };
     let hub = client(&hub).await;

@@ -2,6 +2,7 @@
 //! kubeconfig of an OCM hub with the GitOpsCluster and report CRDs installed
 //! (`argocd-pull crds | kubectl apply -f -`) and Argo CD in namespace `argocd`.
 
+use std::io::Write as _;
 use std::time::Duration;
 
 use argocd_pull_gitops::GitOpsConfig;
@@ -12,7 +13,11 @@ use serde_json::json;
 #[tokio::test]
 async fn e2e_gitopscluster_on_a_real_hub() {
     let Ok(path) = std::env::var("ARGOCD_PULL_E2E_HUB_KUBECONFIG") else {
-        println!("SKIP: ARGOCD_PULL_E2E_HUB_KUBECONFIG is not set");
+        // Written to stderr directly: libtest does not capture it, so the skip is visible.
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIP: ARGOCD_PULL_E2E_HUB_KUBECONFIG is not set"
+        );
         return;
     };
     let _ = rustls::crypto::ring::default_provider().install_default();

