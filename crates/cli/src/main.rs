@@ -61,17 +61,9 @@ fn main() -> ExitCode {
     }
 }
 
+/// The demo's own exit code (0 converged, 1 timeout, 2 failed); 2 also when it cannot start.
 fn demo(args: argocd_pull_demo::DemoArgs) -> ExitCode {
-    let mut code = ExitCode::FAILURE;
-    let result = block_on(async {
-        code = argocd_pull_demo::run(args).await?;
-        Ok(())
-    });
-    if result == ExitCode::SUCCESS {
-        code
-    } else {
-        result
-    }
+    run_async(argocd_pull_demo::run(args)).unwrap_or(ExitCode::from(2))
 }
 
 /// Runs a long-running command: logs initialised, a multi-threaded runtime.
@@ -83,22 +75,17 @@ fn serve(fut: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode
     block_on(fut)
 }
 
-/// Runs `fut` to completion on a tokio runtime; an error is printed with its causes.
+/// Runs `fut` to completion on a tokio runtime: success, or failure with the error printed.
 fn block_on(fut: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("argocd-pull: starting the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(fut) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("argocd-pull: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    run_async(fut).map_or(ExitCode::FAILURE, |()| ExitCode::SUCCESS)
+}
+
+/// Runs `fut` on a new multi-threaded tokio runtime; an error is printed with its causes.
+fn run_async<T>(fut: impl std::future::Future<Output = anyhow::Result<T>>) -> Option<T> {
+    let result = tokio::runtime::Runtime::new()
+        .map_err(|e| anyhow::Error::new(e).context("starting the async runtime"))
+        .and_then(|runtime| runtime.block_on(fut));
+    result.inspect_err(|e| eprintln!("argocd-pull: {e:#}")).ok()
 }
 
 #[cfg(test)]
