@@ -26,6 +26,7 @@ use argocd_pull_domain::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use std::collections::BTreeMap;
 
 /// The feedback a work reports for one Application manifest, as text by rule name.
@@ -340,23 +341,132 @@ impl kube::Resource for ClusterLite {
     }
 }
 
-/// Drops what no controller reads from a cached Application: managedFields, the last-applied
-/// annotation, and every status field but the ones the status rules compare (health and sync
-/// status, sync revision, operation phase, start time and whether an operation is recorded).
-pub(crate) fn strip_app(app: &mut Application) {
-    app.metadata.managed_fields = None;
-    if let Some(a) = app.metadata.annotations.as_mut() {
-        a.remove(ANNOTATION_LAST_APPLIED);
-    }
-    if let Some(s) = app.status.take() {
-        app.status = Some(compact_status(s));
+/// An Application as the controllers cache it: the metadata (without managedFields and the
+/// last-applied annotation), the status fields the status rules compare, and the spec and
+/// requested operation as compact JSON text, parsed only when a work is (re)built
+/// ([`AppLite::to_application`]). A typed spec costs a map per object; text is one allocation.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(from = "WireApp")]
+pub(crate) struct AppLite {
+    pub metadata: ObjectMeta,
+    /// `spec` as the API server sent it (`{}` when absent).
+    spec: Box<str>,
+    /// `operation`, as sent.
+    operation: Option<Box<str>>,
+    /// Only the compared fields (see [`compact_status`]).
+    pub status: Option<ApplicationStatus>,
+}
+
+#[derive(Deserialize)]
+struct WireApp {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: Option<Box<RawValue>>,
+    #[serde(default)]
+    operation: Option<Box<RawValue>>,
+    #[serde(default)]
+    status: Option<ApplicationStatus>,
+}
+
+impl From<WireApp> for AppLite {
+    fn from(w: WireApp) -> Self {
+        let mut metadata = w.metadata;
+        strip_meta(&mut metadata);
+        AppLite {
+            metadata,
+            spec: w.spec.map_or_else(|| "{}".into(), Into::into),
+            operation: w.operation.map(Into::into),
+            status: w.status.map(compact_status),
+        }
     }
 }
 
-/// [`strip_app`] by value.
-pub(crate) fn stripped(mut app: Application) -> Application {
-    strip_app(&mut app);
-    app
+impl From<Application> for AppLite {
+    fn from(app: Application) -> Self {
+        let mut metadata = app.metadata;
+        strip_meta(&mut metadata);
+        AppLite {
+            metadata,
+            spec: serde_json::to_string(&app.spec)
+                .unwrap_or_else(|_| "{}".into())
+                .into(),
+            operation: app
+                .operation
+                .map(|o| serde_json::to_string(&o).unwrap_or_default().into()),
+            status: app.status.map(compact_status),
+        }
+    }
+}
+
+impl AppLite {
+    /// The typed Application (spec and operation parsed; status compacted).
+    pub fn to_application(&self) -> Result<Application, serde_json::Error> {
+        Ok(Application {
+            metadata: self.metadata.clone(),
+            spec: serde_json::from_str(&self.spec)?,
+            operation: self
+                .operation
+                .as_deref()
+                .map(serde_json::from_str)
+                .transpose()?,
+            status: self.status.clone(),
+        })
+    }
+
+    /// Health status string, if reported.
+    pub fn health_status(&self) -> Option<&str> {
+        self.status.as_ref()?.health.as_ref()?.status.as_deref()
+    }
+
+    /// Sync status string, if reported.
+    pub fn sync_status(&self) -> Option<&str> {
+        self.status.as_ref()?.sync.as_ref()?.status.as_deref()
+    }
+
+    /// The spec as JSON text.
+    pub fn spec_json(&self) -> &str {
+        &self.spec
+    }
+
+    /// The requested operation as JSON text, if any.
+    pub fn operation_json(&self) -> Option<&str> {
+        self.operation.as_deref()
+    }
+}
+
+fn strip_meta(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove(ANNOTATION_LAST_APPLIED);
+    }
+}
+
+impl kube::Resource for AppLite {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        Application::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        Application::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        Application::version(dt)
+    }
+    fn api_version(dt: &()) -> Cow<'_, str> {
+        Application::api_version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        Application::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
 }
 
 fn compact_status(s: ApplicationStatus) -> ApplicationStatus {
@@ -470,8 +580,46 @@ mod tests {
     }
 
     #[test]
+    fn the_compact_application_parses_back_to_the_typed_one() {
+        let v = json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "a", "namespace": "argocd", "uid": "u1", "resourceVersion": "3",
+                "labels": {"apps.open-cluster-management.io/pull-to-ocm-managed-cluster": "true"},
+                "annotations": {"apps.open-cluster-management.io/ocm-managed-cluster": "c1",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{}"},
+                "finalizers": ["resources-finalizer.argocd.argoproj.io"],
+                "managedFields": [{"manager": "x"}]},
+            "spec": {"project": "default", "destination": {"server": "https://s", "namespace": "g"},
+                "source": {"repoURL": "https://r", "path": "p", "helm": {"values": "a: 1"}},
+                "syncPolicy": {"automated": {"prune": true}}},
+            "operation": {"sync": {"revision": "r"}},
+            "status": {"health": {"status": "Healthy", "message": "m"}, "resources": [{"kind": "Pod"}]}
+        });
+        let lite: AppLite = serde_json::from_value(v.clone()).unwrap();
+        let typed: Application = serde_json::from_value(v).unwrap();
+        let expected = AppLite::from(typed.clone()).to_application().unwrap();
+        let back = lite.to_application().unwrap();
+        assert_eq!(back, expected);
+        assert_eq!(back.spec, typed.spec);
+        assert_eq!(back.operation, typed.operation);
+        assert_eq!(back.metadata.managed_fields, None);
+        assert_eq!(back.metadata.annotations.as_ref().map(|a| a.len()), Some(1));
+        assert_eq!(lite.health_status(), Some("Healthy"));
+        assert_eq!(back.status.unwrap().resources, None);
+    }
+
+    #[test]
+    fn an_application_without_spec_or_operation_parses_to_the_defaults() {
+        let v = json!({"metadata": {"name": "a", "namespace": "argocd"}});
+        let lite: AppLite = serde_json::from_value(v.clone()).unwrap();
+        let typed: Application = serde_json::from_value(v).unwrap();
+        assert_eq!(lite.to_application().unwrap(), typed);
+        assert_eq!(lite.operation_json(), None);
+    }
+
+    #[test]
     fn compact_application_status_keeps_the_compared_fields() {
-        let mut app: Application = serde_json::from_value(json!({
+        let app: Application = serde_json::from_value(json!({
             "metadata": {"name": "a", "namespace": "argocd"},
             "status": {"health": {"status": "Healthy", "message": "m"},
                 "sync": {"status": "Synced", "revision": "r1", "comparedTo": {"x": 1}},
@@ -481,7 +629,7 @@ mod tests {
                 "history": [{"id": 1}]}
         }))
         .unwrap();
-        strip_app(&mut app);
+        let app = AppLite::from(app);
         assert_eq!(
             serde_json::to_value(app.status.unwrap()).unwrap(),
             json!({"health": {"status": "Healthy"}, "sync": {"status": "Synced", "revision": "r1"},

@@ -11,11 +11,11 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use tokio::sync::{Notify, mpsc};
 
-use crate::cache::{ClusterLite, WorkLite};
+use crate::cache::{AppLite, ClusterLite, WorkLite};
 use crate::recent::Recent;
 use crate::{ControllerConfig, Metrics};
 
-pub(crate) type AppRef = ObjectRef<Application>;
+pub(crate) type AppRef = ObjectRef<AppLite>;
 pub(crate) type WorkRef = ObjectRef<WorkLite>;
 
 /// Shared state of the controllers: caches, triggers, bookkeeping.
@@ -24,12 +24,12 @@ pub(crate) struct Ctx {
     pub config: ControllerConfig,
     pub metrics: Metrics,
     pub readiness: Readiness,
-    pub apps: Store<Application>,
+    pub apps: Store<AppLite>,
     pub works: Store<WorkLite>,
     pub clusters: Store<ClusterLite>,
     pub decisions: Option<Store<PlacementDecision>>,
     pub recent_works: Recent<WorkLite>,
-    pub recent_apps: Recent<Application>,
+    pub recent_apps: Recent<AppLite>,
     pub recorder: Recorder,
     /// Applications waiting for a cluster (to exist, or to be in a PlacementDecision).
     pub waiting: Mutex<HashMap<String, HashSet<AppRef>>>,
@@ -46,7 +46,7 @@ pub(crate) struct Ctx {
 
 /// The writers and trigger receivers, consumed by the pumps.
 pub(crate) struct Receivers {
-    pub apps: Writer<Application>,
+    pub apps: Writer<AppLite>,
     pub works: Writer<WorkLite>,
     pub clusters: Writer<ClusterLite>,
     pub decisions: Option<Writer<PlacementDecision>>,
@@ -153,7 +153,7 @@ impl Ctx {
 
     /// Publishes a Warning Event on the Application once per reason (until [`Ctx::resolved`]).
     pub async fn warn_once(&self, app: &Application, reason: &'static str, note: String) {
-        let key = (ObjectRef::from_obj(app), reason);
+        let key = (app_ref(app), reason);
         if !lock(&self.reported).insert(key) {
             return;
         }
@@ -167,7 +167,7 @@ impl Ctx {
         };
         if let Err(e) = self.recorder.publish(&event, &reference).await {
             tracing::warn!(error = %e, reason, "cannot publish an Event");
-            lock(&self.reported).remove(&(ObjectRef::from_obj(app), reason));
+            lock(&self.reported).remove(&(app_ref(app), reason));
         }
     }
 
@@ -196,6 +196,15 @@ impl Ctx {
         if !failures.is_empty() {
             failures.remove(key);
         }
+    }
+}
+
+/// The cache key of a (typed) Application.
+pub(crate) fn app_ref(app: &Application) -> AppRef {
+    let r = ObjectRef::new(app.metadata.name.as_deref().unwrap_or_default());
+    match app.metadata.namespace.as_deref() {
+        Some(ns) => r.within(ns),
+        None => r,
     }
 }
 

@@ -6,7 +6,7 @@ use argocd_pull_api::argocd::Application;
 use argocd_pull_api::names::{ANNOTATION_REFRESH, FINALIZER_ARGOCD_RESOURCES};
 use argocd_pull_api::ocm::work::ManifestWork;
 use argocd_pull_domain::{
-    SpecDigest, desired_work, normalized_spec_digest, selected_cluster, work_metadata_differs,
+    SpecDigest, desired_work, normalized_spec_digest, selected_cluster_of, work_metadata_differs,
     work_update_patch,
 };
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -15,8 +15,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::cache::{MetaOnly, WorkLite};
-use crate::context::{Ctx, WorkRef};
+use crate::cache::{AppLite, MetaOnly, WorkLite};
+use crate::context::{Ctx, WorkRef, app_ref};
 use crate::error::{Error, is_status};
 use crate::metrics::{ControllerLabels, ErrorLabels, OpLabels};
 
@@ -26,7 +26,7 @@ const CONFLICT_RETRIES: usize = 5;
 
 /// Reconciles one selected Application (steps 2–6 of the spec; step 1, a deleted Application, is
 /// the sweep's: the object is no longer in the cache).
-pub(crate) async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+pub(crate) async fn reconcile(app: Arc<AppLite>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.metrics
         .reconciles
         .get_or_create(&ControllerLabels {
@@ -38,11 +38,15 @@ pub(crate) async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Ac
         .recent_apps
         .resolve(&key, Some(app))
         .expect("resolve keeps a cached object");
-    let Some(cluster) = selected_cluster(&app) else {
+    let Some(cluster) = selected_cluster_of(&app.metadata) else {
         // not (or no longer) selected: the sweep removes a work left behind
         return Ok(Action::await_change());
     };
     let cluster = cluster.to_string();
+    // the cache keeps the spec as text: parsed once per reconcile of a selected Application
+    let app = app
+        .to_application()
+        .map_err(|e| Error::Kube(kube::Error::SerdeError(e)))?;
     let desired = desired_work(&app, &ctx.config.work)?;
     let desired_digest = normalized_spec_digest(&desired.spec);
     let work_name = desired.metadata.name.clone().unwrap_or_default();
@@ -169,7 +173,7 @@ async fn update_work(
     works: &Api<WorkLite>,
     existing: &ManifestWork,
     desired: &ManifestWork,
-    app: &ObjectRef<Application>,
+    app: &ObjectRef<AppLite>,
 ) -> Result<(), Error> {
     let Some(patch) = work_update_patch(existing, desired) else {
         return Ok(());
@@ -224,7 +228,7 @@ async fn strip_propagated(ctx: &Ctx, app: &Application) -> Result<(), Error> {
     if has_refresh {
         patch["metadata"]["annotations"] = json!({ ANNOTATION_REFRESH: null });
     }
-    let api: Api<Application> =
+    let api: Api<AppLite> =
         Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
     let pp = PatchParams {
         field_manager: Some(ctx.config.field_manager.clone()),
@@ -240,8 +244,7 @@ async fn strip_propagated(ctx: &Ctx, app: &Application) -> Result<(), Error> {
                 .inc();
             tracing::info!(app = %ObjectRef::from_obj(app), "operation/refresh handed to the managed cluster; removed from the hub Application");
             let cached = ctx.apps.get(&ObjectRef::from_obj(&patched));
-            ctx.recent_apps
-                .record(crate::cache::stripped(patched), cached);
+            ctx.recent_apps.record(patched, cached);
             Ok(())
         }
         Err(e) if is_status(&e, 409) => Err(Error::Conflict(format!(
@@ -262,7 +265,7 @@ async fn finalize(
     existing: Option<&WorkLite>,
     work_name: &str,
 ) -> Result<Action, Error> {
-    let key = ObjectRef::from_obj(app);
+    let key = app_ref(app);
     if let Some(w) = existing
         && w.metadata.deletion_timestamp.is_none()
     {
@@ -283,7 +286,7 @@ async fn finalize(
             .collect();
         let patch =
             json!({"metadata": {"finalizers": rest, "resourceVersion": app.resource_version()}});
-        let api: Api<Application> =
+        let api: Api<AppLite> =
             Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
         let pp = PatchParams {
             field_manager: Some(ctx.config.field_manager.clone()),
@@ -299,8 +302,7 @@ async fn finalize(
                     .inc();
                 tracing::info!(app = %key, "removed {FINALIZER_ARGOCD_RESOURCES}");
                 let cached = ctx.apps.get(&ObjectRef::from_obj(&patched));
-                ctx.recent_apps
-                    .record(crate::cache::stripped(patched), cached);
+                ctx.recent_apps.record(patched, cached);
             }
             Err(e) if is_status(&e, 404) => {}
             Err(e) if is_status(&e, 409) => {
@@ -313,7 +315,7 @@ async fn finalize(
     Ok(Action::await_change())
 }
 
-pub(crate) fn error_policy(app: Arc<Application>, err: &Error, ctx: Arc<Ctx>) -> Action {
+pub(crate) fn error_policy(app: Arc<AppLite>, err: &Error, ctx: Arc<Ctx>) -> Action {
     ctx.metrics
         .reconcile_errors
         .get_or_create(&ErrorLabels {

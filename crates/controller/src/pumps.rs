@@ -6,7 +6,6 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use argocd_pull_api::argocd::Application;
 use argocd_pull_api::names::LABEL_PULL_TO_OCM;
 use argocd_pull_api::ocm::cluster::PlacementDecision;
 use argocd_pull_domain::hub_app_ref_of;
@@ -21,12 +20,12 @@ use kube::{Api, Resource};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use crate::cache::{ClusterLite, WorkLite, strip_app};
+use crate::cache::{AppLite, ClusterLite, WorkLite};
 use crate::context::{Ctx, Receivers};
 use crate::{propagation, status, sweep};
 
 /// What of an Application the propagation controller reacts to (status-only updates are not).
-fn app_fingerprint(app: &Application) -> u64 {
+fn app_fingerprint(app: &AppLite) -> u64 {
     let mut h = DefaultHasher::new();
     app.metadata.uid.hash(&mut h);
     app.metadata.labels.hash(&mut h);
@@ -38,25 +37,10 @@ fn app_fingerprint(app: &Application) -> u64 {
         .map(|o| o.len())
         .hash(&mut h);
     app.metadata.deletion_timestamp.is_some().hash(&mut h);
-    // serialized straight into the hasher (no string per event)
-    let _ = serde_json::to_writer(HashWriter(&mut h), &app.spec);
-    app.operation.is_some().hash(&mut h);
-    if let Some(op) = &app.operation {
-        let _ = serde_json::to_writer(HashWriter(&mut h), op);
-    }
+    // the JSON text as the API server sent it
+    app.spec_json().hash(&mut h);
+    app.operation_json().hash(&mut h);
     h.finish()
-}
-
-struct HashWriter<'a, H: Hasher>(&'a mut H);
-
-impl<H: Hasher> std::io::Write for HashWriter<'_, H> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.write(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// What of a ManifestWork the propagation controller reacts to (spec, labels, annotations).
@@ -76,7 +60,7 @@ fn pull_labelled() -> watcher::Config {
         .any_semantic()
 }
 
-fn app_ref_of_work(work: &WorkLite) -> Option<ObjectRef<Application>> {
+fn app_ref_of_work(work: &WorkLite) -> Option<ObjectRef<AppLite>> {
     let r = hub_app_ref_of(&work.metadata)?;
     Some(ObjectRef::new(r.name).within(r.namespace))
 }
@@ -111,13 +95,13 @@ pub(crate) fn spawn_all(
     // Applications
     {
         let ctx = ctx.clone();
-        let stream = watcher(Api::<Application>::all(client.clone()), pull_labelled())
+        // decoded straight into the compact form (see `cache::AppLite`)
+        let stream = watcher(Api::<AppLite>::all(client.clone()), pull_labelled())
             .default_backoff()
-            .modify(strip_app)
             .reflect(rx.apps);
         let token = token.clone();
         tasks.push(tokio::spawn(async move {
-            let mut seen: HashMap<ObjectRef<Application>, u64> = HashMap::new();
+            let mut seen: HashMap<ObjectRef<AppLite>, u64> = HashMap::new();
             pump(stream, token, "applications", |ev| match ev {
                 Event::Apply(app) | Event::InitApply(app) => {
                     ctx.recent_apps.observe(&app);

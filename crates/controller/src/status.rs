@@ -2,13 +2,12 @@
 
 use std::sync::Arc;
 
-use argocd_pull_api::argocd::Application;
 use argocd_pull_domain::{hub_app_ref_of, status_patch};
 use kube::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
-use crate::cache::WorkLite;
+use crate::cache::{AppLite, WorkLite};
 use crate::context::Ctx;
 use crate::error::Error;
 use crate::metrics::{ControllerLabels, ErrorLabels};
@@ -35,7 +34,7 @@ pub(crate) async fn reconcile(work: Arc<WorkLite>, ctx: Arc<Ctx>) -> Result<Acti
     let Some(hub) = hub_app_ref_of(&work.metadata) else {
         return Ok(Action::await_change());
     };
-    let app_key = ObjectRef::<Application>::new(hub.name).within(hub.namespace);
+    let app_key = ObjectRef::<AppLite>::new(hub.name).within(hub.namespace);
     let Some(app) = ctx.recent_apps.resolve(&app_key, ctx.apps.get(&app_key)) else {
         return Ok(Action::await_change());
     };
@@ -43,7 +42,7 @@ pub(crate) async fn reconcile(work: Arc<WorkLite>, ctx: Arc<Ctx>) -> Result<Acti
         return Ok(Action::await_change());
     };
     let feedback = work.feedback_for(&id);
-    let api: Api<Application> = Api::namespaced(ctx.client.clone(), hub.namespace);
+    let api: Api<AppLite> = Api::namespaced(ctx.client.clone(), hub.namespace);
     let mut current = app.status.clone();
     // at most two steps: Progressing on the way into Healthy, then Healthy
     for _ in 0..2 {
@@ -54,7 +53,6 @@ pub(crate) async fn reconcile(work: Arc<WorkLite>, ctx: Arc<Ctx>) -> Result<Acti
             patch_with_retry(&api, hub.name, &ctx.config.field_manager, plan.patch).await?;
         ctx.metrics.status_patches.inc();
         tracing::debug!(app = %app_key, health = ?patched.health_status(), sync = ?patched.sync_status(), "status written");
-        let patched = crate::cache::stripped(patched);
         current = patched.status.clone();
         ctx.recent_apps.record(patched, ctx.apps.get(&app_key));
         if !plan.intermediate {

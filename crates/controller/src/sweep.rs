@@ -3,14 +3,13 @@
 
 use std::sync::Arc;
 
-use argocd_pull_api::argocd::Application;
-use argocd_pull_domain::{hub_app_ref_of, is_orphan_meta};
+use argocd_pull_domain::{hub_app_ref_of, is_orphan_of};
 use argocd_pull_ops::CancellationToken;
 use kube::api::DeleteParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
-use crate::cache::WorkLite;
+use crate::cache::{AppLite, WorkLite};
 use crate::context::Ctx;
 use crate::error::is_status;
 
@@ -32,9 +31,9 @@ pub(crate) async fn sweep(ctx: &Ctx) -> Result<SweepReport, kube::Error> {
             continue;
         };
         report.examined += 1;
-        let key = ObjectRef::<Application>::new(hub.name).within(hub.namespace);
+        let key = ObjectRef::<AppLite>::new(hub.name).within(hub.namespace);
         let app = ctx.recent_apps.resolve(&key, ctx.apps.get(&key));
-        if is_orphan_meta(&work.metadata, app.as_deref()) {
+        if is_orphan_of(&work.metadata, app.as_deref().map(|a| &a.metadata)) {
             orphans.push(work);
         }
     }

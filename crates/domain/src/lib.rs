@@ -18,9 +18,9 @@ pub mod status;
 pub mod sweep;
 pub mod work;
 
-pub use select::{is_pull_labelled, selected_cluster};
+pub use select::{is_pull_labelled, selected_cluster, selected_cluster_of};
 pub use status::{FeedbackValues, StatusPlan, application_identifier, status_patch};
-pub use sweep::{HubAppRef, hub_app_ref, hub_app_ref_of, is_orphan, is_orphan_meta};
+pub use sweep::{HubAppRef, hub_app_ref, hub_app_ref_of, is_orphan, is_orphan_meta, is_orphan_of};
 pub use work::{
     DEFAULT_FEEDBACK_PATHS, SpecDigest, WorkError, WorkOptions, appset_hash, desired_work,
     is_application_identifier, normalized_spec_digest, payload, payload_identifier_in,

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use argocd_pull_api::ObjectMeta;
 use argocd_pull_api::argocd::Application;
 use argocd_pull_api::names::{ANNOTATION_OCM_MANAGED_CLUSTER, LABEL_PULL_TO_OCM, parse_go_bool};
 
@@ -16,11 +17,15 @@ pub fn is_pull_labelled(labels: Option<&BTreeMap<String, String>>) -> bool {
 /// The ManagedCluster an Application is propagated to: `Some(cluster)` when the Application is
 /// selected (pull label true and a non-empty `ocm-managed-cluster` annotation), else `None`.
 pub fn selected_cluster(app: &Application) -> Option<&str> {
-    if !is_pull_labelled(app.metadata.labels.as_ref()) {
+    selected_cluster_of(&app.metadata)
+}
+
+/// [`selected_cluster`] from an Application's metadata alone (the rule reads nothing else).
+pub fn selected_cluster_of(meta: &ObjectMeta) -> Option<&str> {
+    if !is_pull_labelled(meta.labels.as_ref()) {
         return None;
     }
-    app.metadata
-        .annotations
+    meta.annotations
         .as_ref()?
         .get(ANNOTATION_OCM_MANAGED_CLUSTER)
         .map(String::as_str)

@@ -7,7 +7,7 @@ use argocd_pull_api::names::{
 };
 use argocd_pull_api::ocm::work::ManifestWork;
 
-use crate::select::{is_pull_labelled, selected_cluster};
+use crate::select::{is_pull_labelled, selected_cluster_of};
 use crate::work::work_name;
 
 /// The hub Application a work was made for.
@@ -51,15 +51,19 @@ pub fn is_orphan(work: &ManifestWork, app: Option<&Application>) -> bool {
 
 /// [`is_orphan`] from a work's metadata alone (the rule reads nothing else).
 pub fn is_orphan_meta(work: &ObjectMeta, app: Option<&Application>) -> bool {
+    is_orphan_of(work, app.map(|a| &a.metadata))
+}
+
+/// [`is_orphan`] from a work's and its Application's metadata alone.
+pub fn is_orphan_of(work: &ObjectMeta, app: Option<&ObjectMeta>) -> bool {
     if hub_app_ref_of(work).is_none() || work.deletion_timestamp.is_some() {
         return false;
     }
     let Some(app) = app else { return true };
-    let Some(cluster) = selected_cluster(app) else {
+    let Some(cluster) = selected_cluster_of(app) else {
         return true;
     };
-    let (Some(name), Some(uid)) = (app.metadata.name.as_deref(), app.metadata.uid.as_deref())
-    else {
+    let (Some(name), Some(uid)) = (app.name.as_deref(), app.uid.as_deref()) else {
         return false;
     };
     work.namespace.as_deref() != Some(cluster)
