@@ -399,21 +399,9 @@ impl Inner {
             while let Some(ev) = s.next().await {
                 match ev {
                     Ok(StoreEvent::Restarted(list)) => {
-                        let names: std::collections::HashSet<String> =
-                            list.iter().map(|x| o::name(x).to_string()).collect();
-                        let old: Vec<Value> = {
-                            let mut c = self.cache.lock().expect("poisoned");
-                            let old = c
-                                .values()
-                                .filter(|v| !names.contains(o::name(v)))
-                                .cloned()
-                                .collect();
-                            *c = list
-                                .iter()
-                                .map(|x| (o::name(x).to_string(), x.clone()))
-                                .collect();
-                            old
-                        };
+                        let old = replace_cache(&self.cache, &list);
+                        let names: std::collections::HashSet<&str> =
+                            list.iter().map(o::name).collect();
                         for obj in &list {
                             self.on_local_apply(obj);
                         }
@@ -427,7 +415,7 @@ impl Inner {
                                 .lock()
                                 .expect("poisoned")
                                 .iter()
-                                .filter(|(n, _)| !names.contains(*n))
+                                .filter(|(n, _)| !names.contains(n.as_str()))
                                 .map(|(_, v)| v.clone())
                                 .collect();
                             for c in missing {
@@ -465,21 +453,9 @@ impl Inner {
             while let Some(ev) = s.next().await {
                 match ev {
                     Ok(StoreEvent::Restarted(list)) => {
-                        let names: std::collections::HashSet<String> =
-                            list.iter().map(|x| o::name(x).to_string()).collect();
-                        let old: Vec<Value> = {
-                            let mut c = self.proj_cache.lock().expect("poisoned");
-                            let old = c
-                                .values()
-                                .filter(|v| !names.contains(o::name(v)))
-                                .cloned()
-                                .collect();
-                            *c = list
-                                .iter()
-                                .map(|x| (o::name(x).to_string(), x.clone()))
-                                .collect();
-                            old
-                        };
+                        let old = replace_cache(&self.proj_cache, &list);
+                        let names: std::collections::HashSet<&str> =
+                            list.iter().map(o::name).collect();
                         for p in &list {
                             self.on_local_project(p, false);
                         }
@@ -492,7 +468,7 @@ impl Inner {
                                 .lock()
                                 .expect("poisoned")
                                 .iter()
-                                .filter(|(n, _)| !names.contains(*n))
+                                .filter(|(n, _)| !names.contains(n.as_str()))
                                 .map(|(_, v)| v.clone())
                                 .collect();
                             for c in missing {
@@ -1113,4 +1089,20 @@ impl Handler for SessionHandler {
             Mode::Autonomous => {}
         }
     }
+}
+
+/// Replaces a by-name cache with a fresh list and returns the cached objects the list no longer has.
+fn replace_cache(cache: &Mutex<HashMap<String, Value>>, list: &[Value]) -> Vec<Value> {
+    let names: std::collections::HashSet<&str> = list.iter().map(o::name).collect();
+    let mut c = cache.lock().expect("poisoned");
+    let vanished = c
+        .values()
+        .filter(|v| !names.contains(o::name(v)))
+        .cloned()
+        .collect();
+    *c = list
+        .iter()
+        .map(|x| (o::name(x).to_string(), x.clone()))
+        .collect();
+    vanished
 }
