@@ -336,8 +336,13 @@ fn context(args: &GenerateArgs) -> String {
     parts.join(", ")
 }
 
-/// Runs `generate` with explicit I/O; returns the text for stdout or the error.
-pub fn run_generate(args: &GenerateArgs, stdin: &mut dyn Read) -> Result<String, CmpError> {
+/// Runs `generate` up to the plan: resolves the options, reads stdin when it is the input,
+/// and returns the plan (`None` for an allowed empty input) with its options. The input is
+/// dropped before returning, so rendering does not hold it.
+pub fn plan_generate(
+    args: &GenerateArgs,
+    stdin: &mut dyn Read,
+) -> Result<(Option<crate::Plan>, GenerateOptions), CmpError> {
     let (input_spec, options) = resolve(args)?;
     let input = match input_spec {
         InputSpec::Stdin => {
@@ -355,7 +360,8 @@ pub fn run_generate(args: &GenerateArgs, stdin: &mut dyn Read) -> Result<String,
         }
         InputSpec::Directory { path, options } => Input::Directory { path, options },
     };
-    crate::generate(&input, &options)
+    let plan = crate::build(&input, &options)?;
+    Ok((plan, options))
 }
 
 /// Runs a `cmp` subcommand with explicit I/O (for tests and embedding).
@@ -365,32 +371,39 @@ pub fn run_with_io(
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
 ) -> ExitCode {
-    let result = match &args.command {
-        CmpCommand::Generate(g) => run_generate(g, stdin).map_err(|e| {
-            let ctx = context(g);
-            if ctx.is_empty() {
-                format!("argocd-pull cmp generate: {e}")
-            } else {
-                format!("argocd-pull cmp generate: {e}\n  ({ctx})")
+    // Every input error is found before the first byte is written: nothing on stdout for bad
+    // input. The works are rendered straight into a buffered stdout.
+    let written = match &args.command {
+        CmpCommand::Generate(g) => match plan_generate(g, stdin) {
+            Ok((plan, options)) => {
+                let mut out = std::io::BufWriter::with_capacity(256 * 1024, stdout);
+                plan.map_or(Ok(()), |plan| crate::render_to(&plan, &options, &mut out))
+                    .and_then(|()| out.flush())
             }
-        }),
-        CmpCommand::Install(i) => {
-            crate::install::render(i).map_err(|e| format!("argocd-pull cmp install: {e}"))
-        }
-    };
-    match result {
-        Ok(text) => {
-            if let Err(e) = stdout
-                .write_all(text.as_bytes())
-                .and_then(|()| stdout.flush())
-            {
-                let _ = writeln!(stderr, "argocd-pull cmp: cannot write output: {e}");
+            Err(e) => {
+                let ctx = context(g);
+                let _ = if ctx.is_empty() {
+                    writeln!(stderr, "argocd-pull cmp generate: {e}")
+                } else {
+                    writeln!(stderr, "argocd-pull cmp generate: {e}\n  ({ctx})")
+                };
                 return ExitCode::FAILURE;
             }
-            ExitCode::SUCCESS
-        }
-        Err(message) => {
-            let _ = writeln!(stderr, "{message}");
+        },
+        CmpCommand::Install(i) => match crate::install::render(i) {
+            Ok(text) => stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush()),
+            Err(e) => {
+                let _ = writeln!(stderr, "argocd-pull cmp install: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(stderr, "argocd-pull cmp: cannot write output: {e}");
             ExitCode::FAILURE
         }
     }

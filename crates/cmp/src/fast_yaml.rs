@@ -33,7 +33,7 @@ const BOOL_WORDS: [(&str, bool); 8] = [
 ];
 
 /// Letter-initial words that are not plain strings (or that need a closer look).
-fn special_word(s: &str) -> bool {
+pub(crate) fn special_word(s: &str) -> bool {
     s.len() <= 8
         && (BOOL_WORDS.iter().any(|(w, _)| s.eq_ignore_ascii_case(w))
             || ["null", "inf", "infinity", "nan"]
@@ -137,7 +137,7 @@ pub fn parse_document(text: &str, legacy_octal: &serde_saphyr::Options) -> Optio
     Some(root.unwrap_or(Value::Null))
 }
 
-fn scalar(
+pub(crate) fn scalar(
     text: Cow<'_, str>,
     style: ScalarStyle,
     options: &serde_saphyr::Options,
@@ -163,6 +163,9 @@ fn scalar(
             }
         }
         Some(b'~') if bytes.len() == 1 => return Some(Value::Null),
+        // no null, boolean or number starts with `/` or `--` (paths, command-line flags)
+        Some(b'/') => return Some(Value::String(text.into_owned())),
+        Some(b'-') if bytes.get(1) == Some(&b'-') => return Some(Value::String(text.into_owned())),
         Some(b'1'..=b'9') if bytes.len() <= 18 && bytes.iter().all(u8::is_ascii_digit) => {
             return text
                 .parse::<u64>()
@@ -172,12 +175,14 @@ fn scalar(
         Some(_) => {}
     }
     // Let serde-saphyr type the scalar on its own, unless re-parsing it alone could read it
-    // differently (line breaks, comment or mapping indicators, surrounding space).
+    // differently (line breaks, comment or mapping indicators, surrounding space, a document
+    // marker).
     if text.len() > 64
         || text.contains(['\n', '\r', '\t', '#', '\'', '"'])
         || text.contains(": ")
         || text.ends_with(':')
         || text.trim() != text
+        || text.starts_with("...")
     {
         return None;
     }

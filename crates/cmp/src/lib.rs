@@ -2,10 +2,11 @@
 //! in OCM `ManifestWork`s (one per target cluster) or a `ManifestWorkReplicaSet` (a Placement).
 //!
 //! The library is a pipeline of pure steps — [`source`] (discover and parse input) →
-//! [`manifest::prepare`] (validate, default namespaces, order) → [`plan`] (name and split works
+//! [`manifest::check`] (validate, default namespaces) and [`manifest::order`] → [`plan`] (name and split works
 //! under a byte budget) → [`render`] (deterministic JSON documents) — plus [`install`] (what to
 //! apply to enable the plugin) and a thin [`cli`] layer. See the crate README for the design.
 
+pub mod block_yaml;
 pub mod cli;
 pub mod error;
 pub mod fast_yaml;
@@ -88,8 +89,6 @@ pub struct Plan {
     pub manifests: Vec<Manifest>,
     /// Each part is a range into `manifests`.
     pub parts: Vec<std::ops::Range<usize>>,
-    /// Per-manifest `manifestConfigs` entry.
-    pub configs: Vec<Option<Value>>,
 }
 
 /// Reads and parses the input into documents.
@@ -114,18 +113,22 @@ pub fn read_input(input: &Input, display_prefix: Option<&str>) -> Result<Vec<Doc
 }
 
 /// One input text: a file of the source directory, or the stream.
-struct SourceText {
+struct SourceText<'a> {
     /// Name in messages (with the display prefix).
     name: String,
-    text: Result<String, CmpError>,
+    /// The stream is borrowed, files are read.
+    text: Result<std::borrow::Cow<'a, str>, CmpError>,
     json: bool,
 }
 
-fn load_sources(input: &Input, display_prefix: Option<&str>) -> Result<Vec<SourceText>, CmpError> {
+fn load_sources<'a>(
+    input: &'a Input,
+    display_prefix: Option<&str>,
+) -> Result<Vec<SourceText<'a>>, CmpError> {
     match input {
         Input::Stream { name, text } => Ok(vec![SourceText {
             name: name.clone(),
-            text: Ok(text.clone()),
+            text: Ok(std::borrow::Cow::Borrowed(text)),
             json: false,
         }]),
         Input::Directory { path, options } => {
@@ -146,14 +149,16 @@ fn load_sources(input: &Input, display_prefix: Option<&str>) -> Result<Vec<Sourc
                             source,
                         })
                         .and_then(|bytes| {
-                            String::from_utf8(bytes).map_err(|e| CmpError::InvalidManifest {
-                                origin: Origin {
-                                    file: name.clone(),
-                                    document: 1,
-                                    line: 1,
-                                },
-                                message: format!("file is not UTF-8 ({e})"),
-                            })
+                            String::from_utf8(bytes)
+                                .map(std::borrow::Cow::Owned)
+                                .map_err(|e| CmpError::InvalidManifest {
+                                    origin: Origin {
+                                        file: name.clone(),
+                                        document: 1,
+                                        line: 1,
+                                    },
+                                    message: format!("file is not UTF-8 ({e})"),
+                                })
                         });
                     SourceText {
                         json: rel.ends_with(".json"),
@@ -185,6 +190,7 @@ type Item = Result<(Slot, Option<(String, String)>), CmpError>;
 fn process(
     unit: &Unit<'_>,
     default_namespace: Option<&str>,
+    indent: usize,
     yaml: &serde_saphyr::Options,
 ) -> Result<Vec<Item>, CmpError> {
     let mut docs = Vec::new();
@@ -204,7 +210,7 @@ fn process(
             let checked = manifest::check(doc)?;
             let crd = checked.declares_cluster_scoped();
             let slot = if checked.namespace_settled(default_namespace) {
-                Slot::Done(checked.finish(default_namespace, &no_crds))
+                Slot::Done(checked.finish(default_namespace, &no_crds, indent))
             } else {
                 Slot::Pending(checked)
             };
@@ -248,6 +254,7 @@ pub fn load_manifests(input: &Input, options: &GenerateOptions) -> Result<Vec<Ma
         }
     }
     let default_namespace = options.default_namespace.as_deref();
+    let indent = manifests_indent(options);
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(8);
@@ -267,7 +274,7 @@ pub fn load_manifests(input: &Input, options: &GenerateOptions) -> Result<Vec<Ma
                                 break done;
                             }
                             for (i, unit) in units.iter().enumerate().skip(start).take(BATCH) {
-                                done.push((i, process(unit, default_namespace, &yaml)));
+                                done.push((i, process(unit, default_namespace, indent, &yaml)));
                             }
                         }
                     })
@@ -284,7 +291,7 @@ pub fn load_manifests(input: &Input, options: &GenerateOptions) -> Result<Vec<Ma
         let yaml = source::yaml_options();
         units
             .iter()
-            .map(|u| process(u, default_namespace, &yaml))
+            .map(|u| process(u, default_namespace, indent, &yaml))
             .collect()
     };
     drop(units);
@@ -304,7 +311,7 @@ pub fn load_manifests(input: &Input, options: &GenerateOptions) -> Result<Vec<Ma
         .into_iter()
         .map(|slot| match slot {
             Slot::Done(m) => m,
-            Slot::Pending(c) => c.finish(default_namespace, &crds),
+            Slot::Pending(c) => c.finish(default_namespace, &crds, indent),
         })
         .collect();
     manifest::order(manifests)
@@ -312,11 +319,21 @@ pub fn load_manifests(input: &Input, options: &GenerateOptions) -> Result<Vec<Ma
 
 /// The whole pipeline: returns the output text (empty only with `allow_empty`).
 pub fn generate(input: &Input, options: &GenerateOptions) -> Result<String, CmpError> {
+    Ok(match build(input, options)? {
+        Some(plan) => render(&plan, options),
+        None => String::new(),
+    })
+}
+
+/// Everything but the rendering: reads, validates and plans the works. `None` when the input
+/// holds no manifest and `allow_empty` is set. Every input error is found here, so a caller
+/// that renders only after this returns writes nothing for bad input.
+pub fn build(input: &Input, options: &GenerateOptions) -> Result<Option<Plan>, CmpError> {
     validate_options(options)?;
     let manifests = load_manifests(input, options)?;
     if manifests.is_empty() {
         if options.allow_empty {
-            return Ok(String::new());
+            return Ok(None);
         }
         let where_ = match input {
             Input::Directory { path, options: d } => {
@@ -335,8 +352,7 @@ pub fn generate(input: &Input, options: &GenerateOptions) -> Result<String, CmpE
             "{where_}; set ARGOCD_ENV_ALLOW_EMPTY=true (--allow-empty) to print no work"
         )));
     }
-    let plan = plan(manifests, options)?;
-    Ok(render(&plan, options))
+    plan(manifests, options).map(Some)
 }
 
 /// Checks a DNS-1123 subdomain (`max` ≤ 253) or, with `label`, a DNS-1123 label (≤ 63).
@@ -458,7 +474,6 @@ fn target_namespaces(options: &GenerateOptions) -> Vec<String> {
 /// manifest would push the work's compact JSON size over the budget.
 pub fn plan(manifests: Vec<Manifest>, options: &GenerateOptions) -> Result<Plan, CmpError> {
     let budget = options.max_work_bytes;
-    let configs: Vec<Option<Value>> = manifests.iter().map(feedback::manifest_config).collect();
     let longest_ns = target_namespaces(options)
         .into_iter()
         .max_by_key(String::len)
@@ -486,11 +501,7 @@ pub fn plan(manifests: Vec<Manifest>, options: &GenerateOptions) -> Result<Plan,
     let mut start = 0;
     let mut used = base;
     for (i, m) in manifests.iter().enumerate() {
-        let cost = m.compact_len
-            + 1
-            + configs[i]
-                .as_ref()
-                .map_or(0, |c| manifest::compact_len(c) + 1);
+        let cost = m.compact_len + 1 + m.config_len.map_or(0, |len| len + 1);
         if base + cost > budget {
             return Err(CmpError::ObjectTooLarge {
                 origin: m.origin.clone(),
@@ -508,69 +519,88 @@ pub fn plan(manifests: Vec<Manifest>, options: &GenerateOptions) -> Result<Plan,
         used += cost;
     }
     parts.push(start..manifests.len());
-    Ok(Plan {
-        manifests,
-        parts,
-        configs,
-    })
+    Ok(Plan { manifests, parts })
 }
 
 const MARKER: &str = "\u{1}argocd-pull-manifests\u{1}";
+
+/// The envelope rendered pretty with a marker string in place of the manifest list, and the
+/// byte offset of the `"manifests"` key.
+fn envelope_with_marker(options: &GenerateOptions, mut env: Value) -> (String, usize) {
+    let manifests_slot = match &options.target {
+        Target::Clusters(_) => env.pointer_mut("/spec/workload/manifests"),
+        Target::Placement { .. } => {
+            env.pointer_mut("/spec/manifestWorkTemplate/workload/manifests")
+        }
+    };
+    *manifests_slot.expect("envelope has a manifest list") = Value::String(MARKER.into());
+    let text = serde_json::to_string_pretty(&env).expect("JSON value serializes");
+    let marker_json = serde_json::to_string(MARKER).expect("string serializes");
+    let at = text
+        .find(&format!("\"manifests\": {marker_json}"))
+        .expect("marker is rendered");
+    (text, at)
+}
+
+/// Spaces before each manifest's lines in the rendered work (so that workers can serialize
+/// manifests in place).
+fn manifests_indent(options: &GenerateOptions) -> usize {
+    let env = envelope(options, "x", "x", Vec::new());
+    let (text, at) = envelope_with_marker(options, env);
+    let line_start = text[..at].rfind('\n').map_or(0, |p| p + 1);
+    at - line_start + 2
+}
 
 /// Renders the plan: pretty JSON documents separated by `---` lines, per target namespace
 /// (sorted) then per part. Byte-identical for identical input.
 pub fn render(plan: &Plan, options: &GenerateOptions) -> String {
     let total: usize = plan.manifests.iter().map(|m| m.pretty.len() + 64).sum();
+    let mut out = Vec::with_capacity(total * target_namespaces(options).len() + 4096);
+    render_to(plan, options, &mut out).expect("writing to memory cannot fail");
+    String::from_utf8(out).expect("rendered JSON is UTF-8")
+}
+
+/// [`render`] into a writer (e.g. a buffered stdout), without holding the whole output.
+pub fn render_to(
+    plan: &Plan,
+    options: &GenerateOptions,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
     let namespaces = target_namespaces(options);
-    let mut out = String::with_capacity(total * namespaces.len() + 4096);
     let marker_json = serde_json::to_string(MARKER).expect("string serializes");
     let mut first = true;
     for ns in &namespaces {
         for (index, range) in plan.parts.iter().enumerate() {
-            let configs: Vec<Value> = plan.configs[range.clone()]
+            let configs: Vec<Value> = plan.manifests[range.clone()]
                 .iter()
-                .flatten()
-                .cloned()
+                .filter_map(feedback::manifest_config)
                 .collect();
-            let mut env = envelope(options, &part_name(&options.work_name, index), ns, configs);
-            let manifests_slot = match &options.target {
-                Target::Clusters(_) => env.pointer_mut("/spec/workload/manifests"),
-                Target::Placement { .. } => {
-                    env.pointer_mut("/spec/manifestWorkTemplate/workload/manifests")
-                }
-            };
-            *manifests_slot.expect("envelope has a manifest list") = Value::String(MARKER.into());
-            let text = serde_json::to_string_pretty(&env).expect("JSON value serializes");
+            let env = envelope(options, &part_name(&options.work_name, index), ns, configs);
+            let (text, at) = envelope_with_marker(options, env);
             let needle = format!("\"manifests\": {marker_json}");
-            let at = text.find(&needle).expect("marker is rendered");
             let line_start = text[..at].rfind('\n').map_or(0, |p| p + 1);
             let indent = &text[line_start..at];
             let item_indent = format!("{indent}  ");
+            debug_assert_eq!(item_indent.len(), manifests_indent(options));
             if !first {
-                out.push_str("---\n");
+                out.write_all(b"---\n")?;
             }
             first = false;
-            out.push_str(&text[..at]);
-            out.push_str("\"manifests\": [\n");
+            out.write_all(&text.as_bytes()[..at])?;
+            out.write_all(b"\"manifests\": [\n")?;
             for (k, m) in plan.manifests[range.clone()].iter().enumerate() {
                 if k > 0 {
-                    out.push_str(",\n");
+                    out.write_all(b",\n")?;
                 }
-                out.push_str(&item_indent);
-                let mut rest = m.pretty.as_str();
-                while let Some(p) = rest.find('\n') {
-                    out.push_str(&rest[..=p]);
-                    out.push_str(&item_indent);
-                    rest = &rest[p + 1..];
-                }
-                out.push_str(rest);
+                out.write_all(item_indent.as_bytes())?;
+                out.write_all(m.pretty.as_bytes())?; // already indented for this place
             }
-            out.push('\n');
-            out.push_str(indent);
-            out.push(']');
-            out.push_str(&text[at + needle.len()..]);
-            out.push('\n');
+            out.write_all(b"\n")?;
+            out.write_all(indent.as_bytes())?;
+            out.write_all(b"]")?;
+            out.write_all(&text.as_bytes()[at + needle.len()..])?;
+            out.write_all(b"\n")?;
         }
     }
-    out
+    Ok(())
 }

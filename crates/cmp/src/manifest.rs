@@ -21,10 +21,15 @@ pub struct Manifest {
     pub namespace: Option<String>,
     /// `argocd.argoproj.io/sync-wave` (0 when absent).
     pub wave: i64,
-    /// Pretty JSON (2-space indent, no trailing newline) at nesting depth 0.
+    /// Pretty JSON as `serde_json` writes it (2-space indent, no trailing newline), placed
+    /// where it goes in the rendered work: every line after the first is indented by the
+    /// `indent` given to [`Checked::finish`].
     pub pretty: String,
     /// Length of the compact JSON serialization (what the API server stores).
     pub compact_len: usize,
+    /// Compact length of the manifest's `manifestConfigs` entry (status feedback), if its
+    /// kind has one ([`crate::feedback::manifest_config`]).
+    pub config_len: Option<usize>,
 }
 
 impl Manifest {
@@ -203,11 +208,13 @@ impl Checked {
             || builtin_cluster_scoped(&self.group, &self.kind)
     }
 
-    /// Applies the default namespace (unless the kind is cluster-scoped) and serializes.
+    /// Applies the default namespace (unless the kind is cluster-scoped) and serializes, with
+    /// the lines after the first indented by `indent` spaces.
     pub fn finish(
         self,
         default_namespace: Option<&str>,
         crd_cluster_scoped: &HashSet<(String, String)>,
+        indent: usize,
     ) -> Manifest {
         let Checked {
             origin,
@@ -228,10 +235,9 @@ impl Checked {
             }
             namespace = Some(ns.to_string());
         }
-        let pretty = serde_json::to_string_pretty(&value).expect("a JSON value always serializes");
+        let (pretty, compact_len) = pretty_placed(&value, indent);
         drop(value);
-        let compact_len = compact_len_of_pretty(&pretty);
-        Manifest {
+        let mut manifest = Manifest {
             origin,
             api_version,
             group,
@@ -241,7 +247,11 @@ impl Checked {
             wave,
             pretty,
             compact_len,
-        }
+            config_len: None,
+        };
+        manifest.config_len =
+            crate::feedback::manifest_config(&manifest).map(|c| self::compact_len(&c));
+        manifest
     }
 }
 
@@ -249,25 +259,6 @@ fn builtin_cluster_scoped(group: &str, kind: &str) -> bool {
     CLUSTER_SCOPED
         .iter()
         .any(|(g, k)| *g == group && *k == kind)
-}
-
-/// Validates documents and turns them into [`Manifest`]s, in canonical order:
-/// sync wave, then kind order, then kind, group, namespace, name. Duplicates are errors.
-pub fn prepare(
-    docs: Vec<Document>,
-    default_namespace: Option<&str>,
-) -> Result<Vec<Manifest>, CmpError> {
-    let checked = docs.into_iter().map(check).collect::<Result<Vec<_>, _>>()?;
-    // Kinds declared cluster-scoped by CRDs in the input.
-    let crd_cluster_scoped: HashSet<(String, String)> = checked
-        .iter()
-        .filter_map(Checked::declares_cluster_scoped)
-        .collect();
-    let out = checked
-        .into_iter()
-        .map(|c| c.finish(default_namespace, &crd_cluster_scoped))
-        .collect();
-    order(out)
 }
 
 /// Validates one document: a mapping with `apiVersion`, `kind`, `metadata.name` (and a valid
@@ -423,44 +414,112 @@ impl std::io::Write for Counter {
     }
 }
 
-/// Length of the compact serialization of a value, from its `serde_json` pretty form: the
-/// pretty printer adds only a newline plus indentation before every element and closing
-/// bracket and one space after every `:` separator, never inside a string (a JSON string holds
-/// no raw newline) — so the compact length is the pretty length minus that layout.
-pub fn compact_len_of_pretty(pretty: &str) -> usize {
-    let bytes = pretty.as_bytes();
-    let mut layout = 0;
-    let mut in_string = false;
-    let mut escaped = false;
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-        } else {
-            match b {
-                b'"' => in_string = true,
-                b'\n' => {
-                    let indent = bytes[i + 1..].iter().take_while(|&&c| c == b' ').count();
-                    layout += 1 + indent;
-                    i += indent;
-                }
-                b':' => {
-                    layout += 1; // the space after a key separator
-                    i += 1;
-                }
-                _ => {}
-            }
+/// `serde_json::to_string_pretty`, with every line after the first indented by `base` more
+/// spaces, and the length of the compact serialization counted on the way (the pretty form
+/// only adds a line break plus indentation before elements and closing brackets, and a space
+/// after each `:`).
+pub fn pretty_placed(value: &Value, base: usize) -> (String, usize) {
+    let mut out = Vec::with_capacity(256);
+    let mut formatter = Placed {
+        base,
+        level: 0,
+        has_value: false,
+        layout: 0,
+    };
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, &mut formatter);
+    serde::Serialize::serialize(value, &mut serializer).expect("a JSON value always serializes");
+    let compact = out.len() - formatter.layout;
+    let text = String::from_utf8(out).expect("serde_json writes UTF-8");
+    (text, compact)
+}
+
+/// `serde_json`'s `PrettyFormatter` (two spaces per level) plus a base indentation, counting
+/// the bytes it adds to the compact form.
+struct Placed {
+    base: usize,
+    level: usize,
+    has_value: bool,
+    layout: usize,
+}
+
+const SPACES: [u8; 128] = [b' '; 128];
+
+impl Placed {
+    fn newline<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b"\n")?;
+        let mut n = self.base + 2 * self.level;
+        self.layout += 1 + n;
+        while n > 0 {
+            let k = n.min(SPACES.len());
+            w.write_all(&SPACES[..k])?;
+            n -= k;
         }
-        i += 1;
+        Ok(())
     }
-    pretty.len() - layout
+
+    fn close<W: ?Sized + std::io::Write>(&mut self, w: &mut W, b: &[u8]) -> std::io::Result<()> {
+        self.level -= 1;
+        if self.has_value {
+            self.newline(w)?;
+        }
+        w.write_all(b)
+    }
+
+    fn element<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if !first {
+            w.write_all(b",")?;
+        }
+        self.newline(w)
+    }
+}
+
+impl serde_json::ser::Formatter for &mut Placed {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.level += 1;
+        self.has_value = false;
+        w.write_all(b"[")
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.close(w, b"]")
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.element(w, first)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, _: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.level += 1;
+        self.has_value = false;
+        w.write_all(b"{")
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.close(w, b"}")
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.element(w, first)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.layout += 1;
+        w.write_all(b": ")
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, _: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
 }
 
 /// Bytes of the compact JSON serialization of `value`.
@@ -475,13 +534,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn compact_length_from_the_pretty_form() {
+    fn placed_pretty_form_is_serde_jsons_and_counts_the_compact_length() {
         let v = serde_json::json!({
             "a": "x: \"y\" \\\" [1, 2]\n\t",
             "b": [1, {}, [], {"c": null, "d": [true, 2.5]}],
             "e:f": {"g": "h\\"},
+            "deep": (0..70).fold(serde_json::json!(1), |v, _| serde_json::json!([v])),
         });
-        let pretty = serde_json::to_string_pretty(&v).unwrap();
-        assert_eq!(compact_len_of_pretty(&pretty), compact_len(&v));
+        let (pretty, compact) = pretty_placed(&v, 0);
+        assert_eq!(pretty, serde_json::to_string_pretty(&v).unwrap());
+        assert_eq!(compact, compact_len(&v));
+        let (placed, compact) = pretty_placed(&v, 6);
+        assert_eq!(placed, pretty.replace('\n', "\n      "));
+        assert_eq!(compact, compact_len(&v));
     }
 }

@@ -242,8 +242,9 @@ fn yaml_error(e: &serde_saphyr::Error, line_offset: usize) -> String {
         .to_string()
 }
 
-/// Parses one YAML document (a chunk of a stream): the fast path first (see [`crate::fast_yaml`]),
-/// serde-saphyr for everything it leaves. `None` for a document without content.
+/// Parses one YAML document (a chunk of a stream) in tiers: the block-style reader
+/// ([`crate::block_yaml`]), the event-based fast path ([`crate::fast_yaml`]), then serde-saphyr
+/// for everything they leave. `None` for a document without content.
 pub fn parse_yaml_chunk(
     file: &str,
     chunk: &Chunk<'_>,
@@ -254,7 +255,9 @@ pub fn parse_yaml_chunk(
         document: chunk.index,
         line: chunk.line,
     };
-    let value = match crate::fast_yaml::parse_document(chunk.text, options) {
+    let fast = crate::block_yaml::parse_document(chunk.text, options)
+        .or_else(|| crate::fast_yaml::parse_document(chunk.text, options));
+    let value = match fast {
         Some(value) => value,
         None => serde_saphyr::from_str_with_options(chunk.text, options.clone()).map_err(|e| {
             CmpError::InvalidYaml {
