@@ -1,15 +1,15 @@
 //! The first and fastest parsing tier: a line-oriented reader for block-style YAML as
 //! `kubectl`, `helm template` and `kustomize build` write it — block mappings and sequences,
-//! compact `- key: value` entries, single-line plain and quoted scalars, literal and folded
-//! block scalars, comments, and the empty flow collections `[]` and `{}`.
+//! compact `- key: value` entries, plain and quoted scalars (also over several lines), literal
+//! and folded block scalars, comments, and flow collections that end on their line.
 //!
 //! It is a recognizer of a strict subset, not a YAML parser: anything outside the subset, or
 //! anything it is not sure about, returns `None` and the document goes to the next tier
 //! ([`crate::fast_yaml`], then serde-saphyr), so the result is always serde-saphyr's value and
 //! every error keeps serde-saphyr's message. Falling back includes: tabs outside block scalar
 //! content, control and non-printable characters, anchors, aliases, tags, directives,
-//! non-empty flow collections, multi-line plain or quoted scalars, escapes other than the
-//! common ones, block scalars with an indentation indicator or without content, keys that are
+//! flow collections over several lines or with complex keys, escapes other than the common
+//! ones, block scalars with an indentation indicator or without content, keys that are
 //! not simple words or quoted strings, duplicate keys, and nesting deeper than 64 levels.
 //!
 //! Why hand-written: no maintained YAML crate parses fast enough for the CMP's 10 MiB budget
@@ -142,22 +142,44 @@ fn rest_is_empty(rest: &str) -> bool {
     trimmed.is_empty() || (trimmed.len() < rest.len() && trimmed.starts_with('#'))
 }
 
-/// A single-line double-quoted scalar at the start of `text`: its value and what follows.
-fn double_quoted(text: &str) -> Option<(String, &str)> {
-    let body = &text[1..];
-    let mut out = String::new();
+/// How the scanned line of a quoted scalar ends.
+enum QuotedLine<'t> {
+    /// At the closing quote: what follows it.
+    Closed(&'t str),
+    /// The scalar goes on; `escaped_break` when the line ends with `\` (double quotes).
+    Open { escaped_break: bool },
+}
+
+/// Scans one line of a quoted scalar (`text` starts after the opening quote or the line's
+/// indentation), appending its content to `out`. For an open line, trailing spaces are
+/// dropped (flow folding) unless the line break is escaped. `None` for an escape outside the
+/// common set.
+fn quoted_line<'t>(text: &'t str, double: bool, out: &mut String) -> Option<QuotedLine<'t>> {
+    let bytes = text.as_bytes();
     let mut start = 0;
-    let bytes = body.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'"' => {
-                out.push_str(&body[start..i]);
-                return Some((out, &body[i + 1..]));
+            b'\'' if !double => {
+                out.push_str(&text[start..i]);
+                if bytes.get(i + 1) != Some(&b'\'') {
+                    return Some(QuotedLine::Closed(&text[i + 1..]));
+                }
+                out.push('\'');
+                i += 2;
+                start = i;
             }
-            b'\\' => {
-                out.push_str(&body[start..i]);
-                let escaped = *bytes.get(i + 1)?;
+            b'"' if double => {
+                out.push_str(&text[start..i]);
+                return Some(QuotedLine::Closed(&text[i + 1..]));
+            }
+            b'\\' if double => {
+                out.push_str(&text[start..i]);
+                let Some(&escaped) = bytes.get(i + 1) else {
+                    return Some(QuotedLine::Open {
+                        escaped_break: true,
+                    });
+                };
                 i += 2;
                 match escaped {
                     b'"' => out.push('"'),
@@ -167,7 +189,7 @@ fn double_quoted(text: &str) -> Option<(String, &str)> {
                     b't' => out.push('\t'),
                     b'r' => out.push('\r'),
                     b'u' => {
-                        let hex = body.get(i..i + 4)?;
+                        let hex = text.get(i..i + 4)?;
                         if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
                             return None;
                         }
@@ -177,30 +199,24 @@ fn double_quoted(text: &str) -> Option<(String, &str)> {
                     _ => return None,
                 }
                 start = i;
-                continue;
             }
-            _ => {}
+            _ => i += 1,
         }
-        i += 1;
     }
-    None // continues on the next line
+    out.push_str(text[start..].trim_end_matches(' '));
+    Some(QuotedLine::Open {
+        escaped_break: false,
+    })
 }
 
-/// A single-line single-quoted scalar at the start of `text`: its value and what follows.
-fn single_quoted(text: &str) -> Option<(String, &str)> {
-    let body = &text[1..];
+/// A quoted scalar that ends on this line (`text` starts with the quote): its value and what
+/// follows the closing quote.
+fn quoted_single_line(text: &str) -> Option<(String, &str)> {
     let mut out = String::new();
-    let mut start = 0;
-    while let Some(at) = body[start..].find('\'').map(|p| p + start) {
-        out.push_str(&body[start..at]);
-        if body[at + 1..].starts_with('\'') {
-            out.push('\'');
-            start = at + 2;
-        } else {
-            return Some((out, &body[at + 1..]));
-        }
+    match quoted_line(&text[1..], text.starts_with('"'), &mut out)? {
+        QuotedLine::Closed(after) => Some((out, after)),
+        QuotedLine::Open { .. } => None,
     }
-    None
 }
 
 /// A simple mapping key at the start of a line — a plain word that YAML can only read as a
@@ -359,12 +375,8 @@ impl<'a> Reader<'a, '_> {
         let value = match rest.as_bytes().first() {
             None | Some(b'#') => return self.block_value(parent, in_mapping),
             Some(b'|' | b'>') => return self.block_scalar(rest, parent),
-            Some(b'"') => {
-                let (s, after) = double_quoted(rest)?;
-                rest_is_empty(after).then_some(Value::String(s))?
-            }
-            Some(b'\'') => {
-                let (s, after) = single_quoted(rest)?;
+            Some(b'"' | b'\'') => {
+                let (s, after) = self.quoted(rest, parent)?;
                 rest_is_empty(after).then_some(Value::String(s))?
             }
             Some(b'[' | b'{') => {
@@ -375,11 +387,13 @@ impl<'a> Reader<'a, '_> {
                 return None;
             }
             Some(b'-') if is_entry(rest) => return None,
-            Some(_) => scalar(
-                Cow::Borrowed(plain(rest)?),
-                ScalarStyle::Plain,
-                self.options,
-            )?,
+            Some(_) => {
+                let first = plain(rest)?;
+                match self.plain_continuation(first, rest.len() > first.len(), parent)? {
+                    Some(folded) => Value::String(folded),
+                    None => scalar(Cow::Borrowed(first), ScalarStyle::Plain, self.options)?,
+                }
+            }
         };
         // a scalar that continues on a more indented line is a multi-line scalar (or an error)
         let mut next = self.pos;
@@ -389,6 +403,89 @@ impl<'a> Reader<'a, '_> {
         match self.lines.get(next) {
             Some(line) if line.indent > parent => None,
             _ => Some(value),
+        }
+    }
+
+    /// Lines that continue a plain scalar (more indented than `parent`), folded into its first
+    /// line `first`: `Some(None)` when there are none, `None` when they are not simple text.
+    /// A multi-line plain scalar contains a space, so it is always a string.
+    fn plain_continuation(
+        &mut self,
+        first: &str,
+        commented: bool,
+        parent: usize,
+    ) -> Option<Option<String>> {
+        let mut folded: Option<String> = None;
+        loop {
+            let mut next = self.pos;
+            while self
+                .lines
+                .get(next)
+                .is_some_and(|l| l.raw.bytes().all(|b| b == b' '))
+            {
+                next += 1;
+            }
+            let Some(line) = self.lines.get(next).filter(|l| l.indent > parent) else {
+                return Some(folded);
+            };
+            let text = line.text;
+            // indicators do not matter at the start of a continuation line, except these
+            if commented
+                || text.starts_with([':', '#'])
+                || text.contains('\t')
+                || text.contains(" #")
+                || text.contains(": ")
+                || text.ends_with(':')
+            {
+                return None;
+            }
+            let out = folded.get_or_insert_with(|| first.to_string());
+            let breaks = next - self.pos;
+            if breaks == 0 {
+                out.push(' ');
+            } else {
+                (0..breaks).for_each(|_| out.push('\n'));
+            }
+            out.push_str(text.trim_end_matches(' '));
+            self.pos = next + 1;
+        }
+    }
+
+    /// A quoted scalar in block context (`first` starts with the quote), possibly continued
+    /// on more indented lines: its value and what follows the closing quote on its last line.
+    fn quoted(&mut self, first: &'a str, parent: usize) -> Option<(String, &'a str)> {
+        let double = first.starts_with('"');
+        let mut out = String::new();
+        let mut text = &first[1..];
+        loop {
+            let escaped_break = match quoted_line(text, double, &mut out)? {
+                QuotedLine::Closed(after) => return Some((out, after)),
+                QuotedLine::Open { escaped_break } => escaped_break,
+            };
+            let mut breaks = 0;
+            while self
+                .lines
+                .get(self.pos)
+                .is_some_and(|l| l.raw.bytes().all(|b| b == b' '))
+            {
+                breaks += 1;
+                self.pos += 1;
+            }
+            let line = self.lines.get(self.pos)?;
+            if line.indent <= parent || line.text.contains('\t') || !line.broken {
+                return None;
+            }
+            if escaped_break {
+                if breaks > 0 {
+                    return None;
+                }
+            } else if breaks == 0 {
+                out.push(' ');
+            } else {
+                (0..breaks).for_each(|_| out.push('\n'));
+            }
+            text = line.text;
+            self.pos += 1;
         }
     }
 
@@ -405,8 +502,7 @@ impl<'a> Reader<'a, '_> {
                 self.depth -= 1;
                 value
             }
-            b'"' => double_quoted(text).map(|(s, rest)| (Value::String(s), rest)),
-            b'\'' => single_quoted(text).map(|(s, rest)| (Value::String(s), rest)),
+            b'"' | b'\'' => quoted_single_line(text).map(|(s, rest)| (Value::String(s), rest)),
             b',' | b']' | b'}' | b'#' | b'&' | b'*' | b'!' | b'|' | b'>' | b'%' | b'@' | b'`'
             | b'?' | b':' | b' ' => None,
             _ => {
@@ -594,9 +690,13 @@ mod tests {
         "\n",
         "  a: 1\n  b:\n    c: 2\n",
         "- a\n- b\n",
+        "- a\n - b\n",
         "a:\n  - |\n    lit\n  - >-\n    f\n",
         "key: |\n  text\n  #not a comment\n# a comment\nnext: 1\n",
         "a: [1, two, \"3\", 'f''our', [], {}, [x y, -1], {k: v, l: [m]}, /p, 1.5] # c\nb: {cpu: 10m, memory: 32Mi}\nc: [ a ,b ]\n",
+        "a: multi\n  line\n\n   plain\nb:\n- x\n  y\n- k: v\n    w\nc: Default is\n  \"quoted\" - [x] {y} &z *w !v |u >t %s @r `q' p#o\n",
+        "a: 'it''s\n  a   \n\n  long one'\nb: \"esc\\\"aped \\\n  broken\\u00e9 \n  text\"\n",
+        "description: 'APIVersion defines the versioned schema of this representation\n    of an object.'\n",
         "a: ü\nb: \"日本\"\n",
     ];
 
@@ -623,8 +723,10 @@ mod tests {
             "a: {b}\n",
             "a: [a, , b]\n",
             "a: {b:c}\n",
-            "a: multi\n  line\n",
-            "a: \"two\n  lines\"\n",
+            "a: multi\n  line # comment\n",
+            "a: multi # comment\n  line\n",
+            "a: \"two\n  lines\" x\n",
+            "a: \"\\\n\n  x\"\n",
             "a: |2\n   x\n",
             "a:\tb\n",
             "a: b: c\n",
@@ -637,7 +739,6 @@ mod tests {
             "a: b\r\n",
             "just a scalar\n",
             "a: 1\n b: 2\n",
-            "- a\n - b\n",
             "a: >\n  x\n    more\n  y\n",
             "a: |\n  x\n   \n  y\n",
             "a: >+\n  x\n\n ",
@@ -675,6 +776,59 @@ mod tests {
         assert_eq!(chunks.len(), 30);
         for chunk in chunks {
             assert!(agrees(chunk.text), "{}", chunk.text);
+        }
+    }
+
+    /// Random plain scalars made of the characters numbers, booleans and nulls are spelled
+    /// with, plus a few others: the typing is serde-saphyr's (YAML 1.1, legacy octal).
+    #[test]
+    fn plain_scalar_typing_agrees() {
+        const ALPHABET: &[u8] = b"0123456789+-._~eExXoObBaAfFinINyYsSlLu:/^$ ";
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..20_000 {
+            let len = 1 + (next() % 8) as usize;
+            let scalar: String = (0..len)
+                .map(|_| ALPHABET[(next() % ALPHABET.len() as u64) as usize] as char)
+                .collect();
+            agrees(&format!("a: {scalar}\nb:\n- {scalar}\nc: [{scalar}]\n"));
+        }
+        for word in [
+            "0644",
+            "-0644",
+            "0x1F",
+            "0o17",
+            "0b101",
+            "1_000",
+            "+1",
+            "-0",
+            ".5",
+            "1.",
+            "1e3",
+            "1E+3",
+            "-.inf",
+            ".NaN",
+            "inf",
+            "nan",
+            "~",
+            "1:20",
+            "0.1.2",
+            "1e999",
+            "-1e999",
+            "18446744073709551616",
+            "-9223372036854775809",
+            "0x_1F",
+            "08",
+            "0_8",
+            "+0x1F",
+            "1__0",
+        ] {
+            agrees(&format!("a: {word}\n"));
         }
     }
 

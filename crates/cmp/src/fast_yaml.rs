@@ -174,6 +174,16 @@ pub(crate) fn scalar(
         }
         Some(_) => {}
     }
+    // serde-saphyr reads a plain scalar as a boolean, null, integer or float only when it is
+    // made of ASCII letters, digits and `+-._~` (its YAML 1.1 booleans, `~`/`null`, signed
+    // decimal/0x/0o/0b/legacy-octal integers with `_`, and Rust float syntax); any other
+    // character makes it a string.
+    if bytes
+        .iter()
+        .any(|&b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.' | b'_' | b'~')))
+    {
+        return Some(Value::String(text.into_owned()));
+    }
     // Let serde-saphyr type the scalar on its own, unless re-parsing it alone could read it
     // differently (line breaks, comment or mapping indicators, surrounding space, a document
     // marker).
