@@ -1,7 +1,9 @@
 //! Differential check of the fast YAML tiers against serde-saphyr over any YAML files:
 //! `cargo run --release -p argocd-pull-cmp --example differential -- DIR...`
 //! Prints every document where a tier answers differently from serde-saphyr, and how many
-//! documents each tier reads. Exits non-zero on a disagreement.
+//! documents each tier reads. Exits non-zero on a disagreement. With `SHOW_MISSED=1` it also
+//! lists the documents serde-saphyr reads but the block tier leaves, and with `MINIMIZE=1`
+//! stops at the first of them, printing the lines where the block tier first gives up.
 
 use argocd_pull_cmp::{block_yaml, fast_yaml, source};
 
