@@ -257,22 +257,10 @@ mod tests {
 
     #[test]
     fn corpus_documents_match_serde_saphyr() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
-        let mut fast = 0;
-        for entry in walkdir::WalkDir::new(root) {
-            let entry = entry.unwrap();
-            let path = entry.path();
-            let is_yaml = path.extension().is_some_and(|e| e == "yaml" || e == "yml");
-            if !is_yaml || path.components().any(|c| c.as_os_str() == "bad") {
-                continue;
-            }
-            let text = std::fs::read_to_string(path).unwrap();
-            for chunk in crate::source::yaml_chunks(&text) {
-                if same_as_serde_saphyr(chunk.text) {
-                    fast += 1;
-                }
-            }
-        }
+        let fast = crate::source::tests::corpus_yaml_documents()
+            .iter()
+            .filter(|d| same_as_serde_saphyr(d))
+            .count();
         assert!(
             fast >= 15,
             "most corpus documents take the fast path ({fast})"

@@ -351,8 +351,25 @@ pub(crate) fn push_expanding_lists(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Every YAML document of the valid test corpus (`tests/corpus`, without `bad/`).
+    pub(crate) fn corpus_yaml_documents() -> Vec<String> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
+        let mut documents = Vec::new();
+        for entry in walkdir::WalkDir::new(root) {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            let is_yaml = path.extension().is_some_and(|e| e == "yaml" || e == "yml");
+            if !is_yaml || path.components().any(|c| c.as_os_str() == "bad") {
+                continue;
+            }
+            let text = std::fs::read_to_string(path).unwrap();
+            documents.extend(yaml_chunks(&text).into_iter().map(|c| c.text.to_string()));
+        }
+        documents
+    }
 
     #[test]
     fn split_counts_documents_and_lines() {
