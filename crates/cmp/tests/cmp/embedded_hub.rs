@@ -4,7 +4,8 @@
 //! cluster → Applied/Available and the status feedback show up on the hub's ManifestWorks.
 //!
 //! Nothing on a simulated cluster plays the Deployment controller, so the test does: it writes
-//! the Deployment's `status` on each cluster, and the feedback must follow on the hub.
+//! the Deployment's `status` on each cluster, and the feedback must follow on the hub. The
+//! health check from `cmp install` turns from Progressing to Healthy on the hub's works.
 //! (The simulator does not fan out ManifestWorkReplicaSets, so that path has no test here.)
 
 use std::time::Duration;
@@ -17,7 +18,9 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::await_condition;
 use serde_json::json;
 
-use crate::support::{condition_true, corpus, documents, feedback, ok, run_cmp};
+use argocd_pull_cmp::install::MANIFESTWORK_HEALTH_LUA;
+
+use crate::support::{argocd_health, condition_true, corpus, documents, feedback, ok, run_cmp};
 
 const T: Duration = Duration::from_secs(30);
 const CLUSTERS: [&str; 2] = ["cluster1", "cluster2"];
@@ -131,6 +134,10 @@ async fn generated_works_are_applied_by_the_simulated_agent_and_report_feedback(
             Some(2),
             "{cluster}"
         );
+        // what the hub's Argo CD shows with the health check from `cmp install`
+        let (status, message) = argocd_health(MANIFESTWORK_HEALTH_LUA, &json!(work));
+        assert_eq!(status, "Progressing", "{cluster}: {message}");
+        assert!(message.contains("Deployment guestbook/guestbook-ui: 0/2 replicas available"));
 
         // the objects exist on the simulated cluster, with the manifests' types intact
         let client = sim.client();
@@ -195,6 +202,8 @@ async fn generated_works_are_applied_by_the_simulated_agent_and_report_feedback(
                 "{cluster}: {field}"
             );
         }
+        let (status, message) = argocd_health(MANIFESTWORK_HEALTH_LUA, &json!(work));
+        assert_eq!(status, "Healthy", "{cluster}: {message}");
     }
     fleet.shutdown().await;
 }

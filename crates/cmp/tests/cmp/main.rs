@@ -6,5 +6,6 @@ mod cli;
 mod embedded_hub;
 mod errors;
 mod golden;
+mod health;
 mod real_cluster;
 mod split;

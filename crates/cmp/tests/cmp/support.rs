@@ -100,3 +100,25 @@ pub fn condition_true(work: &kube::api::DynamicObject, t: &str) -> bool {
         .and_then(|c| c.as_array())
         .is_some_and(|c| c.iter().any(|c| c["type"] == t && c["status"] == "True"))
 }
+
+/// Runs an Argo CD resource health check the way Argo CD does: Lua 5.1 (Argo CD embeds
+/// gopher-lua, a Lua 5.1), the live object as the global `obj` with JSON nulls as `nil`, and the
+/// returned table's `status` and `message`.
+pub fn argocd_health(script: &str, obj: &serde_json::Value) -> (String, String) {
+    use mlua::LuaSerdeExt;
+    let lua = mlua::Lua::new();
+    let options = mlua::serde::SerializeOptions::new()
+        .serialize_none_to_null(false)
+        .serialize_unit_to_null(false);
+    let obj = lua
+        .to_value_with(obj, options)
+        .expect("object converts to Lua");
+    lua.globals().set("obj", obj).expect("set obj");
+    let hs: mlua::Table = lua
+        .load(script)
+        .eval()
+        .unwrap_or_else(|e| panic!("health script fails: {e}"));
+    let status: String = hs.get("status").expect("health status");
+    let message: Option<String> = hs.get("message").expect("health message");
+    (status, message.unwrap_or_default())
+}
