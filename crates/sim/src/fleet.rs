@@ -20,6 +20,7 @@ use tracing::info;
 use crate::agent::{self, AgentHandle, WORK_FINALIZER, WorkAgentConfig};
 use crate::argo::{self, ArgoSim, ArgoSimConfig};
 use crate::placement::{self, PlacementSim};
+use crate::replicaset::{self, ReplicaSetSim};
 
 /// Computes a cluster's labels from its 1-based index and name.
 pub type LabelFn = Arc<dyn Fn(usize, &str) -> BTreeMap<String, String> + Send + Sync>;
@@ -69,6 +70,8 @@ pub struct FleetConfig {
     pub argo_sim: bool,
     /// Run the placement evaluator on the hub (default true).
     pub placement: bool,
+    /// Run the ManifestWorkReplicaSet controller on the hub (default true).
+    pub replicasets: bool,
     /// Argo CD CRDs of the hub (default [`CrdFlavor::Full`]).
     pub hub_argocd_crds: CrdFlavor,
     /// Argo CD CRDs of every managed cluster (default [`CrdFlavor::Slim`], so that 1,000
@@ -88,6 +91,7 @@ impl std::fmt::Debug for FleetConfig {
             .field("work_agent", &self.work_agent)
             .field("argo_sim", &self.argo_sim)
             .field("placement", &self.placement)
+            .field("replicasets", &self.replicasets)
             .field("hub_argocd_crds", &self.hub_argocd_crds)
             .field("spoke_argocd_crds", &self.spoke_argocd_crds)
             .finish_non_exhaustive()
@@ -105,6 +109,7 @@ impl Default for FleetConfig {
             work_agent: true,
             argo_sim: true,
             placement: true,
+            replicasets: true,
             hub_argocd_crds: CrdFlavor::Full,
             spoke_argocd_crds: CrdFlavor::Slim,
             start_concurrency: 16,
@@ -202,6 +207,7 @@ pub struct Fleet {
     clusters: RwLock<BTreeMap<String, Arc<SimCluster>>>,
     agent: Option<AgentHandle>,
     _placement: Option<PlacementSim>,
+    _replicasets: Option<ReplicaSetSim>,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -291,6 +297,9 @@ impl Fleet {
         let placement = config
             .placement
             .then(|| placement::start(hub_client.clone()));
+        let replicasets = config
+            .replicasets
+            .then(|| replicaset::start(hub_client.clone()));
         let fleet = Fleet {
             config: config.clone(),
             hub,
@@ -298,6 +307,7 @@ impl Fleet {
             clusters: RwLock::new(BTreeMap::new()),
             agent,
             _placement: placement,
+            _replicasets: replicasets,
         };
         let names: Vec<(usize, String)> = (1..=config.clusters)
             .map(|i| (i, format!("{}{i}", config.name_prefix)))

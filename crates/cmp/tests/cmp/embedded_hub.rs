@@ -6,7 +6,9 @@
 //! Nothing on a simulated cluster plays the Deployment controller, so the test does: it writes
 //! the Deployment's `status` on each cluster, and the feedback must follow on the hub. The
 //! health check from `cmp install` turns from Progressing to Healthy on the hub's works.
-//! (The simulator does not fan out ManifestWorkReplicaSets, so that path has no test here.)
+//!
+//! With a Placement target, the ManifestWorkReplicaSet goes to the hub, the simulated replica-set
+//! controller fans it out to the placement's clusters, and its health check follows the summary.
 
 use std::time::Duration;
 
@@ -18,7 +20,11 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::await_condition;
 use serde_json::json;
 
-use argocd_pull_cmp::install::MANIFESTWORK_HEALTH_LUA;
+use argocd_pull_api::ocm::cluster::Placement;
+use argocd_pull_api::ocm::work::ManifestWorkReplicaSet;
+use argocd_pull_cmp::install::{MANIFESTWORK_HEALTH_LUA, MANIFESTWORKREPLICASET_HEALTH_LUA};
+use argocd_pull_sim::wait::wait_for;
+use kube::api::PostParams;
 
 use crate::support::{argocd_health, condition_true, corpus, documents, feedback, ok, run_cmp};
 
@@ -204,6 +210,73 @@ async fn generated_works_are_applied_by_the_simulated_agent_and_report_feedback(
         }
         let (status, message) = argocd_health(MANIFESTWORK_HEALTH_LUA, &json!(work));
         assert_eq!(status, "Healthy", "{cluster}: {message}");
+    }
+    fleet.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_placement_target_is_fanned_out_to_the_placement_clusters() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let out = ok(&run_cmp(
+        &corpus("plain"),
+        &[
+            "generate",
+            "--include",
+            "{namespace.yaml,app/config.yaml,app/service.yml}",
+        ],
+        &[
+            ("ARGOCD_APP_NAME", "guestbook"),
+            ("ARGOCD_APP_NAMESPACE", "argocd"),
+            ("ARGOCD_ENV_PLACEMENT", "argocd/guestbook-clusters"),
+        ],
+        None,
+    ));
+    let sets = documents(&out);
+    assert_eq!(sets.len(), 1, "one ManifestWorkReplicaSet");
+    let set: ManifestWorkReplicaSet =
+        serde_json::from_value(sets[0].clone()).expect("a ManifestWorkReplicaSet");
+
+    let mut config = FleetConfig::with_clusters(3);
+    config.argo_sim = false;
+    config.agent.retry_interval = Duration::from_millis(100);
+    let fleet = Fleet::start(config).await.expect("fleet starts");
+    let hub = fleet.hub_client();
+    let placement: Placement = serde_json::from_value(json!({
+        "apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
+        "metadata": {"name": "guestbook-clusters", "namespace": "argocd"},
+        "spec": {"numberOfClusters": 2},
+    }))
+    .expect("a placement");
+    Api::<Placement>::namespaced(hub.clone(), "argocd")
+        .create(&PostParams::default(), &placement)
+        .await
+        .expect("create the placement");
+    let api: Api<ManifestWorkReplicaSet> = Api::namespaced(hub.clone(), "argocd");
+    api.patch(
+        &set.metadata.name.clone().expect("name"),
+        &PatchParams::apply("argocd-controller").force(),
+        &Patch::Apply(&set),
+    )
+    .await
+    .expect("apply the ManifestWorkReplicaSet to the hub");
+
+    // the first two clusters (by name) get the work; the health check turns Healthy
+    let set = wait_for(&api, "guestbook", T, |s: &ManifestWorkReplicaSet| {
+        argocd_health(MANIFESTWORKREPLICASET_HEALTH_LUA, &json!(s)).0 == "Healthy"
+    })
+    .await
+    .expect("the replica set becomes Healthy");
+    let (_, message) = argocd_health(MANIFESTWORKREPLICASET_HEALTH_LUA, &json!(set));
+    assert_eq!(message, "Available on 2 cluster(s)");
+    for (cluster, expected) in [("cluster1", true), ("cluster2", true), ("cluster3", false)] {
+        let cm = Api::<ConfigMap>::namespaced(
+            fleet.cluster(cluster).expect("cluster").client(),
+            "guestbook",
+        )
+        .get_opt("guestbook-config")
+        .await
+        .expect("get the configmap");
+        assert_eq!(cm.is_some(), expected, "{cluster}");
     }
     fleet.shutdown().await;
 }

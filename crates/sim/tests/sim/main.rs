@@ -5,3 +5,4 @@ mod argo;
 mod common;
 mod fleet;
 mod placement;
+mod replicaset;
