@@ -114,3 +114,13 @@ pub fn manifest_condition(w: &ManifestWork, ordinal: i32, type_: &str) -> Option
         .find(|c| c.type_ == type_)
         .map(|c| (c.status.clone(), c.message.clone()))
 }
+
+/// Placement `argocd/amazon`: the clusters labelled `cloud: Amazon` (cluster1, cluster4, ...).
+pub fn amazon_placement() -> argocd_pull_api::ocm::cluster::Placement {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
+        "metadata": {"name": "amazon", "namespace": "argocd"},
+        "spec": {"predicates": [{"requiredClusterSelector": {"labelSelector": {"matchLabels": {"cloud": "Amazon"}}}}]}
+    }))
+    .expect("a placement")
+}

@@ -17,13 +17,10 @@ async fn placement_selects_by_labels_and_follows_label_changes() {
     let hub = fleet.hub_client();
     let placements: Api<Placement> = Api::namespaced(hub.clone(), "argocd");
     let decisions: Api<PlacementDecision> = Api::namespaced(hub.clone(), "argocd");
-    let p: Placement = serde_json::from_value(json!({
-        "apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
-        "metadata": {"name": "amazon", "namespace": "argocd"},
-        "spec": {"predicates": [{"requiredClusterSelector": {"labelSelector": {"matchLabels": {"cloud": "Amazon"}}}}]}
-    }))
-    .unwrap();
-    placements.create(&PostParams::default(), &p).await.unwrap();
+    placements
+        .create(&PostParams::default(), &amazon_placement())
+        .await
+        .unwrap();
     let d = wait_for(
         &decisions,
         "amazon-decision-1",

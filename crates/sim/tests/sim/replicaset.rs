@@ -63,13 +63,10 @@ async fn replicaset_fans_out_to_the_placement_follows_it_and_cleans_up() {
     assert!(s.finalizers().iter().any(|f| f == FINALIZER));
 
     let placements: Api<Placement> = Api::namespaced(hub.clone(), "argocd");
-    let p: Placement = serde_json::from_value(json!({
-        "apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
-        "metadata": {"name": "amazon", "namespace": "argocd"},
-        "spec": {"predicates": [{"requiredClusterSelector": {"labelSelector": {"matchLabels": {"cloud": "Amazon"}}}}]}
-    }))
-    .unwrap();
-    placements.create(&PostParams::default(), &p).await.unwrap();
+    placements
+        .create(&PostParams::default(), &amazon_placement())
+        .await
+        .unwrap();
 
     // one work per selected cluster, applied by the work agent, summarized on the replica set
     let s = wait_for(&sets, "guestbook", T, |s: &ManifestWorkReplicaSet| {
