@@ -2,9 +2,10 @@
 //! in OCM `ManifestWork`s (one per target cluster) or a `ManifestWorkReplicaSet` (a Placement).
 //!
 //! The library is a pipeline of pure steps — [`source`] (discover and parse input) →
-//! [`manifest::check`] (validate, default namespaces) and [`manifest::order`] → [`plan`] (name and split works
-//! under a byte budget) → [`render`] (deterministic JSON documents) — plus [`install`] (what to
-//! apply to enable the plugin) and a thin [`cli`] layer. See the crate README for the design.
+//! [`manifest::check`] and `finish` (validate, default namespaces, serialize) →
+//! [`manifest::order`] → [`plan`] (name and split works under a byte budget) → [`render`]
+//! (deterministic JSON documents) — plus [`install`] (what to apply to enable the plugin) and a
+//! thin [`cli`] layer. See the crate README for the design.
 
 pub mod block_yaml;
 pub mod cli;
