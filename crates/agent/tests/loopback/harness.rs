@@ -67,7 +67,7 @@ pub fn app(ns: &str, name: &str, path: &str) -> Value {
     })
 }
 
-/// Waits (on watch events, not sleeps) until `pred` holds for the object (None = absent).
+/// Waits (on watch events, not sleeps) until `pred` holds for the Application (None = absent).
 pub async fn wait_for(
     store: &MemStore,
     ns: &str,
@@ -75,10 +75,22 @@ pub async fn wait_for(
     what: &str,
     pred: impl Fn(Option<&Value>) -> bool,
 ) -> Option<Value> {
-    let mut w = store.watch(Kind::Application, Some(ns));
+    wait_for_kind(store, Kind::Application, ns, name, what, pred).await
+}
+
+/// Waits (on watch events, not sleeps) until `pred` holds for the object of `kind` (None = absent).
+pub async fn wait_for_kind(
+    store: &MemStore,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    what: &str,
+    pred: impl Fn(Option<&Value>) -> bool,
+) -> Option<Value> {
+    let mut w = store.watch(kind, Some(ns));
     let r = tokio::time::timeout(T, async {
         loop {
-            let cur = store.get(Kind::Application, ns, name).await.unwrap();
+            let cur = store.get(kind, ns, name).await.unwrap();
             if pred(cur.as_ref()) {
                 return cur;
             }
@@ -94,8 +106,8 @@ pub async fn wait_for(
     match r {
         Ok(v) => v,
         Err(_) => panic!(
-            "timed out waiting for {ns}/{name}: {what}; now: {:?}",
-            store.get(Kind::Application, ns, name).await.unwrap()
+            "timed out waiting for {kind:?} {ns}/{name}: {what}; now: {:?}",
+            store.get(kind, ns, name).await.unwrap()
         ),
     }
 }

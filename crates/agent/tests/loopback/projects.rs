@@ -2,8 +2,7 @@
 //! (agent -> principal as `<agent>-<name>`).
 use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::store::{Kind, MemStore, Store, StoreEvent};
-use futures::StreamExt;
+use argocd_pull_agent::store::{Kind, MemStore, Store};
 use serde_json::{Value, json};
 
 use crate::harness::*;
@@ -28,29 +27,7 @@ pub async fn wait_project(
     what: &str,
     pred: impl Fn(Option<&Value>) -> bool,
 ) -> Option<Value> {
-    let mut w = store.watch(Kind::AppProject, Some(ns));
-    let r = tokio::time::timeout(T, async {
-        loop {
-            let cur = store.get(Kind::AppProject, ns, name).await.unwrap();
-            if pred(cur.as_ref()) {
-                return cur;
-            }
-            match w.next().await {
-                Some(Ok(
-                    StoreEvent::Restarted(_) | StoreEvent::Applied(_) | StoreEvent::Deleted(_),
-                )) => {}
-                other => panic!("watch ended: {other:?}"),
-            }
-        }
-    })
-    .await;
-    match r {
-        Ok(v) => v,
-        Err(_) => panic!(
-            "timed out waiting for AppProject {ns}/{name}: {what}; now: {:?}",
-            store.get(Kind::AppProject, ns, name).await.unwrap()
-        ),
-    }
+    wait_for_kind(store, Kind::AppProject, ns, name, what, pred).await
 }
 
 async fn patch_project(store: &MemStore, name: &str, p: Value) {
