@@ -835,8 +835,17 @@ fn patch(
         let cfg_name = cfg
             .pointer("/metadata/name")
             .and_then(|n| n.as_str())
-            .unwrap_or("");
-        if cfg_name != name {
+            .unwrap_or("")
+            .to_owned();
+        // The apiserver merges the configuration onto the live object before it compares names,
+        // so a configuration without a name applies to an existing object (kube-lease-manager
+        // relies on it); creating through apply needs the name.
+        if cfg_name.is_empty() && existing.is_some() {
+            if !cfg.get("metadata").is_some_and(Value::is_object) {
+                cfg["metadata"] = json!({});
+            }
+            cfg["metadata"]["name"] = json!(name);
+        } else if cfg_name != name {
             return Err(ApiError::bad_request(format!(
                 "the name of the object ({cfg_name}) does not match the name on the URL ({name})"
             )));

@@ -428,3 +428,34 @@ async fn kube_runtime_event_recorder_works() {
     assert_eq!(list.items.len(), 1);
     assert_eq!(list.items[0].reason.as_deref(), Some("Synced"));
 }
+
+/// The apiserver merges an apply configuration onto the live object before comparing names:
+/// a configuration without `metadata.name` updates an existing object (kube-lease-manager sends
+/// such a patch to take a Lease), and cannot create one.
+#[tokio::test]
+async fn apply_without_a_name_updates_an_existing_object_only() {
+    let (_hub, api) = widget_hub().await;
+    let nameless = json!({"apiVersion": "example.com/v1", "kind": "Widget", "spec": {"size": 3}});
+    let err = api
+        .patch("w", &PatchParams::apply("alice"), &Patch::Apply(&nameless))
+        .await
+        .unwrap_err();
+    let s = status(err);
+    assert_eq!(s.code, 400);
+    assert_eq!(
+        s.message,
+        "the name of the object () does not match the name on the URL (w)"
+    );
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(widget(json!({"size": 1}))).unwrap(),
+    )
+    .await
+    .unwrap();
+    let w = api
+        .patch("w", &PatchParams::apply("alice"), &Patch::Apply(&nameless))
+        .await
+        .unwrap();
+    assert_eq!(w.metadata.name.as_deref(), Some("w"));
+    assert_eq!(w.data["spec"]["size"], 3);
+}
