@@ -21,6 +21,9 @@ mod crds;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// `--log-level` / `--log-format`, global: accepted by every subcommand.
+    #[command(flatten)]
+    log: argocd_pull_ops::logging::LogArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -46,12 +49,21 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let log = cli.log;
     match cli.command {
-        Command::Controller(args) => block_on(controller::run(args)),
+        Command::Controller(args) => serve(log, None, controller::run(args)),
         Command::Demo(args) => demo(args),
         Command::Cmp(args) => argocd_pull_cmp::cli::run(args),
-        Command::Principal(args) => serve(argocd_pull_agent::cli::run_principal(args)),
-        Command::Agent(args) => serve(argocd_pull_agent::cli::run_agent(args)),
+        Command::Principal(args) => serve(
+            log,
+            Some("ARGOCD_PRINCIPAL"),
+            argocd_pull_agent::cli::run_principal(args),
+        ),
+        Command::Agent(args) => serve(
+            log,
+            Some("ARGOCD_AGENT"),
+            argocd_pull_agent::cli::run_agent(args),
+        ),
         Command::Pki(args) => block_on(argocd_pull_agent::cli::run_pki(args)),
         Command::Crds(args) => crds::run(&args),
         Command::Version => {
@@ -66,11 +78,20 @@ fn demo(args: argocd_pull_demo::DemoArgs) -> ExitCode {
     run_async(argocd_pull_demo::run(args)).unwrap_or(ExitCode::from(2))
 }
 
-/// Runs a long-running command: logs initialised, a multi-threaded runtime.
-fn serve(fut: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
-    if let Err(e) = argocd_pull_ops::logging::init(argocd_pull_ops::logging::LogFormat::Text) {
+/// Runs a long-running command: logs initialised from the global flags (then argocd-agent's
+/// `<env_prefix>_LOG_LEVEL` / `_LOG_FORMAT`), a multi-threaded runtime.
+fn serve(
+    log: argocd_pull_ops::logging::LogArgs,
+    env_prefix: Option<&str>,
+    fut: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> ExitCode {
+    let log = match env_prefix {
+        Some(prefix) => log.with_env_fallback(prefix),
+        None => Ok(log),
+    };
+    if let Err(e) = log.and_then(|l| l.init()) {
         eprintln!("argocd-pull: {e:#}");
-        return ExitCode::FAILURE;
+        return ExitCode::from(2);
     }
     block_on(fut)
 }
@@ -80,11 +101,17 @@ fn block_on(fut: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitC
     run_async(fut).map_or(ExitCode::FAILURE, |()| ExitCode::SUCCESS)
 }
 
-/// Runs `fut` on a new multi-threaded tokio runtime; an error is printed with its causes.
+/// Runs `fut` on a new multi-threaded tokio runtime; an error is printed with its causes. Tasks
+/// and blocking threads still running when `fut` returns (a DNS lookup of an unreachable API
+/// server…) get one second, so the process exits promptly.
 fn run_async<T>(fut: impl std::future::Future<Output = anyhow::Result<T>>) -> Option<T> {
     let result = tokio::runtime::Runtime::new()
         .map_err(|e| anyhow::Error::new(e).context("starting the async runtime"))
-        .and_then(|runtime| runtime.block_on(fut));
+        .and_then(|runtime| {
+            let result = runtime.block_on(fut);
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            result
+        });
     result.inspect_err(|e| eprintln!("argocd-pull: {e:#}")).ok()
 }
 

@@ -6,8 +6,10 @@
 //!                        [--binding-gate] [--acm-extras] [--sweep-interval 5m]
 //!                        [--admin-addr 0.0.0.0:8080] [--concurrency 8]
 //!                        [--leader-elect auto|true|false] [--lease-name ..] [--lease-namespace ..]
-//!                        [--log-format text|json]
 //! ```
+//!
+//! The log flags (`--log-level`, `--log-format`) are global flags of the `argocd-pull` command
+//! (`argocd_pull_ops::logging::LogArgs`).
 //!
 //! Every flag has an `ARGOCD_PULL_*` environment variable. The cluster is found the usual way
 //! (`KUBECONFIG` / `~/.kube/config`, then the in-cluster service account).
@@ -16,7 +18,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use argocd_pull_domain::WorkOptions;
-use argocd_pull_ops::logging::LogFormat;
 
 use crate::ControllerConfig;
 
@@ -76,14 +77,6 @@ pub struct ControllerArgs {
     /// Namespace of the Lease (default: the pod's namespace, else `argocd-pull`).
     #[arg(long, env = "ARGOCD_PULL_LEASE_NAMESPACE")]
     pub lease_namespace: Option<String>,
-    /// Log format (the level comes from `RUST_LOG`, default `info`).
-    #[arg(
-        long,
-        env = "ARGOCD_PULL_LOG_FORMAT",
-        value_enum,
-        default_value = "text"
-    )]
-    pub log_format: LogFormat,
 }
 
 /// Parses `250ms`, `30s`, `5m`, `1h` (or plain seconds).

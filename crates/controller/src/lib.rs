@@ -129,16 +129,23 @@ impl RunningControllers {
         self.tasks.iter().any(|t| t.is_finished())
     }
 
-    /// Stops the controllers gracefully: no new reconcile starts, in-flight ones finish.
-    pub async fn shutdown(mut self) {
+    /// Stops the controllers gracefully: no new reconcile starts, in-flight ones finish — for at
+    /// most [`SHUTDOWN_GRACE`]; what still runs then is abandoned (named in a WARN).
+    pub async fn shutdown(self) {
+        self.shutdown_within(SHUTDOWN_GRACE).await;
+    }
+
+    /// [`RunningControllers::shutdown`] with another bound; returns whether every task stopped
+    /// by itself.
+    pub async fn shutdown_within(mut self, within: std::time::Duration) -> bool {
         self.token.cancel();
-        for task in self.tasks.drain(..) {
-            if let Err(e) = task.await
-                && e.is_panic()
-            {
-                tracing::error!(error = %e, "controller task panicked");
-            }
-        }
+        let tasks = self
+            .tasks
+            .drain(..)
+            .enumerate()
+            .map(|(i, t)| (format!("pull-model-{i}"), t))
+            .collect();
+        argocd_pull_ops::shutdown::join_within(tasks, within).await
     }
 }
 
@@ -148,6 +155,32 @@ impl Drop for RunningControllers {
         for task in &self.tasks {
             task.abort();
         }
+    }
+}
+
+/// How long [`RunningControllers::shutdown`] waits before abandoning the controllers.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(6);
+
+/// The name of the basic pull-model feature (log field `feature`, metric label).
+pub const FEATURE: &str = "pull-model";
+
+/// The basic pull model as a feature of an [`ApiGate`](argocd_pull_ops::apis::ApiGate): the CRDs
+/// [`start`] needs (PlacementDecisions only with the binding gate).
+pub fn feature(config: &ControllerConfig) -> argocd_pull_ops::apis::Feature {
+    use argocd_pull_ops::apis::known;
+    let mut apis = vec![
+        known::APPLICATIONS,
+        known::MANIFEST_WORKS,
+        known::MANAGED_CLUSTERS,
+    ];
+    if config.binding_gate {
+        apis.push(known::PLACEMENT_DECISIONS);
+    }
+    argocd_pull_ops::apis::Feature {
+        name: FEATURE,
+        description: "Application → ManifestWork propagation, status and cleanup",
+        apis,
+        disable: "--disable-propagation --disable-status --disable-cleanup",
     }
 }
 

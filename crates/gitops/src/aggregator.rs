@@ -514,6 +514,7 @@ pub(crate) async fn run(
                 .page_size(WORK_PAGE_SIZE),
         ),
         Ev::Work,
+        "manifestworks",
         tx.clone(),
     ));
     pumps.spawn(pump(
@@ -522,6 +523,7 @@ pub(crate) async fn run(
             watcher::Config::default(),
         ),
         Ev::Report,
+        "multiclusterapplicationsetreports",
         tx.clone(),
     ));
     pumps.spawn(pump(
@@ -530,6 +532,7 @@ pub(crate) async fn run(
             watcher::Config::default(),
         ),
         Ev::AppSet,
+        "applicationsets",
         tx,
     ));
 
@@ -641,13 +644,17 @@ const EVENT_BUFFER: usize = 512;
 const WORK_PAGE_SIZE: u32 = 500;
 
 /// Forwards one watch's events to the aggregator until it stops listening.
-async fn pump<K, S>(stream: S, wrap: fn(watcher::Event<K>) -> Ev, tx: tokio::sync::mpsc::Sender<Ev>)
-where
+async fn pump<K, S>(
+    stream: S,
+    wrap: fn(watcher::Event<K>) -> Ev,
+    resource: &'static str,
+    tx: tokio::sync::mpsc::Sender<Ev>,
+) where
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
 {
     let mut stream = std::pin::pin!(stream.default_backoff());
     while let Some(e) = stream.next().await {
-        if let Some(e) = log_err(e)
+        if let Some(e) = log_err(e, resource)
             && tx.send(wrap(e)).await.is_err()
         {
             break;
@@ -655,11 +662,11 @@ where
     }
 }
 
-fn log_err<T>(e: Result<T, watcher::Error>) -> Option<T> {
+fn log_err<T>(e: Result<T, watcher::Error>, resource: &str) -> Option<T> {
     match e {
         Ok(v) => Some(v),
         Err(e) => {
-            tracing::warn!(controller = CONTROLLER, error = %e, "watch error");
+            tracing::warn!(controller = CONTROLLER, resource, error = %e, "watch error; retrying");
             None
         }
     }
@@ -904,7 +911,7 @@ pub(crate) async fn run_app_conditions(
             _ = shutdown.cancelled() => break,
             a = events.next() => match a {
                 None => break,
-                Some(Err(e)) => { tracing::warn!(error = %e, "Application watch error"); continue }
+                Some(Err(e)) => { tracing::warn!(controller = CONTROLLER, resource = "applications", error = %e, "watch error; retrying"); continue }
                 Some(Ok(a)) => a,
             },
         };

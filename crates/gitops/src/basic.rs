@@ -42,31 +42,34 @@ pub(crate) async fn run(
         namespace,
         metrics,
     });
-    Controller::new(
+    let controller = Controller::new(
         Api::<ManagedCluster>::all(client),
         watcher::Config::default(),
-    )
-    .owns(
-        secrets,
-        watcher::Config::default().labels(&format!("{LABEL_BASIC_MODE}=true")),
-    )
-    .graceful_shutdown_on(async move { shutdown.cancelled().await })
-    .run(
-        |mc, ctx: Arc<Ctx>| async move {
-            let started = Instant::now();
-            let r = reconcile(mc, &ctx).await;
-            ctx.metrics
-                .reconciled(CONTROLLER, started.elapsed().as_secs_f64(), r.is_ok());
-            r
-        },
-        |_mc, err: &Error, _ctx| {
-            tracing::warn!(error = %err, "basic cluster secret reconcile failed");
-            Action::requeue(Duration::from_secs(5))
-        },
-        ctx,
-    )
-    .for_each(|_| async {})
-    .await;
+    );
+    let store = controller.store();
+    let token = shutdown.clone();
+    let run = controller
+        .owns(
+            secrets,
+            watcher::Config::default().labels(&format!("{LABEL_BASIC_MODE}=true")),
+        )
+        .graceful_shutdown_on(async move { token.cancelled().await })
+        .run(
+            |mc, ctx: Arc<Ctx>| async move {
+                let started = Instant::now();
+                let r = reconcile(mc, &ctx).await;
+                ctx.metrics
+                    .reconciled(CONTROLLER, started.elapsed().as_secs_f64(), r.is_ok());
+                r
+            },
+            |_mc, err: &Error, _ctx| {
+                tracing::warn!(error = %err, "basic cluster secret reconcile failed");
+                Action::requeue(Duration::from_secs(5))
+            },
+            ctx,
+        )
+        .for_each(|_| async {});
+    crate::until_shutdown(run, store, shutdown, CONTROLLER).await;
 }
 
 async fn reconcile(mc: Arc<ManagedCluster>, ctx: &Ctx) -> Result<Action, Error> {

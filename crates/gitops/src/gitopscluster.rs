@@ -177,6 +177,7 @@ fn is_status(e: &kube::Error, code: u16) -> bool {
 pub(crate) fn relevant_changes<K, S>(
     events: S,
     fingerprint: fn(&K) -> u64,
+    resource: &'static str,
 ) -> impl Stream<Item = ()> + Send + 'static
 where
     K: Resource + Send + 'static,
@@ -190,7 +191,7 @@ where
             let ev = match ev {
                 Ok(ev) => ev,
                 Err(e) => {
-                    tracing::warn!(error = %e, "watch error");
+                    tracing::warn!(controller = CONTROLLER, resource, error = %e, "watch error; retrying");
                     return None;
                 }
             };
@@ -299,11 +300,11 @@ pub(crate) async fn run(
     )
     .default_backoff();
     let triggers = futures::stream::select_all([
-        relevant_changes(decision_events, decision_fingerprint).boxed(),
-        relevant_changes(cluster_events, cluster_fingerprint).boxed(),
-        relevant_changes(secret_events, secret_fingerprint).boxed(),
-        relevant_changes(namespace_events, meta_fingerprint).boxed(),
-        relevant_changes(server_events, meta_fingerprint).boxed(),
+        relevant_changes(decision_events, decision_fingerprint, "placementdecisions").boxed(),
+        relevant_changes(cluster_events, cluster_fingerprint, "managedclusters").boxed(),
+        relevant_changes(secret_events, secret_fingerprint, "secrets").boxed(),
+        relevant_changes(namespace_events, meta_fingerprint, "namespaces").boxed(),
+        relevant_changes(server_events, meta_fingerprint, "services").boxed(),
     ]);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
@@ -331,41 +332,43 @@ pub(crate) async fn run(
         });
     }
     let token = shutdown.clone();
-    Controller::new(
+    let controller = Controller::new(
         Api::<GitOpsCluster>::all(client),
         watcher::Config::default(),
-    )
-    .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
-    .reconcile_all_on(triggers)
-    .graceful_shutdown_on(async move { token.cancelled().await })
-    .run(
-        move |gc, ctx: Arc<Ctx>| {
-            let ready = ready.load(Ordering::SeqCst);
-            async move {
-                if !ready {
-                    // The caches are not complete yet: a reconcile now could take a
-                    // missing cluster for a deleted one. `reconcile_all_on` fires once they are.
-                    return Ok(Action::requeue(Duration::from_millis(200)));
+    );
+    let store = controller.store();
+    let run = controller
+        .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
+        .reconcile_all_on(triggers)
+        .graceful_shutdown_on(async move { token.cancelled().await })
+        .run(
+            move |gc, ctx: Arc<Ctx>| {
+                let ready = ready.load(Ordering::SeqCst);
+                async move {
+                    if !ready {
+                        // The caches are not complete yet: a reconcile now could take a
+                        // missing cluster for a deleted one. `reconcile_all_on` fires once they are.
+                        return Ok(Action::requeue(Duration::from_millis(200)));
+                    }
+                    let started = Instant::now();
+                    let r = reconcile(gc, ctx.clone()).await;
+                    ctx.metrics
+                        .reconciled(CONTROLLER, started.elapsed().as_secs_f64(), r.is_ok());
+                    r
                 }
-                let started = Instant::now();
-                let r = reconcile(gc, ctx.clone()).await;
-                ctx.metrics
-                    .reconciled(CONTROLLER, started.elapsed().as_secs_f64(), r.is_ok());
-                r
+            },
+            |_gc, err: &Error, _ctx| {
+                tracing::warn!(error = %err, "GitOpsCluster reconcile failed");
+                Action::requeue(Duration::from_secs(5))
+            },
+            ctx,
+        )
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "GitOpsCluster controller event");
             }
-        },
-        |_gc, err: &Error, _ctx| {
-            tracing::warn!(error = %err, "GitOpsCluster reconcile failed");
-            Action::requeue(Duration::from_secs(5))
-        },
-        ctx,
-    )
-    .for_each(|r| async move {
-        if let Err(e) = r {
-            tracing::debug!(error = %e, "GitOpsCluster controller event");
-        }
-    })
-    .await;
+        });
+    crate::until_shutdown(run, store, shutdown, CONTROLLER).await;
 }
 
 async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {

@@ -6,7 +6,8 @@
 //! * [`aggregator`] — `MulticlusterApplicationSetReport` per ApplicationSet from ManifestWork
 //!   feedback, and the `AdditionalStatusReport` condition on hub Applications.
 //!
-//! Entry point: [`start`] with a [`GitOpsConfig`] (from [`GitOpsArgs`] on the command line).
+//! Entry point: [`start`] with a [`GitOpsConfig`] (from [`GitOpsArgs`] on the command line);
+//! [`start_gated`] runs each controller only while the CRDs it needs ([`features`]) are served.
 
 pub mod aggregator;
 pub mod basic;
@@ -18,6 +19,10 @@ pub mod status;
 
 use std::time::Duration;
 
+use argocd_pull_ops::apis::{ApiGate, Feature, known};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use kube::runtime::reflector::Store;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -107,6 +112,53 @@ impl From<GitOpsArgs> for GitOpsConfig {
     }
 }
 
+/// Feature names of the controllers (log field `feature`, metric label, [`features`]).
+pub const FEATURE_GITOPSCLUSTER: &str = "gitopscluster";
+pub const FEATURE_BASIC_SECRETS: &str = "basic-cluster-secrets";
+pub const FEATURE_REPORT: &str = "appset-report";
+
+/// The enabled controllers and the CRDs each one needs.
+pub fn features(config: &GitOpsConfig) -> Vec<Feature> {
+    let mut out = Vec::new();
+    if config.gitopscluster {
+        out.push(Feature {
+            name: FEATURE_GITOPSCLUSTER,
+            description: "GitOpsCluster → Argo CD cluster secrets",
+            apis: vec![
+                known::GITOPS_CLUSTERS,
+                known::PLACEMENT_DECISIONS,
+                known::MANAGED_CLUSTERS,
+            ],
+            disable: "--gitopscluster=false",
+        });
+    }
+    if config.basic_secrets_namespace.is_some() {
+        out.push(Feature {
+            name: FEATURE_BASIC_SECRETS,
+            description: "ManagedCluster → basic-mode cluster secrets",
+            apis: vec![known::MANAGED_CLUSTERS],
+            disable: "no --basic-cluster-secrets-namespace",
+        });
+    }
+    if config.report {
+        out.push(Feature {
+            name: FEATURE_REPORT,
+            description: "the MulticlusterApplicationSetReport of each ApplicationSet",
+            apis: vec![
+                known::APPSET_REPORTS,
+                known::MANIFEST_WORKS,
+                known::APPLICATION_SETS,
+                known::APPLICATIONS,
+            ],
+            disable: "--appset-report=false",
+        });
+    }
+    out
+}
+
+/// How long [`Running::shutdown`] waits for the controllers before abandoning them.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(6);
+
 /// The running controllers.
 pub struct Running {
     shutdown: CancellationToken,
@@ -115,14 +167,22 @@ pub struct Running {
 }
 
 impl Running {
-    /// Stops every controller and waits for them (in-flight writes finish).
+    /// Stops every controller and waits for them (in-flight writes finish) for at most
+    /// [`SHUTDOWN_GRACE`]; a controller still running then is abandoned (named in a WARN).
     pub async fn shutdown(self) {
+        self.shutdown_within(SHUTDOWN_GRACE).await;
+    }
+
+    /// [`Running::shutdown`] with another bound; returns whether every controller stopped by
+    /// itself.
+    pub async fn shutdown_within(self, within: Duration) -> bool {
         self.shutdown.cancel();
-        for (name, t) in self.tasks {
-            if let Err(e) = t.await {
-                tracing::warn!(controller = name, error = %e, "controller task failed");
-            }
-        }
+        let tasks = self
+            .tasks
+            .into_iter()
+            .map(|(n, t)| (n.to_string(), t))
+            .collect();
+        argocd_pull_ops::shutdown::join_within(tasks, within).await
     }
 
     /// A token that stops the controllers when cancelled.
@@ -133,37 +193,69 @@ impl Running {
 
 /// Starts the configured controllers on `client`.
 pub async fn start(client: kube::Client, config: GitOpsConfig) -> anyhow::Result<Running> {
+    start_gated(client, config, None).await
+}
+
+/// Starts the configured controllers on `client`; with a `gate` (built with [`features`]), each
+/// one runs only while its CRDs are served.
+pub async fn start_gated(
+    client: kube::Client,
+    config: GitOpsConfig,
+    gate: Option<ApiGate>,
+) -> anyhow::Result<Running> {
     let shutdown = CancellationToken::new();
     let metrics = config.metrics.clone();
     let mut tasks = Vec::new();
+    let mut spawn =
+        |task: &'static str,
+         feature: &'static str,
+         mut run: Box<dyn FnMut(CancellationToken) -> BoxFuture<'static, ()> + Send>| {
+            let fut = match &gate {
+                Some(gate) => {
+                    let (gate, token) = (gate.clone(), shutdown.clone());
+                    async move { gate.supervise(feature, token, run).await }.boxed()
+                }
+                None => run(shutdown.clone()),
+            };
+            tasks.push((task, tokio::spawn(fut)));
+        };
     if config.gitopscluster {
-        let fut = gitopscluster::run(
-            client.clone(),
-            config.clone(),
-            metrics.clone(),
-            shutdown.clone(),
+        let (client, config, metrics) = (client.clone(), config.clone(), metrics.clone());
+        spawn(
+            "gitopscluster",
+            FEATURE_GITOPSCLUSTER,
+            Box::new(move |t| {
+                gitopscluster::run(client.clone(), config.clone(), metrics.clone(), t).boxed()
+            }),
         );
-        tasks.push(("gitopscluster", tokio::spawn(fut)));
     }
     if let Some(ns) = &config.basic_secrets_namespace {
-        let fut = basic::run(
-            client.clone(),
-            ns.clone(),
-            metrics.clone(),
-            shutdown.clone(),
+        let (client, ns, metrics) = (client.clone(), ns.clone(), metrics.clone());
+        spawn(
+            "basic-cluster-secrets",
+            FEATURE_BASIC_SECRETS,
+            Box::new(move |t| basic::run(client.clone(), ns.clone(), metrics.clone(), t).boxed()),
         );
-        tasks.push(("basic-cluster-secrets", tokio::spawn(fut)));
     }
     if config.report {
-        let fut = aggregator::run(
-            client.clone(),
-            config.clone(),
-            metrics.clone(),
-            shutdown.clone(),
+        {
+            let (client, config, metrics) = (client.clone(), config.clone(), metrics.clone());
+            spawn(
+                "appset-report",
+                FEATURE_REPORT,
+                Box::new(move |t| {
+                    aggregator::run(client.clone(), config.clone(), metrics.clone(), t).boxed()
+                }),
+            );
+        }
+        let (client, metrics) = (client.clone(), metrics.clone());
+        spawn(
+            "appset-report-app-conditions",
+            FEATURE_REPORT,
+            Box::new(move |t| {
+                aggregator::run_app_conditions(client.clone(), metrics.clone(), t).boxed()
+            }),
         );
-        tasks.push(("appset-report", tokio::spawn(fut)));
-        let fut = aggregator::run_app_conditions(client.clone(), metrics.clone(), shutdown.clone());
-        tasks.push(("appset-report-app-conditions", tokio::spawn(fut)));
     }
     tracing::info!(
         gitopscluster = config.gitopscluster,
@@ -176,4 +268,31 @@ pub async fn start(client: kube::Client, config: GitOpsConfig) -> anyhow::Result
         tasks,
         metrics,
     })
+}
+
+/// Runs a kube `Controller`'s stream until it ends — or, once `shutdown` is cancelled, at once
+/// if the controller's own watch never completed a list: kube holds every reconcile until that
+/// first list, so nothing is in flight, and its graceful shutdown would wait for the list forever
+/// (a missing CRD, an unreachable API server).
+pub(crate) async fn until_shutdown<K>(
+    run: impl Future<Output = ()>,
+    store: Store<K>,
+    shutdown: CancellationToken,
+    controller: &'static str,
+) where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    let abandon = async {
+        shutdown.cancelled().await;
+        if store.wait_until_ready().now_or_never().is_none() {
+            tracing::debug!(controller, "stopping before the first list completed");
+            return;
+        }
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        _ = run => {}
+        _ = abandon => {}
+    }
 }

@@ -1,7 +1,8 @@
 //! The admin HTTP server: `/metrics`, `/healthz`, `/readyz`.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::State;
@@ -12,21 +13,43 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-/// A readiness flag: false until the component says it is ready (e.g. its caches are filled).
+/// A readiness flag: false until the component says it is ready (e.g. its caches are filled),
+/// and a set of named problems (e.g. a missing CRD) that keep `/readyz` at 503 and are listed in
+/// its body until they are cleared.
 #[derive(Clone, Debug)]
 pub struct Readiness {
     tx: Arc<watch::Sender<bool>>,
+    problems: Arc<Mutex<BTreeMap<String, String>>>,
 }
 
 impl Default for Readiness {
     fn default() -> Self {
         Readiness {
             tx: Arc::new(watch::channel(false).0),
+            problems: Arc::default(),
         }
     }
 }
 
 impl Readiness {
+    /// Records (or replaces) the problem `key`, shown on `/readyz` until [`Readiness::clear_problem`].
+    pub fn set_problem(&self, key: impl Into<String>, message: impl Into<String>) {
+        self.lock().insert(key.into(), message.into());
+    }
+
+    pub fn clear_problem(&self, key: &str) {
+        self.lock().remove(key);
+    }
+
+    /// The current problems' messages, ordered by key.
+    pub fn problems(&self) -> Vec<String> {
+        self.lock().values().cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
+        self.problems.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn set(&self, ready: bool) {
         self.tx.send_replace(ready);
     }
@@ -67,11 +90,20 @@ async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
-    if s.ready.get() {
-        (StatusCode::OK, "ready")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    let problems = s.ready.problems();
+    if s.ready.get() && problems.is_empty() {
+        return (StatusCode::OK, "ready".to_string());
     }
+    let mut body = String::from("not ready");
+    if !s.ready.get() {
+        body.push_str("\n- caches are not filled yet");
+    }
+    for p in problems {
+        body.push_str("\n- ");
+        body.push_str(&p);
+    }
+    body.push('\n');
+    (StatusCode::SERVICE_UNAVAILABLE, body)
 }
 
 /// Binds `addr` and serves the admin routes until `shutdown` is cancelled.
@@ -142,6 +174,15 @@ mod tests {
         ready.set(true);
         ready.wait().await;
         assert_eq!(get(app.clone(), "/readyz").await.0, StatusCode::OK);
+        ready.set_problem("crd/x", "CRD x is not installed: run y");
+        let (status, body) = get(app.clone(), "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body, "not ready\n- CRD x is not installed: run y\n");
+        ready.clear_problem("crd/x");
+        assert_eq!(
+            get(app.clone(), "/readyz").await,
+            (StatusCode::OK, "ready".into())
+        );
         let (status, body) = get(app, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
         assert!(body.contains("things_total 1"), "{body}");

@@ -1,11 +1,17 @@
 //! Shared operability for argocd-pull's long-running commands (controller, principal, agent).
 //!
-//! * [`logging::init`] — `tracing` to stderr, text or JSON, filtered by `RUST_LOG`;
+//! * [`logging::LogArgs`] — `--log-level` / `--log-format` (global flags of the `argocd-pull`
+//!   command: subcommands must not define them again), `tracing` to stderr, text (colour only on
+//!   a terminal) or JSON;
 //! * [`metrics::Registry`] — a `prometheus-client` registry to register metrics into;
 //! * [`admin::serve`] — an axum server with `/metrics`, `/healthz` and `/readyz`;
 //!   [`admin::Readiness`] is flipped by the component once it is ready (e.g. after its first
 //!   full list);
 //! * [`shutdown::on_signal`] — a `CancellationToken` cancelled on SIGTERM or Ctrl-C;
+//!   [`shutdown::join_within`] — a bounded wait for tasks (the rest are aborted), so that shutdown
+//!   completes whatever state the watches are in;
+//! * [`apis::ApiGate`] — which CRDs each feature needs: reported once (ERROR, `/readyz`, metric)
+//!   when missing, features started when they appear;
 //! * [`leader`] — leader election on a `coordination.k8s.io/v1` Lease (kube-lease-manager).
 //!
 //! A typical `main`:
@@ -24,6 +30,7 @@
 //! ```
 
 pub mod admin;
+pub mod apis;
 pub mod leader;
 pub mod logging;
 pub mod metrics;
