@@ -143,15 +143,14 @@ pub async fn run_until(args: HubControllerArgs, token: CancellationToken) -> any
         shutdown::join_within(tasks, STOP_CONTROLLERS),
         gitops_running.shutdown_within(STOP_CONTROLLERS)
     );
-    if let Some(l) = leadership {
-        if tokio::time::timeout(RELEASE_LEASE, l.release())
+    if let Some(l) = leadership
+        && tokio::time::timeout(RELEASE_LEASE, l.release())
             .await
             .is_err()
-        {
-            tracing::warn!(
-                "releasing the leader Lease timed out; another replica takes over when it expires"
-            );
-        }
+    {
+        tracing::warn!(
+            "releasing the leader Lease timed out; another replica takes over when it expires"
+        );
     }
     stop_admin(server).await;
     tracing::info!(

@@ -47,6 +47,7 @@ pub struct LogArgs {
         env = "ARGOCD_PULL_LOG_FORMAT",
         global = true,
         value_enum,
+        ignore_case = true,
         value_name = "FORMAT"
     )]
     pub log_format: Option<LogFormat>,
