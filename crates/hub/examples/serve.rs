@@ -28,6 +28,16 @@ async fn main() -> anyhow::Result<()> {
         server.url(),
         kubeconfig.display()
     );
+    // SIGTERM or Ctrl-C: close the watches and exit 0
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = term.recv() => {}
+            r = tokio::signal::ctrl_c() => r?,
+        }
+    }
+    #[cfg(not(unix))]
     tokio::signal::ctrl_c().await?;
     server.shutdown().await;
     Ok(())

@@ -353,6 +353,13 @@ pub(crate) fn handle(
         }
     };
     inner.count(verb, &rp.plural, rp.sub.as_deref());
+    inner.record(
+        verb,
+        &rp.plural,
+        rp.sub.as_deref(),
+        rp.ns.as_deref(),
+        rp.name.as_deref(),
+    );
     if let Some(code) = inner.take_fault(verb, &rp.plural) {
         return injected(code, &rp);
     }

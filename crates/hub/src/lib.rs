@@ -47,6 +47,31 @@ impl Verb {
     }
 }
 
+/// One API request, as recorded by [`Hub::record_requests`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub verb: Verb,
+    /// The plural, or `<plural>/<subresource>`.
+    pub resource: String,
+    pub namespace: Option<String>,
+    /// `None` for list, watch of a collection, create, deletecollection.
+    pub name: Option<String>,
+}
+
+impl std::fmt::Display for Request {
+    /// `patch applications/status argocd/app1` — one line of a traffic log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let verb = format!("{:?}", self.verb).to_lowercase();
+        write!(f, "{verb} {}", self.resource)?;
+        match (&self.namespace, &self.name) {
+            (Some(ns), Some(n)) => write!(f, " {ns}/{n}"),
+            (Some(ns), None) => write!(f, " {ns}/"),
+            (None, Some(n)) => write!(f, " {n}"),
+            (None, None) => Ok(()),
+        }
+    }
+}
+
 /// A snapshot of the API requests a [`Hub`] has answered (including failed and injected ones).
 ///
 /// Requests on a subresource (`applications/status`) are counted under the plural
@@ -177,6 +202,8 @@ pub(crate) struct Inner {
     pub(crate) state: Mutex<store::State>,
     pub(crate) committed_rv: Arc<AtomicU64>,
     pub(crate) counters: Mutex<HashMap<(Verb, String), u64>>,
+    /// The request log, when recording (see [`Hub::record_requests`]).
+    pub(crate) requests: Mutex<Option<Vec<Request>>>,
     pub(crate) faults: Mutex<Vec<Fault>>,
     pub(crate) opts: HubOptions,
 }
@@ -187,6 +214,28 @@ impl Inner {
         *c.entry((verb, plural.to_string())).or_default() += 1;
         if let Some(s) = sub {
             *c.entry((verb, format!("{plural}/{s}"))).or_default() += 1;
+        }
+    }
+
+    pub(crate) fn record(
+        &self,
+        verb: Verb,
+        plural: &str,
+        sub: Option<&str>,
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) {
+        let mut log = self.requests.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(log) = log.as_mut() {
+            log.push(Request {
+                verb,
+                resource: match sub {
+                    Some(s) => format!("{plural}/{s}"),
+                    None => plural.to_string(),
+                },
+                namespace: namespace.map(str::to_string),
+                name: name.map(str::to_string),
+            });
         }
     }
 
@@ -243,6 +292,7 @@ impl Hub {
             state: Mutex::new(store::State::new(&opts, committed_rv.clone())),
             committed_rv,
             counters: Mutex::new(HashMap::new()),
+            requests: Mutex::new(None),
             faults: Mutex::new(Vec::new()),
             opts,
         });
@@ -322,6 +372,27 @@ impl Hub {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         RequestCounters { map }
+    }
+
+    /// Starts (or restarts, emptied) or stops the ordered log of API requests that
+    /// [`Hub::requests`] returns. Off by default (it grows with every request).
+    pub fn record_requests(&self, on: bool) {
+        *self
+            .inner
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = on.then(Vec::new);
+    }
+
+    /// The API requests answered since [`Hub::record_requests`]`(true)`, in arrival order
+    /// (discovery requests are not included; the same requests [`Hub::counters`] counts).
+    pub fn requests(&self) -> Vec<Request> {
+        self.inner
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_default()
     }
 
     /// Makes the next matching requests fail (see [`Fault`]). Faults queue in order.

@@ -4,6 +4,8 @@ mod support;
 
 mod cleanup;
 mod e2e;
+mod faults;
 mod propagation;
 mod rbac;
 mod status;
+mod traffic;
