@@ -1,0 +1,99 @@
+//! charts/argocd-pull-agent: the agent on a managed cluster, with the peer's names.
+
+use crate::helm::{self, assert_hardened, container, env, grants};
+
+const CHART: &str = "argocd-pull-agent";
+
+#[test]
+fn default_render_is_a_namespaced_hardened_agent() {
+    let Some(h) = helm::helm("agent chart") else {
+        return;
+    };
+    let objs = h.template(CHART, "argocd-pull-agent", "argocd", &[]);
+    let ids: Vec<(String, String)> = [
+        ("Deployment", "argocd-pull-agent"),
+        ("Role", "argocd-pull-agent"),
+        ("RoleBinding", "argocd-pull-agent"),
+        ("Service", "argocd-pull-agent-metrics"),
+        ("ServiceAccount", "argocd-pull-agent"),
+    ]
+    .iter()
+    .map(|(k, n)| (k.to_string(), n.to_string()))
+    .collect();
+    assert_eq!(objs.ids(), ids, "no cluster-wide RBAC for the agent");
+    let d = objs.get("Deployment", "argocd-pull-agent");
+    assert_hardened(d);
+    let c = container(d);
+    assert_eq!(c["args"], serde_json::json!(["agent"]));
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["ports"][0]["containerPort"], 8181);
+    let e = env(c);
+    assert_eq!(e["ARGOCD_AGENT_MODE"], "managed");
+    assert_eq!(
+        e["ARGOCD_AGENT_REMOTE_SERVER"],
+        "principal.server.address.com"
+    );
+    assert_eq!(e["ARGOCD_AGENT_REMOTE_PORT"], "443");
+    assert_eq!(e["ARGOCD_AGENT_NAMESPACE"], "argocd");
+    assert_eq!(e["ARGOCD_AGENT_TLS_ROOT_CA_PATH"], "/app/config/ca/ca.crt");
+    let role = objs.get("Role", "argocd-pull-agent");
+    assert_eq!(role["metadata"]["namespace"], "argocd");
+    let g = grants(role);
+    assert!(g.contains(&("argoproj.io".into(), "appprojects".into(), "update".into())));
+    assert!(g.iter().all(|(grp, _, _)| grp == "argoproj.io"), "{g:?}");
+}
+
+#[test]
+fn non_default_values() {
+    let Some(h) = helm::helm("agent chart values") else {
+        return;
+    };
+    let objs = h.template(
+        CHART,
+        "cluster1",
+        "gitops",
+        &[
+            "--set",
+            "agentMode=autonomous",
+            "--set",
+            "server=principal.example.com",
+            "--set-string",
+            "serverPort=8443",
+            "--set",
+            "tlsSecretName=my-client-tls",
+            "--set",
+            "rbac.create=false",
+            "--set",
+            "probes.liveness.enabled=false",
+        ],
+    );
+    let d = objs.get("Deployment", "cluster1-argocd-pull-agent");
+    let c = container(d);
+    let e = env(c);
+    assert_eq!(e["ARGOCD_AGENT_MODE"], "autonomous");
+    assert_eq!(e["ARGOCD_AGENT_REMOTE_SERVER"], "principal.example.com");
+    assert_eq!(e["ARGOCD_AGENT_REMOTE_PORT"], "8443");
+    assert_eq!(e["ARGOCD_AGENT_NAMESPACE"], "gitops");
+    assert!(c.get("livenessProbe").is_none());
+    assert_eq!(
+        d["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"],
+        "my-client-tls"
+    );
+    assert!(objs.of_kind("Role").is_empty());
+}
+
+#[test]
+fn invalid_values_fail_naming_the_value() {
+    let Some(h) = helm::helm("agent chart schema") else {
+        return;
+    };
+    let e = h.template_err(CHART, &["--set", "agentMode=pull"]);
+    assert!(
+        e.contains("/agentMode") && e.contains("'managed', 'autonomous'"),
+        "{e}"
+    );
+    let e = h.template_err(CHART, &["--set", "server=https://principal:443"]);
+    assert!(e.contains("/server"), "{e}");
+    let e = h.template_err(CHART, &["--set", "keepAliveInterval=often"]);
+    assert!(e.contains("/keepAliveInterval"), "{e}");
+}

@@ -1,0 +1,147 @@
+//! charts/argocd-pull-principal: the agent model's principal, with the peer's names.
+
+use serde_json::json;
+
+use crate::helm::{self, assert_hardened, container, env, grants};
+
+const CHART: &str = "argocd-pull-principal";
+
+#[test]
+fn default_render_is_a_hardened_principal_reading_the_peers_secrets() {
+    let Some(h) = helm::helm("principal chart") else {
+        return;
+    };
+    let objs = h.template(CHART, "argocd-pull-principal", "argocd", &[]);
+    let ids: Vec<(String, String)> = [
+        ("ClusterRole", "argocd-pull-principal"),
+        ("ClusterRoleBinding", "argocd-pull-principal"),
+        ("Deployment", "argocd-pull-principal"),
+        ("Service", "argocd-pull-principal"),
+        ("Service", "argocd-pull-principal-metrics"),
+        ("ServiceAccount", "argocd-pull-principal"),
+    ]
+    .iter()
+    .map(|(k, n)| (k.to_string(), n.to_string()))
+    .collect();
+    assert_eq!(objs.ids(), ids);
+
+    let d = objs.get("Deployment", "argocd-pull-principal");
+    assert_hardened(d);
+    let c = container(d);
+    assert_eq!(c["args"], json!(["principal"]));
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    let e = env(c);
+    // The peer's variable names (argocd-agent cmd/argocd-agent/principal.go).
+    assert_eq!(e["ARGOCD_PRINCIPAL_LISTEN_PORT"], "8443");
+    assert_eq!(e["ARGOCD_PRINCIPAL_NAMESPACE"], "argocd");
+    assert_eq!(e["ARGOCD_PRINCIPAL_AUTH"], "mtls:CN=([^,]+)");
+    assert_eq!(
+        e["ARGOCD_PRINCIPAL_TLS_SERVER_CERT_PATH"],
+        "/app/config/tls/tls.crt"
+    );
+    assert_eq!(
+        e["ARGOCD_PRINCIPAL_TLS_SERVER_ROOT_CA_PATH"],
+        "/app/config/ca/tls.crt"
+    );
+    assert_eq!(
+        e["ARGOCD_PRINCIPAL_JWT_KEY_PATH"],
+        "/app/config/jwt/jwt.key"
+    );
+    // TLS from the peer's Secrets.
+    let secrets: Vec<&str> = d["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["secret"]["secretName"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        secrets,
+        [
+            "argocd-agent-principal-tls",
+            "argocd-agent-ca",
+            "argocd-agent-jwt"
+        ]
+    );
+
+    let grpc = objs.get("Service", "argocd-pull-principal");
+    assert_eq!(grpc["spec"]["type"], "LoadBalancer");
+    assert_eq!(
+        grpc["spec"]["ports"],
+        json!([{"name": "https", "protocol": "TCP", "port": 443, "targetPort": 8443}])
+    );
+    let g = grants(objs.get("ClusterRole", "argocd-pull-principal"));
+    assert!(g.contains(&("argoproj.io".into(), "applications".into(), "watch".into())));
+    assert!(g.contains(&("".into(), "namespaces".into(), "create".into())));
+    assert!(
+        !g.iter().any(|(_, r, _)| r == "secrets"),
+        "TLS is mounted, not read: {g:?}"
+    );
+}
+
+#[test]
+fn proxies_and_monitoring_when_enabled() {
+    let Some(h) = helm::helm("principal chart values") else {
+        return;
+    };
+    let objs = h.template(
+        CHART,
+        "p",
+        "argocd",
+        &[
+            "--set",
+            "principal.redisProxy.enabled=true",
+            "--set",
+            "principal.resourceProxy.enabled=true",
+            "--set",
+            "serviceMonitor.enabled=true",
+            "--set",
+            "service.type=ClusterIP",
+            "--set",
+            "principal.tls.minVersion=tls1.2",
+        ],
+    );
+    let redis = objs.get("Service", "argocd-agent-redis-proxy");
+    assert_eq!(redis["spec"]["ports"][0]["port"], 6379);
+    let rp = objs.get("Service", "argocd-agent-resource-proxy");
+    assert_eq!(rp["spec"]["ports"][0]["port"], 9090);
+    let d = objs.get("Deployment", "p-argocd-pull-principal");
+    let c = container(d);
+    let ports: Vec<&str> = c["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ports,
+        ["principal", "metrics", "redis-proxy", "resource-proxy"]
+    );
+    assert_eq!(env(c)["ARGOCD_PRINCIPAL_TLS_MIN_VERSION"], "tls1.2");
+    assert!(
+        objs.find("ServiceMonitor", "p-argocd-pull-principal")
+            .is_some()
+    );
+    assert_eq!(
+        objs.get("Service", "p-argocd-pull-principal")["spec"]["type"],
+        "ClusterIP"
+    );
+}
+
+#[test]
+fn invalid_values_fail_naming_the_value() {
+    let Some(h) = helm::helm("principal chart schema") else {
+        return;
+    };
+    let e = h.template_err(CHART, &["--set", "principal.tls.minVersion=tls1.1"]);
+    assert!(
+        e.contains("/principal/tls/minVersion") && e.contains("'tls1.2', 'tls1.3'"),
+        "{e}"
+    );
+    let e = h.template_err(CHART, &["--set", "principal.auth=userpass:/x"]);
+    assert!(e.contains("/principal/auth") && e.contains("mtls:"), "{e}");
+    let e = h.template_err(CHART, &["--set", "replicaCount=3"]);
+    assert!(e.contains("/replicaCount"), "{e}");
+    let e = h.template_err(CHART, &["--set", "service.port=70000"]);
+    assert!(e.contains("/service/port") && e.contains("maximum"), "{e}");
+}
