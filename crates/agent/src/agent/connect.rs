@@ -33,7 +33,7 @@ impl Inner {
                 }
             }
             self.connected.store(false, Ordering::SeqCst);
-            self.metrics.ready.set(false);
+            self.metrics.connection_down();
             if started.elapsed() > Duration::from_secs(10) {
                 delay = self.cfg.reconnect_min;
             }
@@ -114,7 +114,7 @@ impl Inner {
         let inbound = es.subscribe(req).await?.into_inner();
         self.connected.store(true, Ordering::SeqCst);
         // ready = connected and authenticated
-        self.metrics.ready.set(true);
+        self.metrics.connection_up();
         *self.last_error.lock().expect("poisoned") = None;
         self.connected_tx.send_modify(|n| *n += 1);
         tracing::info!(principal = %self.cfg.principal, mode = self.cfg.mode.as_str(), "connected to principal");
@@ -124,6 +124,7 @@ impl Inner {
             metrics: self.metrics.clone(),
             max_event_size: self.cfg.max_event_size,
             concurrency: self.cfg.concurrency,
+            peer_label: self.cfg.mode.as_str().to_string(),
         };
         let handler = Arc::new(SessionHandler {
             inner: self.clone(),

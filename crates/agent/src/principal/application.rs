@@ -33,13 +33,17 @@ impl Inner {
         let (ns, name) = (o::namespace(want).to_string(), o::name(want).to_string());
         for _ in 0..5 {
             let r = match self.store.get(kind, &ns, &name).await? {
-                None => self.store.create(kind, want.clone()).await.map(|_| ()),
+                None => self.store.create(kind, want.clone()).await.map(|_| {
+                    self.metrics.hub_write(kind.as_str(), "created");
+                }),
                 Some(cur) => {
                     let n = o::overlay(&cur, want, with_status, with_status);
                     if n == cur {
                         Ok(())
                     } else {
-                        self.store.replace(kind, n).await.map(|_| ())
+                        self.store.replace(kind, n).await.map(|_| {
+                            self.metrics.hub_write(kind.as_str(), "updated");
+                        })
                     }
                 }
             };
@@ -139,6 +143,7 @@ impl Inner {
                     v.op = o::op_hash(&n);
                 }
                 self.store.replace(Kind::Application, n).await?;
+                self.metrics.hub_write("Application", "updated");
                 Ok(())
             }
             (Mode::Managed, EventType::RequestUpdate) => {
@@ -227,6 +232,7 @@ impl Inner {
                 let name = ev.name().to_string();
                 a.views.lock().expect("poisoned").remove(&name);
                 self.store.delete(Kind::Application, agent, &name).await?;
+                self.metrics.hub_write("Application", "deleted");
                 // hub copies carry no finalizers; one added on the hub must not hold the copy
                 self.finish_hub_deletion(agent, &name).await?;
                 Ok(())

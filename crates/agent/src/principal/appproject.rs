@@ -69,6 +69,7 @@ impl Inner {
                 self.store
                     .delete(Kind::AppProject, &self.cfg.namespace, &name)
                     .await?;
+                self.metrics.hub_write("AppProject", "deleted");
                 Ok(())
             }
             (_, t) => Err(HandleError::Permanent(format!(

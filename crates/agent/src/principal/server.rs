@@ -201,6 +201,7 @@ impl EventStream for Svc {
             metrics: self.inner.metrics.clone(),
             max_event_size: self.inner.cfg.max_event_size,
             concurrency: self.inner.cfg.concurrency,
+            peer_label: agent.clone(),
         };
         let handler = Arc::new(SessionHandler {
             inner: self.inner.clone(),
@@ -216,7 +217,7 @@ impl EventStream for Svc {
             if s.as_ref().is_some_and(|(g, _)| *g == gen_) {
                 *s = None;
                 a2.connected.store(false, Ordering::SeqCst);
-                metrics.connected_agents.dec();
+                metrics.agent_disconnected(&a2.name);
             }
         });
         {
@@ -225,7 +226,7 @@ impl EventStream for Svc {
                 // a newer stream of the same agent replaces the old one
                 old.abort();
             } else {
-                self.inner.metrics.connected_agents.inc();
+                self.inner.metrics.agent_connected(&agent);
             }
             a.connected.store(true, Ordering::SeqCst);
         }
