@@ -83,7 +83,14 @@ pub fn read_checksum(data: &Value) -> Result<String, String> {
 }
 
 /// `request-update` (peer: `RequestUpdate{name, namespace,omitempty, uid, kind, checksum}`).
-pub fn request_update(source: &str, kind: &str, name: &str, ns: &str, uid: &str, sum: &str) -> Event {
+pub fn request_update(
+    source: &str,
+    kind: &str,
+    name: &str,
+    ns: &str,
+    uid: &str,
+    sum: &str,
+) -> Event {
     let mut d = serde_json::Map::new();
     d.insert("name".into(), json!(name));
     if !ns.is_empty() {
@@ -92,7 +99,12 @@ pub fn request_update(source: &str, kind: &str, name: &str, ns: &str, uid: &str,
     d.insert("uid".into(), json!(uid));
     d.insert("kind".into(), json!(kind));
     d.insert("checksum".into(), checksum_value(sum));
-    Event::request(source, EventType::RequestUpdate, Target::ResourceResync, Value::Object(d))
+    Event::request(
+        source,
+        EventType::RequestUpdate,
+        Target::ResourceResync,
+        Value::Object(d),
+    )
 }
 
 /// `request-synced-resource-list` (peer: `RequestSyncedResourceList{checksum}`).

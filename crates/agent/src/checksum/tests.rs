@@ -89,10 +89,7 @@ fn resync_payloads_have_the_peers_fields() {
         json!({"name":"n","uid":"u","kind":"Application","checksum":null})
     );
     let e = response_synced("a", "AppProject", "n", "", "u");
-    assert_eq!(
-        e.data,
-        json!({"name":"n","uid":"u","kind":"AppProject"})
-    );
+    assert_eq!(e.data, json!({"name":"n","uid":"u","kind":"AppProject"}));
 }
 
 #[test]
@@ -100,7 +97,8 @@ fn received_checksums_are_read_as_go_bytes() {
     assert_eq!(read_checksum(&json!({})).unwrap(), "");
     assert_eq!(read_checksum(&json!({"checksum": null})).unwrap(), "");
     assert_eq!(
-        read_checksum(&json!({"checksum": "ngeoJRfnMxPXLQT7vKgetGzeNafwi1E1wpxbU/wRX10="})).unwrap(),
+        read_checksum(&json!({"checksum": "ngeoJRfnMxPXLQT7vKgetGzeNafwi1E1wpxbU/wRX10="}))
+            .unwrap(),
         "ngeoJRfnMxPXLQT7vKgetGzeNafwi1E1wpxbU/wRX10="
     );
     let err = read_checksum(&json!({"checksum": "ff5fd912!"})).unwrap_err();

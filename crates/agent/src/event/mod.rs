@@ -444,7 +444,8 @@ impl Event {
             return Err(DecodeError::SpecVersion(e.spec_version));
         }
         let ty = EventType::parse(&e.ty).ok_or(DecodeError::UnknownType(e.ty))?;
-        let target = Target::parse(&e.dataschema).ok_or(DecodeError::UnknownTarget(e.dataschema))?;
+        let target =
+            Target::parse(&e.dataschema).ok_or(DecodeError::UnknownTarget(e.dataschema))?;
         let data = if e.data.is_empty() {
             Value::Null
         } else {
@@ -565,7 +566,14 @@ mod tests {
         let keys: Vec<&str> = ce.attributes.keys().map(String::as_str).collect();
         assert_eq!(
             keys,
-            ["dataschema", "eventid", "principaluid", "resourceid", "sentat", "traceparent"]
+            [
+                "dataschema",
+                "eventid",
+                "principaluid",
+                "resourceid",
+                "sentat",
+                "traceparent"
+            ]
         );
         assert_eq!(ce.data, Some(Data::BinaryData(vec![])));
     }

@@ -173,7 +173,8 @@ impl SdkEvent {
             None => {}
         }
         for (name, v) in &ce.attributes {
-            let v = AttrValue::from_proto(v).ok_or_else(|| WireError::EmptyAttribute(name.clone()))?;
+            let v =
+                AttrValue::from_proto(v).ok_or_else(|| WireError::EmptyAttribute(name.clone()))?;
             match name.as_str() {
                 DATACONTENTTYPE => {
                     e.datacontenttype = match v {
@@ -209,10 +210,8 @@ mod tests {
 
     fn ce_with(name: &str, attr: Attr) -> CloudEvent {
         let mut ce = CloudEvent::default();
-        ce.attributes.insert(
-            name.into(),
-            CloudEventAttributeValue { attr: Some(attr) },
-        );
+        ce.attributes
+            .insert(name.into(), CloudEventAttributeValue { attr: Some(attr) });
         ce
     }
 
@@ -248,7 +247,9 @@ mod tests {
             ..Default::default()
         };
         let ce = e.to_proto();
-        assert!(matches!(&ce.data, Some(Data::ProtoData(a)) if a.type_url == "type.googleapis.com/x" && a.value == [1, 2]));
+        assert!(
+            matches!(&ce.data, Some(Data::ProtoData(a)) if a.type_url == "type.googleapis.com/x" && a.value == [1, 2])
+        );
         assert_eq!(SdkEvent::from_proto(&ce).unwrap(), e);
     }
 

@@ -96,7 +96,10 @@ impl Proc {
             }
             if t0.elapsed() > EXIT_WITHIN {
                 let _ = self.child.kill();
-                panic!("{} did not exit within {EXIT_WITHIN:?} after SIG{sig}", self.name);
+                panic!(
+                    "{} did not exit within {EXIT_WITHIN:?} after SIG{sig}",
+                    self.name
+                );
             }
             // process exit has no awaitable event in std; poll the wait status
             std::thread::sleep(Duration::from_millis(20));
@@ -162,7 +165,11 @@ fn principal_and_agent_exit_0_within_10s_on_sigterm_and_sigint_whatever_the_conn
 
     // 1. an agent that cannot reach its principal (nothing listens there)
     let nowhere: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let lonely = Proc::spawn("lonely-agent", &agent_args(&pki, nowhere, free_port()), Some(&kubeconfig));
+    let lonely = Proc::spawn(
+        "lonely-agent",
+        &agent_args(&pki, nowhere, free_port()),
+        Some(&kubeconfig),
+    );
     lonely.wait_for_line("connection to principal failed");
     let (st, took) = lonely.stop("TERM");
     assert_eq!(st.code(), Some(0), "agent without principal: {st:?}");
@@ -189,11 +196,19 @@ fn principal_and_agent_exit_0_within_10s_on_sigterm_and_sigint_whatever_the_conn
         Some(&kubeconfig),
     );
     principal.wait_for_line("principal listening");
-    let agent = Proc::spawn("agent", &agent_args(&pki, grpc, free_port()), Some(&kubeconfig));
+    let agent = Proc::spawn(
+        "agent",
+        &agent_args(&pki, grpc, free_port()),
+        Some(&kubeconfig),
+    );
     // the principal logs each agent that opens its event stream
     principal.wait_for_line("agent subscribed");
     let (st, took) = principal.stop("INT");
-    assert_eq!(st.code(), Some(0), "principal with a connected agent: {st:?}");
+    assert_eq!(
+        st.code(),
+        Some(0),
+        "principal with a connected agent: {st:?}"
+    );
     eprintln!("principal with a connected agent stopped in {took:?}");
     let (st, took) = agent.stop("TERM");
     assert_eq!(st.code(), Some(0), "agent that lost its principal: {st:?}");
