@@ -10,6 +10,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let fds = protox::compile(files, ["proto"])?;
     tonic_prost_build::configure()
+        // sorted attribute keys: the same bytes as Go's deterministic marshal (sdk-go fixtures)
+        .btree_map(".io.cloudevents.v1.CloudEvent.attributes")
         .build_server(true)
         .build_client(true)
         .compile_fds(fds)?;

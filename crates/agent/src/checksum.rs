@@ -1,27 +1,37 @@
-//! Checksums used by resync (I/O free).
+//! Resync checksums and payloads, byte-compatible with the peer (I/O free).
 //!
-//! * set checksum: SHA-256 over the sorted `Kind/Name/UID` strings (concatenated, no separator);
-//! * spec checksum: SHA-256 of the canonical JSON of `.spec` with `destination` removed.
+//! * spec checksum (peer: internal/resync/resync.go `generateSpecChecksum`): SHA-256 of Go's
+//!   `json.Marshal` of `.spec` without `destination` (`.data` for a Secret or ConfigMap, `{}` for a
+//!   ConfigMap without data);
+//! * set checksum (peer: internal/resources/resources.go `Checksum`): SHA-256 over the sorted
+//!   `Kind/Name/UID` strings joined with no separator; no resources → no checksum (`null`).
 //!
-//! Canonical JSON = object keys sorted recursively, no whitespace, so both sides agree whatever
-//! key order their JSON libraries keep.
+//! Both travel as Go `[]byte`, i.e. standard base64 with padding in JSON, `null` when empty; this
+//! module hands them around as that base64 string (`""` for none) so they compare as strings.
+//!
+//! Go's `json.Marshal` of the `map[string]any` the peer hashes: keys sorted, compact, `<` `>` `&`
+//! U+2028 U+2029 escaped as `\u003c` `\u003e` `\u0026` `\u2028` `\u2029`, integers as written,
+//! other numbers as `strconv.FormatFloat(f, 'f', -1, 64)` (exponent form below 1e-6 or from 1e21).
 
-use serde_json::Value;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-/// SHA-256 (hex) over the sorted `Kind/Name/UID` strings.
+use crate::event::{Event, EventType, Target};
+
+/// Base64 SHA-256 over the sorted `Kind/Name/UID` strings; `""` for an empty set.
 pub fn set_checksum<I, S>(items: I) -> String
 where
     I: IntoIterator<Item = S>,
     S: AsRef<str>,
 {
     let mut v: Vec<String> = items.into_iter().map(|s| s.as_ref().to_string()).collect();
-    v.sort();
-    let mut h = Sha256::new();
-    for s in &v {
-        h.update(s.as_bytes());
+    if v.is_empty() {
+        return String::new();
     }
-    hex::encode(h.finalize())
+    v.sort();
+    B64.encode(Sha256::digest(v.concat().as_bytes()))
 }
 
 /// `Kind/Name/UID`.
@@ -29,24 +39,134 @@ pub fn set_item(kind: &str, name: &str, uid: &str) -> String {
     format!("{kind}/{name}/{uid}")
 }
 
-/// SHA-256 (hex) of `.spec` without `destination`.
+/// Base64 SHA-256 of Go's JSON of `.spec` without `destination` (`.data` for Secret/ConfigMap).
 pub fn spec_checksum(obj: &Value) -> String {
-    let mut spec = obj.get("spec").cloned().unwrap_or(Value::Null);
+    let kind = obj["kind"].as_str().unwrap_or_default();
+    let mut spec = if kind == "Secret" || kind == "ConfigMap" {
+        obj.get("data").cloned().unwrap_or_else(|| json!({}))
+    } else {
+        obj.get("spec").cloned().unwrap_or(Value::Null)
+    };
     if let Some(m) = spec.as_object_mut() {
         m.remove("destination");
     }
-    hash_value(&spec)
+    B64.encode(Sha256::digest(go_json(&spec)))
 }
 
-/// SHA-256 (hex) of the canonical JSON of any value.
+/// SHA-256 (hex) of Go's JSON of any value (internal change detection).
 pub fn hash_value(v: &Value) -> String {
-    let mut out = Vec::new();
-    write_canonical(v, &mut out);
-    hex::encode(Sha256::digest(&out))
+    hex::encode(Sha256::digest(go_json(v)))
 }
 
-fn write_canonical(v: &Value, out: &mut Vec<u8>) {
+/// A checksum as it goes on the wire: `null` for none, else the base64 string.
+pub fn checksum_value(sum: &str) -> Value {
+    if sum.is_empty() {
+        Value::Null
+    } else {
+        Value::String(sum.to_string())
+    }
+}
+
+/// Reads a received `checksum` (Go `[]byte`): `null`, missing or `""` → `""`, else the canonical
+/// base64 of its bytes. An error names what is wrong.
+pub fn read_checksum(data: &Value) -> Result<String, String> {
+    match data.get("checksum") {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) if s.is_empty() => Ok(String::new()),
+        Some(Value::String(s)) => B64.decode(s).map(|b| B64.encode(b)).map_err(|e| {
+            format!("checksum {s:?} is not standard base64 (a Go []byte): {e}; send the SHA-256 bytes base64-encoded")
+        }),
+        Some(other) => Err(format!(
+            "checksum must be a base64 string or null (a Go []byte), got {other}"
+        )),
+    }
+}
+
+/// `request-update` (peer: `RequestUpdate{name, namespace,omitempty, uid, kind, checksum}`).
+pub fn request_update(
+    source: &str,
+    kind: &str,
+    name: &str,
+    ns: &str,
+    uid: &str,
+    sum: &str,
+) -> Event {
+    let mut d = serde_json::Map::new();
+    d.insert("name".into(), json!(name));
+    if !ns.is_empty() {
+        d.insert("namespace".into(), json!(ns));
+    }
+    d.insert("uid".into(), json!(uid));
+    d.insert("kind".into(), json!(kind));
+    d.insert("checksum".into(), checksum_value(sum));
+    Event::request(
+        source,
+        EventType::RequestUpdate,
+        Target::ResourceResync,
+        Value::Object(d),
+    )
+}
+
+/// `request-synced-resource-list` (peer: `RequestSyncedResourceList{checksum}`).
+pub fn request_synced_list(source: &str, sum: &str) -> Event {
+    Event::request(
+        source,
+        EventType::RequestSyncedResourceList,
+        Target::ResourceResync,
+        json!({"checksum": checksum_value(sum)}),
+    )
+}
+
+/// `response-synced-resource` (peer: `SyncedResource{name, namespace,omitempty, uid, kind}`).
+pub fn response_synced(source: &str, kind: &str, name: &str, ns: &str, uid: &str) -> Event {
+    let mut d = serde_json::Map::new();
+    d.insert("name".into(), json!(name));
+    if !ns.is_empty() {
+        d.insert("namespace".into(), json!(ns));
+    }
+    d.insert("uid".into(), json!(uid));
+    d.insert("kind".into(), json!(kind));
+    Event::request(
+        source,
+        EventType::ResponseSyncedResource,
+        Target::ResourceResync,
+        Value::Object(d),
+    )
+}
+
+/// `request-resource-resync` (peer: `RequestResourceResync{}`).
+pub fn request_resource_resync(source: &str) -> Event {
+    Event::request(
+        source,
+        EventType::RequestResourceResync,
+        Target::ResourceResync,
+        json!({}),
+    )
+}
+
+/// Go `json.Marshal` bytes of a decoded-JSON value (maps sorted by key).
+pub fn go_json(v: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    write_go(v, &mut out);
+    out
+}
+
+fn write_go(v: &Value, out: &mut Vec<u8>) {
     match v {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Number(n) => write_number(n, out),
+        Value::String(s) => write_string(s, out),
+        Value::Array(a) => {
+            out.push(b'[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_go(x, out);
+            }
+            out.push(b']');
+        }
         Value::Object(m) => {
             let mut keys: Vec<&String> = m.keys().collect();
             keys.sort();
@@ -55,46 +175,70 @@ fn write_canonical(v: &Value, out: &mut Vec<u8>) {
                 if i > 0 {
                     out.push(b',');
                 }
-                out.extend(serde_json::to_vec(k).expect("string"));
+                write_string(k, out);
                 out.push(b':');
-                write_canonical(&m[k.as_str()], out);
+                write_go(&m[k.as_str()], out);
             }
             out.push(b'}');
         }
-        Value::Array(a) => {
-            out.push(b'[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_canonical(x, out);
-            }
-            out.push(b']');
-        }
-        other => out.extend(serde_json::to_vec(other).expect("scalar")),
     }
+}
+
+/// Integers (Kubernetes' unstructured decoding keeps what fits an int64) as written; the rest as
+/// Go's float64 encoding.
+fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) {
+    if let Some(i) = n.as_i64() {
+        out.extend_from_slice(i.to_string().as_bytes());
+        return;
+    }
+    let f = n.as_f64().unwrap_or(0.0);
+    let a = f.abs();
+    if a != 0.0 && !(1e-6..1e21).contains(&a) {
+        // Go: 'e' format, then "e-07" → "e-7"; Rust's `{:e}` has no padding and no '+'
+        let s = format!("{f:e}");
+        match s.split_once('e') {
+            Some((m, e)) if !e.starts_with('-') => {
+                out.extend_from_slice(format!("{m}e+{e}").as_bytes())
+            }
+            _ => out.extend_from_slice(s.as_bytes()),
+        }
+    } else {
+        // shortest round-trip digits, no exponent, no trailing ".0" — as Go's 'f', -1
+        out.extend_from_slice(format!("{f}").as_bytes());
+    }
+}
+
+fn write_string(s: &str, out: &mut Vec<u8>) {
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        let esc: Option<&str> = match c {
+            '"' => Some("\\\""),
+            '\\' => Some("\\\\"),
+            '\n' => Some("\\n"),
+            '\r' => Some("\\r"),
+            '\t' => Some("\\t"),
+            '\u{8}' => Some("\\b"),
+            '\u{c}' => Some("\\f"),
+            '<' => Some("\\u003c"),
+            '>' => Some("\\u003e"),
+            '&' => Some("\\u0026"),
+            '\u{2028}' => Some("\\u2028"),
+            '\u{2029}' => Some("\\u2029"),
+            c if (c as u32) < 0x20 => None,
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        match esc {
+            Some(e) => out.extend_from_slice(e.as_bytes()),
+            None => out.extend_from_slice(format!("\\u{:04x}", c as u32).as_bytes()),
+        }
+        start = i + c.len_utf8();
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn spec_checksum_ignores_destination_and_key_order() {
-        let a = json!({"spec": {"project": "p", "source": {"a": 1, "b": 2}, "destination": {"server": "x"}}});
-        let b = json!({"spec": {"source": {"b": 2, "a": 1}, "project": "p", "destination": {"name": "in-cluster"}}});
-        assert_eq!(spec_checksum(&a), spec_checksum(&b));
-        let c = json!({"spec": {"source": {"b": 3, "a": 1}, "project": "p"}});
-        assert_ne!(spec_checksum(&a), spec_checksum(&c));
-    }
-
-    #[test]
-    fn set_checksum_is_order_independent() {
-        let x = set_checksum(["Application/a/1", "Application/b/2"]);
-        let y = set_checksum(["Application/b/2", "Application/a/1"]);
-        assert_eq!(x, y);
-        assert_ne!(x, set_checksum(["Application/a/1"]));
-        assert_eq!(x.len(), 64);
-    }
-}
+mod tests;

@@ -37,6 +37,7 @@ impl Mode {
 
 pub mod agent;
 pub mod cli;
+pub mod ctl;
 pub mod local;
 pub mod pki;
 pub use local::{LocalDeployment, start_local, start_local_stores};

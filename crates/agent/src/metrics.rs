@@ -1,20 +1,310 @@
 //! Metrics of one side (prometheus-client), registered into an [`argocd_pull_ops::metrics::Registry`],
 //! and readiness ([`argocd_pull_ops::admin::Readiness`]). The admin server (`/metrics`,
 //! `/healthz`, `/readyz`) is `argocd_pull_ops::admin`: see [`Metrics::serve_admin`].
+//!
+//! Two sets of names are exported:
+//! * the peer's (argoproj-labs/argocd-agent internal/metrics/metrics.go, docs/operations/metrics.md)
+//!   with its exact names and labels, so its Grafana dashboards (examples/o11y/*.json) work:
+//!   e.g. `principal_events_sent`, `agent_event_processing_time{status,agent_mode,resource_type}`,
+//!   `argocd_principal_agent_connections_total{agent_name}`. The peer's plain counters without a
+//!   `_total` suffix (`principal_events_received`, `agent_errors`, …) are exported as OpenMetrics
+//!   `unknown` so the sample name is exactly the peer's (an OpenMetrics `counter` would get `_total`);
+//! * our own, more detailed ones under `argocd_principal_` / `argocd_agent_` (queue, coalescing,
+//!   deferral, ACKs, …), kept as additions.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use argocd_pull_ops::CancellationToken;
 use argocd_pull_ops::admin::{self, Readiness};
 use argocd_pull_ops::metrics::Registry;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::{MetricType, TypedMetric};
 
 type Labels = Vec<(String, String)>;
+
+/// A monotonically increasing count exported under its exact name (OpenMetrics type `unknown`):
+/// the peer's Go counters that have no `_total` suffix.
+#[derive(Debug, Default, Clone)]
+pub struct PlainCounter(Arc<AtomicU64>);
+
+impl PlainCounter {
+    pub fn inc(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl EncodeMetric for PlainCounter {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_gauge(&(self.get() as i64))
+    }
+    fn metric_type(&self) -> MetricType {
+        MetricType::Unknown
+    }
+}
+
+impl TypedMetric for PlainCounter {
+    const TYPE: MetricType = MetricType::Unknown;
+}
+
+/// `principal_agent_avg_connection_time`: the average connected time of the connected agents in
+/// whole minutes (the peer's formula), computed when scraped.
+#[derive(Debug, Default, Clone)]
+pub struct AvgConnectionTime(Arc<Mutex<HashMap<String, Instant>>>);
+
+impl EncodeMetric for AvgConnectionTime {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let total: u64 = map
+            .values()
+            // the peer rounds each duration to the minute, then averages whole minutes
+            .map(|t| (t.elapsed().as_secs() + 30) / 60)
+            .sum();
+        let avg = if map.is_empty() {
+            0
+        } else {
+            total / map.len() as u64
+        };
+        encoder.encode_gauge(&(avg as i64))
+    }
+    fn metric_type(&self) -> MetricType {
+        MetricType::Gauge
+    }
+}
+
+/// The default buckets of the Go Prometheus client (`prometheus.DefBuckets`).
+const GO_DEF_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+fn go_histogram() -> Histogram {
+    Histogram::new(GO_DEF_BUCKETS)
+}
+
+/// Which component the metrics belong to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Principal,
+    Agent,
+}
+
+/// The peer's metrics (names and labels as argocd-agent exports them).
+pub struct PeerMetrics {
+    pub side: Side,
+    pub events_received: PlainCounter,
+    pub events_sent: PlainCounter,
+    /// `{principal,agent}_event_processing_time{status, agent_name|agent_mode, resource_type}`
+    pub event_processing_time: Family<Labels, Histogram, fn() -> Histogram>,
+    /// `{principal,agent}_errors{resource_type}`
+    pub errors: Family<Labels, PlainCounter>,
+    /// `argocd_{principal,agent}_event_writer_events_discarded_total{[agent_name,] event_type, resource_type}`
+    pub events_discarded: Family<Labels, Counter>,
+    /// `argocd_agent_build_info{version, git_revision}` = 1 (both components, as in the peer)
+    pub build_info: Family<Labels, Gauge>,
+    // principal only
+    pub avg_connection_time: AvgConnectionTime,
+    pub agent_connections: Family<Labels, Counter>,
+    pub event_writer_send_errors: Family<Labels, Counter>,
+    pub applications_created: PlainCounter,
+    pub applications_updated: PlainCounter,
+    pub applications_deleted: PlainCounter,
+    pub app_projects_created: PlainCounter,
+    pub app_projects_updated: PlainCounter,
+    pub app_projects_deleted: PlainCounter,
+    // agent only
+    pub propagation_latency: Family<Labels, Histogram, fn() -> Histogram>,
+    pub connection_status: Gauge,
+    pub connection_start_timestamp: Gauge<f64, AtomicU64>,
+    pub connections: Counter,
+}
+
+impl PeerMetrics {
+    fn new(side: Side) -> Self {
+        Self {
+            side,
+            events_received: Default::default(),
+            events_sent: Default::default(),
+            event_processing_time: Family::new_with_constructor(go_histogram),
+            errors: Default::default(),
+            events_discarded: Default::default(),
+            build_info: Default::default(),
+            avg_connection_time: Default::default(),
+            agent_connections: Default::default(),
+            event_writer_send_errors: Default::default(),
+            applications_created: Default::default(),
+            applications_updated: Default::default(),
+            applications_deleted: Default::default(),
+            app_projects_created: Default::default(),
+            app_projects_updated: Default::default(),
+            app_projects_deleted: Default::default(),
+            propagation_latency: Family::new_with_constructor(go_histogram),
+            connection_status: Default::default(),
+            connection_start_timestamp: Default::default(),
+            connections: Default::default(),
+        }
+    }
+
+    fn register(&self, reg: &mut Registry, connected_agents: &Gauge) {
+        let m = self;
+        m.build_info
+            .get_or_create(&vec![
+                ("version".to_string(), crate::VERSION.to_string()),
+                (
+                    "git_revision".to_string(),
+                    option_env!("ARGOCD_PULL_GIT_REVISION")
+                        .unwrap_or("unknown")
+                        .to_string(),
+                ),
+            ])
+            .set(1);
+        reg.register(
+            "argocd_agent_build_info",
+            "Build metadata for the running binary",
+            m.build_info.clone(),
+        );
+        match m.side {
+            Side::Principal => {
+                reg.register(
+                    "argocd_principal_connected_agents",
+                    "The total number of agents connected with principal",
+                    connected_agents.clone(),
+                );
+                reg.register(
+                    "principal_agent_avg_connection_time",
+                    "The average time all agents are connected for (in minutes)",
+                    m.avg_connection_time.clone(),
+                );
+                reg.register(
+                    "argocd_principal_agent_connections",
+                    "The total number of successful connections from each agent to the principal",
+                    m.agent_connections.clone(),
+                );
+                for (name, help, c) in [
+                    (
+                        "principal_applications_created",
+                        "The total number of applications created on the control plane",
+                        &m.applications_created,
+                    ),
+                    (
+                        "principal_applications_updated",
+                        "The total number of applications updated on the control plane",
+                        &m.applications_updated,
+                    ),
+                    (
+                        "principal_applications_deleted",
+                        "The total number of applications deleted on the control plane",
+                        &m.applications_deleted,
+                    ),
+                    (
+                        "principal_app_projects_created",
+                        "The total number of app project created on the control plane",
+                        &m.app_projects_created,
+                    ),
+                    (
+                        "principal_app_projects_updated",
+                        "The total number of app project updated on the control plane",
+                        &m.app_projects_updated,
+                    ),
+                    (
+                        "principal_app_projects_deleted",
+                        "The total number of app project deleted on the control plane",
+                        &m.app_projects_deleted,
+                    ),
+                    (
+                        "principal_events_received",
+                        "The total number of events received by principal",
+                        &m.events_received,
+                    ),
+                    (
+                        "principal_events_sent",
+                        "The total number of events sent by principal",
+                        &m.events_sent,
+                    ),
+                ] {
+                    reg.register(name, help, c.clone());
+                }
+                reg.register(
+                    "principal_event_processing_time",
+                    "Histogram of time taken to process events (in seconds)",
+                    m.event_processing_time.clone(),
+                );
+                reg.register(
+                    "principal_event_writer_send_errors",
+                    "The total number of EventWriter send errors observed by principal",
+                    m.event_writer_send_errors.clone(),
+                );
+                reg.register(
+                    "argocd_principal_event_writer_events_discarded",
+                    "The total number of events discarded by the EventWriter after exhausting retries",
+                    m.events_discarded.clone(),
+                );
+                reg.register(
+                    "principal_errors",
+                    "The total number of errors occurred in principal",
+                    m.errors.clone(),
+                );
+            }
+            Side::Agent => {
+                reg.register(
+                    "agent_events_received",
+                    "The total number of events received by agent",
+                    m.events_received.clone(),
+                );
+                reg.register(
+                    "agent_events_sent",
+                    "The total number of events sent by agent",
+                    m.events_sent.clone(),
+                );
+                reg.register(
+                    "agent_event_processing_time",
+                    "Histogram of time taken to process events (in seconds)",
+                    m.event_processing_time.clone(),
+                );
+                reg.register(
+                    "agent_event_propagation_latency_seconds",
+                    "Histogram of time from principal send to agent processing (in seconds)",
+                    m.propagation_latency.clone(),
+                );
+                reg.register(
+                    "argocd_agent_event_writer_events_discarded",
+                    "The total number of events discarded by the EventWriter after exhausting retries",
+                    m.events_discarded.clone(),
+                );
+                reg.register(
+                    "agent_errors",
+                    "The total number of errors occurred in agent",
+                    m.errors.clone(),
+                );
+                reg.register(
+                    "argocd_agent_connection_status",
+                    "Whether the agent is currently connected to the principal (1 = connected, 0 = disconnected)",
+                    m.connection_status.clone(),
+                );
+                reg.register(
+                    "argocd_agent_connection_start_timestamp_seconds",
+                    "Unix timestamp of when the current connection to the principal was established",
+                    m.connection_start_timestamp.clone(),
+                );
+                reg.register(
+                    "argocd_agent_connections",
+                    "The total number of successful connections from the agent to the principal",
+                    m.connections.clone(),
+                );
+            }
+        }
+    }
+}
 
 /// Counters of one side (principal or agent).
 pub struct Metrics {
@@ -41,6 +331,8 @@ pub struct Metrics {
     pub propagation_latency: Histogram,
     /// `/readyz`: principal listening; agent connected and authenticated.
     pub ready: Readiness,
+    /// The peer's metrics (exact names and labels).
+    pub peer: PeerMetrics,
 }
 
 fn l(k: &str, v: &str) -> Labels {
@@ -48,16 +340,23 @@ fn l(k: &str, v: &str) -> Labels {
 }
 
 impl Metrics {
-    /// `prefix`: `argocd_principal` or `argocd_agent`. The metrics get their own registry.
+    /// `prefix`: `argocd_principal` or `argocd_agent` (our own metrics' prefix; it also selects
+    /// which of the peer's metrics are exported). The metrics get their own registry.
     pub fn new(prefix: &str) -> Arc<Self> {
+        let side = if prefix.contains("principal") {
+            Side::Principal
+        } else {
+            Side::Agent
+        };
         let mut reg = Registry::default();
-        let mut m = Self::unregistered();
+        let mut m = Self::unregistered(side);
         m.register(reg.sub_registry_with_prefix(prefix));
+        m.peer.register(&mut reg, &m.connected_agents);
         m.registry = Arc::new(reg);
         Arc::new(m)
     }
 
-    fn unregistered() -> Self {
+    fn unregistered(side: Side) -> Self {
         Self {
             registry: Arc::new(Registry::default()),
             events_queued: Default::default(),
@@ -80,6 +379,7 @@ impl Metrics {
             queue_deferred: Default::default(),
             propagation_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             ready: Readiness::default(),
+            peer: PeerMetrics::new(side),
         }
     }
 
@@ -156,11 +456,6 @@ impl Metrics {
             m.tls_handshake_failures.clone(),
         );
         reg.register(
-            "connected_agents",
-            "Agents with a live event stream",
-            m.connected_agents.clone(),
-        );
-        reg.register(
             "queue_pending",
             "Events queued, not yet sent",
             m.queue_pending.clone(),
@@ -187,9 +482,120 @@ impl Metrics {
     }
     pub fn sent(&self, ty: &str) {
         self.events_sent.get_or_create(&l("type", ty)).inc();
+        self.peer.events_sent.inc();
     }
     pub fn received(&self, ty: &str) {
         self.events_received.get_or_create(&l("type", ty)).inc();
+        self.peer.events_received.inc();
+    }
+
+    /// A received event was processed: `{principal,agent}_event_processing_time`. `status`: the
+    /// peer's values `success`, `failure`, `discarded`, `not-allowed`; `peer`: the agent name
+    /// (principal side) or the agent mode (agent side); `resource_type`: the event's target.
+    pub fn processed(&self, status: &str, peer: &str, resource_type: &str, secs: f64) {
+        let who = match self.peer.side {
+            Side::Principal => "agent_name",
+            Side::Agent => "agent_mode",
+        };
+        self.peer
+            .event_processing_time
+            .get_or_create(&vec![
+                ("status".to_string(), status.to_string()),
+                (who.to_string(), peer.to_string()),
+                ("resource_type".to_string(), resource_type.to_string()),
+            ])
+            .observe(secs);
+        if status == "failure" {
+            self.peer
+                .errors
+                .get_or_create(&l("resource_type", resource_type))
+                .inc();
+        }
+    }
+
+    /// A sent event was given up (`argocd_*_event_writer_events_discarded_total`). `agent`: the
+    /// agent name on the principal side (ignored on the agent side).
+    pub fn discarded(&self, agent: &str, event_type: &str, resource_type: &str) {
+        let mut labels = Vec::new();
+        if self.peer.side == Side::Principal {
+            labels.push(("agent_name".to_string(), agent.to_string()));
+        }
+        labels.push(("event_type".to_string(), event_type.to_string()));
+        labels.push(("resource_type".to_string(), resource_type.to_string()));
+        self.peer.events_discarded.get_or_create(&labels).inc();
+    }
+
+    /// Propagation latency of a received event (`agent_event_propagation_latency_seconds`
+    /// by `resource_type`, and our unlabelled histogram).
+    pub fn propagation(&self, resource_type: &str, secs: f64) {
+        self.propagation_latency.observe(secs);
+        self.peer
+            .propagation_latency
+            .get_or_create(&l("resource_type", resource_type))
+            .observe(secs);
+    }
+
+    /// Principal: `agent` opened an event stream (`argocd_principal_connected_agents` +1,
+    /// `argocd_principal_agent_connections_total{agent_name}`, average connection time).
+    pub fn agent_connected(&self, agent: &str) {
+        self.connected_agents.inc();
+        self.peer
+            .agent_connections
+            .get_or_create(&l("agent_name", agent))
+            .inc();
+        self.peer
+            .avg_connection_time
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(agent.to_string(), Instant::now());
+    }
+
+    /// Principal: `agent`'s event stream ended.
+    pub fn agent_disconnected(&self, agent: &str) {
+        self.connected_agents.dec();
+        self.peer
+            .avg_connection_time
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(agent);
+    }
+
+    /// Agent: connected and authenticated (ready, `argocd_agent_connection_status` 1, start
+    /// timestamp, `argocd_agent_connections_total` +1).
+    pub fn connection_up(&self) {
+        self.ready.set(true);
+        self.peer.connection_status.set(1);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or_default();
+        self.peer.connection_start_timestamp.set(now);
+        self.peer.connections.inc();
+    }
+
+    /// Agent: the connection to the principal is gone (not ready, status 0).
+    pub fn connection_down(&self) {
+        self.ready.set(false);
+        self.peer.connection_status.set(0);
+    }
+
+    /// A resource written on the principal's side by an event from an agent
+    /// (`principal_{applications,app_projects}_{created,updated,deleted}`). `kind`:
+    /// `Application` or `AppProject`; `op`: `created`, `updated`, `deleted`.
+    pub fn hub_write(&self, kind: &str, op: &str) {
+        let p = &self.peer;
+        let c = match (kind, op) {
+            ("Application", "created") => &p.applications_created,
+            ("Application", "updated") => &p.applications_updated,
+            ("Application", "deleted") => &p.applications_deleted,
+            ("AppProject", "created") => &p.app_projects_created,
+            ("AppProject", "updated") => &p.app_projects_updated,
+            ("AppProject", "deleted") => &p.app_projects_deleted,
+            _ => return,
+        };
+        c.inc();
     }
     pub fn failed(&self, reason: &str) {
         self.events_failed.get_or_create(&l("reason", reason)).inc();
@@ -232,5 +638,152 @@ impl Metrics {
         let (bound, fut) =
             admin::bind(addr, self.registry.clone(), self.ready.clone(), shutdown).await?;
         Ok((bound, tokio::spawn(fut)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every metric the peer's example dashboards query (argocd-agent acb60cd
+    /// examples/o11y/argocd-agent-{principal,agent}-dashboard.json), as (metric, labels used).
+    const PRINCIPAL_DASHBOARD: &[(&str, &[&str])] = &[
+        ("argocd_agent_build_info", &[]),
+        ("argocd_principal_agent_connections_total", &["agent_name"]),
+        ("argocd_principal_connected_agents", &[]),
+        ("principal_agent_avg_connection_time", &[]),
+        ("principal_app_projects_created", &[]),
+        ("principal_app_projects_deleted", &[]),
+        ("principal_app_projects_updated", &[]),
+        ("principal_applications_created", &[]),
+        ("principal_applications_deleted", &[]),
+        ("principal_applications_updated", &[]),
+        ("principal_events_received", &[]),
+        ("principal_events_sent", &[]),
+        (
+            "principal_event_processing_time_bucket",
+            &["status", "agent_name", "resource_type"],
+        ),
+        ("principal_event_processing_time_count", &["status"]),
+        (
+            "principal_event_writer_send_errors_total",
+            &["agent_name", "reason"],
+        ),
+        (
+            "argocd_principal_event_writer_events_discarded_total",
+            &["event_type"],
+        ),
+        ("principal_errors", &["resource_type"]),
+    ];
+    const AGENT_DASHBOARD: &[(&str, &[&str])] = &[
+        ("argocd_agent_build_info", &[]),
+        ("argocd_agent_connection_status", &[]),
+        ("argocd_agent_connection_start_timestamp_seconds", &[]),
+        ("argocd_agent_connections_total", &[]),
+        ("argocd_agent_auth_failures_total", &[]),
+        ("agent_events_received", &[]),
+        ("agent_events_sent", &[]),
+        (
+            "agent_event_processing_time_bucket",
+            &["status", "agent_mode", "resource_type"],
+        ),
+        (
+            "agent_event_propagation_latency_seconds_bucket",
+            &["resource_type"],
+        ),
+        (
+            "argocd_agent_event_writer_events_discarded_total",
+            &["event_type"],
+        ),
+        ("agent_errors", &["resource_type"]),
+    ];
+
+    fn sample<'a>(body: &'a str, name: &str) -> Option<&'a str> {
+        body.lines().find(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+    }
+
+    fn check(body: &str, expected: &[(&str, &[&str])]) {
+        for (name, labels) in expected {
+            let line =
+                sample(body, name).unwrap_or_else(|| panic!("metric {name} missing from:\n{body}"));
+            for l in *labels {
+                assert!(
+                    line.contains(&format!("{l}=\"")),
+                    "{name} lacks label {l}: {line}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn principal_exports_every_metric_of_the_peers_dashboard_with_its_labels() {
+        let m = Metrics::new("argocd_principal");
+        m.agent_connected("agent-a");
+        m.sent("create");
+        m.received("status-update");
+        m.processed("failure", "agent-a", "application", 0.01);
+        m.discarded("agent-a", "create", "application");
+        m.peer
+            .event_writer_send_errors
+            .get_or_create(&vec![
+                ("agent_name".into(), "agent-a".into()),
+                ("reason".into(), "x".into()),
+            ])
+            .inc();
+        for (k, op) in [
+            ("Application", "created"),
+            ("Application", "updated"),
+            ("Application", "deleted"),
+            ("AppProject", "created"),
+            ("AppProject", "updated"),
+            ("AppProject", "deleted"),
+        ] {
+            m.hub_write(k, op);
+        }
+        let body = m.encode();
+        check(&body, PRINCIPAL_DASHBOARD);
+        assert!(body.contains("principal_events_sent 1\n"), "{body}");
+        assert!(body.contains("# TYPE principal_events_sent unknown"));
+        assert!(body.contains("argocd_principal_connected_agents 1\n"));
+        assert!(body.contains("principal_agent_avg_connection_time 0\n"));
+        assert!(body.contains("principal_errors{resource_type=\"application\"} 1\n"));
+        assert!(
+            body.contains("argocd_principal_agent_connections_total{agent_name=\"agent-a\"} 1\n")
+        );
+        // our own metrics stay, as additions
+        assert!(body.contains("argocd_principal_events_sent_total{type=\"create\"} 1\n"));
+        m.agent_disconnected("agent-a");
+        assert!(m.encode().contains("argocd_principal_connected_agents 0\n"));
+        // agent-only metrics are not exported by the principal
+        assert!(sample(&body, "agent_events_sent").is_none());
+    }
+
+    #[test]
+    fn agent_exports_every_metric_of_the_peers_dashboard_with_its_labels() {
+        let m = Metrics::new("argocd_agent");
+        m.connection_up();
+        m.sent("status-update");
+        m.received("create");
+        m.processed("success", "managed", "application", 0.002);
+        m.processed("failure", "managed", "application", 0.002);
+        m.propagation("application", 0.05);
+        m.discarded("", "status-update", "application");
+        m.auth_failure("token");
+        let body = m.encode();
+        check(&body, AGENT_DASHBOARD);
+        assert!(body.contains("argocd_agent_connection_status 1\n"));
+        assert!(body.contains("argocd_agent_connections_total 1\n"));
+        assert!(body.contains("agent_events_received 1\n"));
+        assert!(m.ready.get());
+        let ts = sample(&body, "argocd_agent_connection_start_timestamp_seconds").unwrap();
+        let ts: f64 = ts.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(ts > 1.7e9, "a unix timestamp: {ts}");
+        m.connection_down();
+        assert!(m.encode().contains("argocd_agent_connection_status 0\n"));
+        assert!(!m.ready.get());
+        assert!(sample(&body, "principal_events_sent").is_none());
     }
 }

@@ -172,3 +172,193 @@ pub fn write_local_pki(
     }
     Ok(out)
 }
+
+/// Key algorithms of `--key-algorithm` (peer: internal/tlsutil/keygen.go). The peer defaults to
+/// RSA 4096; ours to ECDSA P-256 (rcgen/ring cannot generate RSA keys, the `rsa` crate is slow).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyAlgorithm {
+    Rsa(usize),
+    EcdsaP256,
+    EcdsaP384,
+    Ed25519,
+}
+
+impl KeyAlgorithm {
+    /// `rsa` (with `bits` 2048/3072/4096), `ecdsa-p256`, `ecdsa-p384`, `ed25519`.
+    pub fn parse(name: &str, rsa_bits: usize) -> anyhow::Result<Self> {
+        Ok(match name {
+            "rsa" => {
+                anyhow::ensure!(
+                    [2048, 3072, 4096].contains(&rsa_bits),
+                    "unsupported RSA key size {rsa_bits}; supported sizes are 2048, 3072, 4096"
+                );
+                KeyAlgorithm::Rsa(rsa_bits)
+            }
+            "ecdsa-p256" => KeyAlgorithm::EcdsaP256,
+            "ecdsa-p384" => KeyAlgorithm::EcdsaP384,
+            "ed25519" => KeyAlgorithm::Ed25519,
+            "ecdsa-p521" => anyhow::bail!(
+                "ecdsa-p521 is not supported (ring); use ecdsa-p256, ecdsa-p384, ed25519 or rsa"
+            ),
+            other => anyhow::bail!(
+                "unsupported key algorithm {other:?}; supported values are rsa, ecdsa-p256, ecdsa-p384, ed25519"
+            ),
+        })
+    }
+
+    /// A new private key.
+    pub fn generate(self) -> anyhow::Result<KeyPair> {
+        Ok(match self {
+            KeyAlgorithm::Rsa(bits) => {
+                use rsa::pkcs8::EncodePrivateKey;
+                let key = rsa::RsaPrivateKey::new(&mut rand::thread_rng(), bits)
+                    .context("generating RSA key")?;
+                let der = key.to_pkcs8_der().context("encoding RSA key")?;
+                KeyPair::from_pkcs8_der_and_sign_algo(
+                    &rustls::pki_types::PrivatePkcs8KeyDer::from(der.as_bytes()),
+                    &rcgen::PKCS_RSA_SHA256,
+                )?
+            }
+            KeyAlgorithm::EcdsaP256 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?,
+            KeyAlgorithm::EcdsaP384 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384)?,
+            KeyAlgorithm::Ed25519 => KeyPair::generate_for(&rcgen::PKCS_ED25519)?,
+        })
+    }
+}
+
+/// Organization the peer puts into every certificate of its test PKI.
+pub const PEER_ORGANIZATION: &str = "DO NOT USE IN PRODUCTION";
+/// The peer's default validity of a CA (days).
+pub const DEFAULT_CA_DAYS: u32 = 3650;
+/// The peer's default validity of a leaf certificate (days).
+pub const DEFAULT_LEAF_DAYS: u32 = 180;
+
+fn peer_dn(common_name: &str) -> DistinguishedName {
+    // Go's pkix.Name encodes O before CN; its String() reverses: "CN=<name>,O=DO NOT USE IN PRODUCTION"
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::OrganizationName, PEER_ORGANIZATION);
+    dn.push(DnType::CommonName, common_name);
+    dn
+}
+
+fn validity(p: &mut CertificateParams, days: u32) -> anyhow::Result<()> {
+    anyhow::ensure!(days > 0, "validity days must be greater than 0, got {days}");
+    let now = time::OffsetDateTime::now_utc();
+    p.not_before = now;
+    p.not_after = now + time::Duration::days(days.into());
+    Ok(())
+}
+
+impl Ca {
+    /// A CA shaped like the peer's `pki init` (CN `argocd-agent-ca` by default, O "DO NOT USE IN
+    /// PRODUCTION", key usages digitalSignature + keyCertSign, extended usages client + server).
+    pub fn new_peer(common_name: &str, days: u32, alg: KeyAlgorithm) -> anyhow::Result<Ca> {
+        let mut p = CertificateParams::default();
+        p.distinguished_name = peer_dn(common_name);
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyCertSign,
+        ];
+        p.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ClientAuth,
+            ExtendedKeyUsagePurpose::ServerAuth,
+        ];
+        validity(&mut p, days)?;
+        let key = alg.generate()?;
+        let cert = p.self_signed(&key)?;
+        let key_pem = key.serialize_pem();
+        Ok(Ca {
+            cert_pem: cert.pem(),
+            issuer: Issuer::new(p, key),
+            key_pem,
+        })
+    }
+
+    /// A CA from its PEM certificate and PKCS#8 PEM key (e.g. Secret `argocd-agent-ca`).
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> anyhow::Result<Ca> {
+        let key = KeyPair::from_pem(key_pem).context("reading the CA key (PKCS#8 PEM)")?;
+        let issuer =
+            Issuer::from_ca_cert_pem(cert_pem, key).context("reading the CA certificate")?;
+        Ok(Ca {
+            cert_pem: cert_pem.to_string(),
+            issuer,
+            key_pem: key_pem.to_string(),
+        })
+    }
+
+    /// The CA certificate's `notAfter`.
+    pub fn not_after(&self) -> anyhow::Result<time::OffsetDateTime> {
+        let der = crate::tls::parse_certs(self.cert_pem.as_bytes())?;
+        let (_, c) = x509_parser::parse_x509_certificate(&der[0])
+            .map_err(|e| anyhow::anyhow!("parsing the CA certificate: {e}"))?;
+        Ok(c.validity().not_after.to_datetime())
+    }
+
+    fn issue_peer(
+        &self,
+        mut p: CertificateParams,
+        days: u32,
+        alg: KeyAlgorithm,
+    ) -> anyhow::Result<Issued> {
+        validity(&mut p, days)?;
+        let ca_end = self.not_after()?;
+        anyhow::ensure!(
+            p.not_after <= ca_end,
+            "requested validity of {days} days exceeds CA expiry ({ca_end}); maximum is approximately {} days",
+            (ca_end - time::OffsetDateTime::now_utc()).whole_days()
+        );
+        p.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyCertSign,
+        ];
+        let key = alg.generate()?;
+        let cert = p.signed_by(&key, &self.issuer)?;
+        Ok(Issued {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+
+    /// A server certificate like the peer's `pki issue principal|resource-proxy`.
+    pub fn issue_server_peer(
+        &self,
+        common_name: &str,
+        ips: &[String],
+        dns: &[String],
+        days: u32,
+        alg: KeyAlgorithm,
+    ) -> anyhow::Result<Issued> {
+        let mut p = CertificateParams::default();
+        p.distinguished_name = peer_dn(common_name);
+        for ip in ips {
+            let ip: std::net::IpAddr = ip
+                .trim()
+                .parse()
+                .with_context(|| format!("invalid IP address: {ip}"))?;
+            p.subject_alt_names.push(SanType::IpAddress(ip));
+        }
+        for d in dns {
+            p.subject_alt_names.push(SanType::DnsName(
+                d.clone()
+                    .try_into()
+                    .with_context(|| format!("invalid DNS name: {d}"))?,
+            ));
+        }
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        self.issue_peer(p, days, alg)
+    }
+
+    /// A client certificate like the peer's `agent create` / `pki issue agent` (CN = agent).
+    pub fn issue_client_peer(
+        &self,
+        agent: &str,
+        days: u32,
+        alg: KeyAlgorithm,
+    ) -> anyhow::Result<Issued> {
+        let mut p = CertificateParams::default();
+        p.distinguished_name = peer_dn(agent);
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue_peer(p, days, alg)
+    }
+}

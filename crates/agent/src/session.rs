@@ -69,6 +69,9 @@ pub struct SessionCtx {
     pub max_event_size: usize,
     /// Received events processed concurrently.
     pub concurrency: usize,
+    /// The other side in metric labels: the agent name on the principal (`agent_name`), the
+    /// agent mode on the agent (`agent_mode`).
+    pub peer_label: String,
 }
 
 /// Why a session ended.
@@ -160,6 +163,11 @@ where
                                 "event exceeds the message size limit; dropped from the queue (not retried)"
                             );
                             ctx.metrics.failed("oversized");
+                            ctx.metrics.discarded(
+                                &ctx.peer_label,
+                                o.event.ty.short(),
+                                o.event.target.as_str(),
+                            );
                             ctx.queue.answer(&o.event.resource_id, &o.event.event_id);
                         }
                     }
@@ -256,7 +264,7 @@ where
         {
             let lat = jiff::Timestamp::now().duration_since(sent).as_secs_f64();
             if lat >= 0.0 {
-                ctx.metrics.propagation_latency.observe(lat);
+                ctx.metrics.propagation(ev.target.as_str(), lat);
             }
         }
         match ev.ty {
@@ -270,6 +278,8 @@ where
                 if let Answered::Acked(orig) = ctx.queue.answer(&ev.resource_id, &ev.event_id) {
                     tracing::error!(r#type = orig.ty.short(), subject = %orig.subject, answer = %ev.data, "peer rejected event; not retried");
                     ctx.metrics.failed("peer-error");
+                    ctx.metrics
+                        .discarded(&ctx.peer_label, orig.ty.short(), orig.target.as_str());
                 } else {
                     tracing::warn!(answer = %ev.data, "peer sent an error event");
                 }
@@ -301,6 +311,16 @@ where
             let _permit = permit;
             let is_change = ev.ty.is_resource_change();
             let (rid, eid, ty) = (ev.resource_id.clone(), ev.event_id.clone(), ev.ty);
+            let target = ev.target;
+            let t0 = std::time::Instant::now();
+            let processed = |status: &str| {
+                ctx2.metrics.processed(
+                    status,
+                    &ctx2.peer_label,
+                    target.as_str(),
+                    t0.elapsed().as_secs_f64(),
+                )
+            };
             let ack = if is_change {
                 Some(ev.ack(&ctx2.source))
             } else {
@@ -308,6 +328,7 @@ where
             };
             match h.handle(ev, &out).await {
                 Ok(()) => {
+                    processed("success");
                     if let Some(a) = ack {
                         ctx2.metrics.events_processed.inc();
                         out.send(a).await;
@@ -316,10 +337,12 @@ where
                 Err(HandleError::Retryable(e)) => {
                     tracing::warn!(r#type = ty.short(), resource = %rid, error = %e, "event not applied yet; the peer will resend");
                     ctx2.metrics.events_retry_later.inc();
+                    processed("failure");
                 }
                 Err(HandleError::Permanent(e)) => {
                     tracing::warn!(r#type = ty.short(), resource = %rid, error = %e, "event rejected");
                     ctx2.metrics.error_reply("rejected");
+                    processed("not-allowed");
                     out.send(Event::error_reply(&ctx2.source, &rid, &eid, "rejected", &e))
                         .await;
                 }

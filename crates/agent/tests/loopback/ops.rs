@@ -58,24 +58,24 @@ async fn admin_endpoints_answer_on_both_sides_and_shutdown_is_graceful() {
     argocd_pull_agent::pki::write_local_pki(dir.path(), &["edge".into()], &[], false).unwrap();
     let f = |n: &str| dir.path().join(n);
     let (grpc, padmin, aadmin) = (free_addr(), free_addr(), free_addr());
+    let (phealth, ahealth) = (free_addr(), free_addr());
     let (hub, spoke) = (MemStore::new(), MemStore::new());
 
     // the agent first: alive but not ready while the principal is unreachable
-    let agent_args = AgentArgs {
-        server_address: grpc.to_string(),
-        server_name: Some("localhost".into()),
-        mode: Mode::Managed,
-        tls_cert: f("edge.crt"),
-        tls_key: f("edge.key"),
-        tls_ca: f("ca.crt"),
-        tls_allow_12: false,
-        namespace: "argocd".into(),
-        max_event_size: argocd_pull_agent::DEFAULT_MAX_EVENT_SIZE,
-        queue_capacity: 1000,
-        compression: false,
-        keepalive: std::time::Duration::from_secs(30),
-        metrics_addr: aadmin,
-    };
+    let agent_args = AgentArgs::try_parse_flags([
+        "--server-address".to_string(),
+        grpc.to_string(),
+        "--server-name=localhost".into(),
+        "--agent-mode=managed".into(),
+        format!("--tls-client-cert={}", f("edge.crt").display()),
+        format!("--tls-client-key={}", f("edge.key").display()),
+        format!("--root-ca-path={}", f("ca.crt").display()),
+        "--tls-min-version=tls1.3".into(),
+        "--queue-capacity=1000".into(),
+        format!("--metrics-port={}", aadmin.port()),
+        format!("--healthz-port={}", ahealth.port()),
+    ])
+    .unwrap();
     let atoken = CancellationToken::new();
     let atask = tokio::spawn(run_agent_until(
         agent_args,
@@ -89,21 +89,21 @@ async fn admin_endpoints_answer_on_both_sides_and_shutdown_is_graceful() {
         "agent not ready before it is connected"
     );
 
-    let principal_args = PrincipalArgs {
-        listen: grpc,
-        tls_cert: f("principal.crt"),
-        tls_key: f("principal.key"),
-        tls_client_ca: f("ca.crt"),
-        tls_allow_12: false,
-        identity_regex: tls::DEFAULT_IDENTITY_REGEX.into(),
-        jwt_key: f("jwt.key"),
-        namespace: "argocd".into(),
-        max_event_size: argocd_pull_agent::DEFAULT_MAX_EVENT_SIZE,
-        queue_capacity: 1000,
-        concurrency: 8,
-        compression: false,
-        metrics_addr: padmin,
-    };
+    let principal_args = PrincipalArgs::try_parse_flags([
+        "--listen-host=127.0.0.1".to_string(),
+        format!("--listen-port={}", grpc.port()),
+        format!("--tls-cert={}", f("principal.crt").display()),
+        format!("--tls-key={}", f("principal.key").display()),
+        format!("--root-ca-path={}", f("ca.crt").display()),
+        format!("--auth=mtls:subject:{}", tls::DEFAULT_IDENTITY_REGEX),
+        format!("--jwt-key={}", f("jwt.key").display()),
+        "--namespace=argocd".into(),
+        "--queue-capacity=1000".into(),
+        "--event-processors=8".into(),
+        format!("--metrics-port={}", padmin.port()),
+        format!("--healthz-port={}", phealth.port()),
+    ])
+    .unwrap();
     let ptoken = CancellationToken::new();
     let ptask = tokio::spawn(run_principal_until(
         principal_args,
@@ -126,8 +126,13 @@ async fn admin_endpoints_answer_on_both_sides_and_shutdown_is_graceful() {
         body.contains("argocd_principal_events_sent_total{type=\"create\"}"),
         "{body}"
     );
+    // the peer's names beside ours, and its separate health port
+    assert!(body.contains("\nprincipal_events_sent "), "{body}");
+    assert_eq!(get(phealth, "/healthz").await.unwrap().0, 200);
+    assert_eq!(get(ahealth, "/healthz").await.unwrap().0, 200);
     let (s, body) = get(aadmin, "/metrics").await.unwrap();
     assert_eq!(s, 200);
+    assert!(body.contains("\nagent_events_received "), "{body}");
     assert!(
         body.contains("argocd_agent_events_processed_total"),
         "{body}"

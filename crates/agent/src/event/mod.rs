@@ -1,21 +1,68 @@
 //! Event construction and parsing: the CloudEvents envelope of argocd-agent (I/O free).
 
-use std::collections::HashMap;
+pub mod gojson;
+pub mod wire;
+
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 
 use crate::proto::eventstreamapi;
-use crate::proto::io::cloudevents::v1::{
-    CloudEvent,
-    cloud_event::{CloudEventAttributeValue, Data, cloud_event_attribute_value::Attr},
-};
+pub use wire::{AttrValue, SdkEvent, WireError};
+
+/// `datacontenttype` of every payload (`cloudevents.ApplicationJSON`).
+pub const CONTENT_TYPE_JSON: &str = "application/json";
 
 /// Prefix of every event type.
 pub const TYPE_PREFIX: &str = "io.argoproj.argocd-agent.event.";
 /// CloudEvents spec version.
 pub const SPEC_VERSION: &str = "1.0";
 
-/// Event types of the protocol (`io.argoproj.argocd-agent.event.<x>`).
+/// HTTP method: the CloudEvent `type` of resource and container-log requests (the peer sets the
+/// raw method, e.g. `GET`, as the type: internal/event/event.go `NewResourceRequestEvent`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HttpMethod {
+    Get,
+    Head,
+    Post,
+    Put,
+    Patch,
+    Delete,
+    Connect,
+    Options,
+    Trace,
+}
+
+impl HttpMethod {
+    pub const ALL: [HttpMethod; 9] = [
+        Self::Get,
+        Self::Head,
+        Self::Post,
+        Self::Put,
+        Self::Patch,
+        Self::Delete,
+        Self::Connect,
+        Self::Options,
+        Self::Trace,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Get => "GET",
+            Self::Head => "HEAD",
+            Self::Post => "POST",
+            Self::Put => "PUT",
+            Self::Patch => "PATCH",
+            Self::Delete => "DELETE",
+            Self::Connect => "CONNECT",
+            Self::Options => "OPTIONS",
+            Self::Trace => "TRACE",
+        }
+    }
+}
+
+/// Event types of the protocol (`io.argoproj.argocd-agent.event.<x>`, the peer's 20), plus the
+/// raw HTTP method of resource and log requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventType {
     Create,
@@ -29,16 +76,22 @@ pub enum EventType {
     Pong,
     Get,
     Response,
+    RedisRequest,
+    RedisResponse,
     RequestUpdate,
     RequestSyncedResourceList,
     ResponseSyncedResource,
     RequestResourceResync,
     ClusterCacheInfoUpdate,
+    TerminalRequest,
     Error,
+    /// A resource or container-log request: the type is the bare HTTP method.
+    Method(HttpMethod),
 }
 
 impl EventType {
-    pub const ALL: [EventType; 17] = [
+    /// The peer's 20 prefixed types.
+    pub const ALL: [EventType; 20] = [
         Self::Create,
         Self::Delete,
         Self::SpecUpdate,
@@ -50,15 +103,18 @@ impl EventType {
         Self::Pong,
         Self::Get,
         Self::Response,
+        Self::RedisRequest,
+        Self::RedisResponse,
         Self::RequestUpdate,
         Self::RequestSyncedResourceList,
         Self::ResponseSyncedResource,
         Self::RequestResourceResync,
         Self::ClusterCacheInfoUpdate,
+        Self::TerminalRequest,
         Self::Error,
     ];
 
-    /// The short name (`spec-update`).
+    /// The short name (`spec-update`; the method for [`EventType::Method`]).
     pub fn short(self) -> &'static str {
         match self {
             Self::Create => "create",
@@ -72,24 +128,36 @@ impl EventType {
             Self::Pong => "pong",
             Self::Get => "get",
             Self::Response => "response",
+            Self::RedisRequest => "redis-request",
+            Self::RedisResponse => "redis-response",
             Self::RequestUpdate => "request-update",
             Self::RequestSyncedResourceList => "request-synced-resource-list",
             Self::ResponseSyncedResource => "response-synced-resource",
             Self::RequestResourceResync => "request-resource-resync",
             Self::ClusterCacheInfoUpdate => "cluster-cache-info-update",
+            Self::TerminalRequest => "terminal-request",
             Self::Error => "error",
+            Self::Method(m) => m.as_str(),
         }
     }
 
     /// The full CloudEvents type.
     pub fn full(self) -> String {
-        format!("{TYPE_PREFIX}{}", self.short())
+        match self {
+            Self::Method(m) => m.as_str().to_string(),
+            _ => format!("{TYPE_PREFIX}{}", self.short()),
+        }
     }
 
     /// Parses a full CloudEvents type.
     pub fn parse(s: &str) -> Option<Self> {
-        let short = s.strip_prefix(TYPE_PREFIX)?;
-        Self::ALL.into_iter().find(|t| t.short() == short)
+        if let Some(short) = s.strip_prefix(TYPE_PREFIX) {
+            return Self::ALL.into_iter().find(|t| t.short() == short);
+        }
+        HttpMethod::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .map(Self::Method)
     }
 
     /// Whether this event changes a resource and is delivered with ACK/resend.
@@ -121,10 +189,11 @@ pub enum Target {
     Terminal,
     Heartbeat,
     EventProcessed,
+    Redis,
 }
 
 impl Target {
-    pub const ALL: [Target; 12] = [
+    pub const ALL: [Target; 13] = [
         Self::Application,
         Self::AppProject,
         Self::ApplicationSet,
@@ -137,6 +206,7 @@ impl Target {
         Self::Terminal,
         Self::Heartbeat,
         Self::EventProcessed,
+        Self::Redis,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -153,11 +223,18 @@ impl Target {
             Self::Terminal => "terminal",
             Self::Heartbeat => "heartbeat",
             Self::EventProcessed => "eventProcessed",
+            Self::Redis => "redis",
         }
     }
 
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
+    /// Events of this target are fire-and-forget: never ACKed, never resent, no `sentat`
+    /// (peer: internal/event/event_writer.go `isFireAndForget`).
+    pub fn is_fire_and_forget(self) -> bool {
+        matches!(self, Self::EventProcessed | Self::Heartbeat)
     }
 }
 
@@ -179,6 +256,7 @@ pub mod attr {
 /// A decoded event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
+    /// CloudEvent `id` (the peer leaves it empty).
     pub id: String,
     pub source: String,
     pub ty: EventType,
@@ -189,8 +267,9 @@ pub struct Event {
     pub event_id: String,
     /// RFC 3339 timestamp with nanoseconds when the event was put on the wire.
     pub sent_at: Option<String>,
-    pub extra_attrs: HashMap<String, String>,
-    /// JSON payload.
+    /// Every other extension (`principaluid`, `traceparent`, …) with its protobuf kind.
+    pub extra_attrs: BTreeMap<String, AttrValue>,
+    /// JSON payload (`Null`: no data, no `datacontenttype`).
     pub data: Value,
 }
 
@@ -207,6 +286,18 @@ pub enum DecodeError {
     UnknownTarget(String),
     #[error("payload is not JSON: {0}")]
     Payload(String),
+    #[error("{0}")]
+    Wire(#[from] WireError),
+}
+
+/// The peer's `ErrorData` (payload of an `error` event), plus this project's `reason`.
+pub fn error_data(name: &str, namespace: &str, message: &str, reason: &str) -> Value {
+    serde_json::json!({
+        "resourceName": name,
+        "resourceNamespace": namespace,
+        "message": message,
+        "reason": reason,
+    })
 }
 
 impl Event {
@@ -222,7 +313,7 @@ impl Event {
             resource_id: resource_id(&name, &uid),
             event_id: format!("{}_{}_{}", name, uid, rv),
             sent_at: None,
-            extra_attrs: HashMap::new(),
+            extra_attrs: BTreeMap::new(),
             data: obj.clone(),
         }
     }
@@ -239,26 +330,33 @@ impl Event {
             resource_id: id.clone(),
             event_id: id,
             sent_at: None,
-            extra_attrs: HashMap::new(),
+            extra_attrs: BTreeMap::new(),
             data,
         }
     }
 
-    /// The ACK (`processed`) for this event.
+    /// The ACK (`processed`, dataschema `eventProcessed`) for this event: as the peer's
+    /// `ProcessedEvent`, it copies every extension of the acknowledged event (ids, `sentat`,
+    /// `principaluid`, trace context, …) and carries no subject and no data.
     pub fn ack(&self, source: &str) -> Self {
-        let mut e = Self::request(
-            source,
-            EventType::Processed,
-            Target::EventProcessed,
-            Value::Null,
-        );
-        e.subject = self.subject.clone();
-        e.resource_id = self.resource_id.clone();
-        e.event_id = self.event_id.clone();
-        e
+        Self {
+            id: uuid::Uuid::new_v4().to_string(),
+            source: source.to_string(),
+            ty: EventType::Processed,
+            target: Target::EventProcessed,
+            subject: String::new(),
+            resource_id: self.resource_id.clone(),
+            event_id: self.event_id.clone(),
+            sent_at: self.sent_at.clone(),
+            extra_attrs: self.extra_attrs.clone(),
+            data: Value::Null,
+        }
     }
 
-    /// An `error` event answering `self` (same resourceid/eventid so the sender can stop resending).
+    /// An `error` event answering an event we reject: dataschema `eventProcessed` and the same
+    /// `resourceid`/`eventid`, so a peer takes it as the ACK it would send itself after a
+    /// non-retryable failure (it stops resending), while this project's sender sees the error.
+    /// Payload: the peer's `ErrorData{resourceName, resourceNamespace, message}` plus `reason`.
     pub fn error_reply(
         source: &str,
         resource_id: &str,
@@ -266,16 +364,31 @@ impl Event {
         reason: &str,
         message: &str,
     ) -> Self {
+        Self::error_reply_for(source, resource_id, event_id, "", reason, message)
+    }
+
+    /// [`Event::error_reply`] naming the object (`subject` = `namespace/name`) in the payload.
+    pub fn error_reply_for(
+        source: &str,
+        resource_id: &str,
+        event_id: &str,
+        subject: &str,
+        reason: &str,
+        message: &str,
+    ) -> Self {
+        let (ns, name) = subject.rsplit_once('/').unwrap_or(("", subject));
         let mut e = Self::request(
             source,
             EventType::Error,
             Target::EventProcessed,
-            serde_json::json!({ "reason": reason, "message": message }),
+            error_data(name, ns, message, reason),
         );
         e.resource_id = resource_id.to_string();
         e.event_id = event_id.to_string();
-        e.extra_attrs
-            .insert(attr::ERRORREASON.into(), reason.into());
+        e.extra_attrs.insert(
+            attr::ERRORREASON.into(),
+            AttrValue::String(reason.to_string()),
+        );
         e
     }
 
@@ -284,84 +397,74 @@ impl Event {
         self.subject.rsplit('/').next().unwrap_or("")
     }
 
-    /// Encodes to the wire envelope.
-    pub fn to_wire(&self) -> eventstreamapi::Event {
-        let mut attributes = HashMap::new();
-        let s = |v: &str| CloudEventAttributeValue {
-            attr: Some(Attr::CeString(v.to_string())),
-        };
-        attributes.insert(attr::DATACONTENTTYPE.to_string(), s("application/json"));
-        attributes.insert(attr::DATASCHEMA.to_string(), s(self.target.as_str()));
-        if !self.subject.is_empty() {
-            attributes.insert(attr::SUBJECT.to_string(), s(&self.subject));
+    /// The SDK-level event (what `format.ToProto` is given).
+    pub fn to_sdk(&self) -> SdkEvent {
+        let mut extensions = self.extra_attrs.clone();
+        let s = |v: &str| AttrValue::String(v.to_string());
+        extensions.insert(attr::RESOURCEID.into(), s(&self.resource_id));
+        extensions.insert(attr::EVENTID.into(), s(&self.event_id));
+        if let Some(sent) = &self.sent_at {
+            extensions.insert(attr::SENTAT.into(), s(sent));
         }
-        attributes.insert(attr::RESOURCEID.to_string(), s(&self.resource_id));
-        attributes.insert(attr::EVENTID.to_string(), s(&self.event_id));
-        let sent = self.sent_at.clone().unwrap_or_else(now_rfc3339);
-        attributes.insert(attr::SENTAT.to_string(), s(&sent));
-        for (k, v) in &self.extra_attrs {
-            attributes.insert(k.clone(), s(v));
-        }
-        let data = if self.data.is_null() {
-            None
+        let (datacontenttype, data) = if self.data.is_null() {
+            (String::new(), Vec::new())
         } else {
-            Some(Data::BinaryData(
-                serde_json::to_vec(&self.data).expect("JSON values serialise"),
-            ))
+            (CONTENT_TYPE_JSON.to_string(), gojson::to_vec(&self.data))
         };
+        SdkEvent {
+            id: self.id.clone(),
+            source: self.source.clone(),
+            spec_version: SPEC_VERSION.into(),
+            ty: self.ty.full(),
+            datacontenttype,
+            dataschema: self.target.as_str().into(),
+            subject: self.subject.clone(),
+            time: None,
+            extensions,
+            data,
+        }
+    }
+
+    /// Encodes to the wire envelope, byte for byte as the peer's SDK does.
+    pub fn to_wire(&self) -> eventstreamapi::Event {
         eventstreamapi::Event {
-            event: Some(CloudEvent {
-                id: self.id.clone(),
-                source: self.source.clone(),
-                spec_version: SPEC_VERSION.into(),
-                r#type: self.ty.full(),
-                attributes,
-                data,
-            }),
+            event: Some(self.to_sdk().to_proto()),
         }
     }
 
     /// Decodes a wire envelope.
     pub fn from_wire(ev: &eventstreamapi::Event) -> Result<Self, DecodeError> {
         let ce = ev.event.as_ref().ok_or(DecodeError::Empty)?;
-        if ce.spec_version != SPEC_VERSION {
-            return Err(DecodeError::SpecVersion(ce.spec_version.clone()));
+        Self::from_sdk(SdkEvent::from_proto(ce)?)
+    }
+
+    /// From the SDK-level event.
+    pub fn from_sdk(mut e: SdkEvent) -> Result<Self, DecodeError> {
+        if e.spec_version != SPEC_VERSION {
+            return Err(DecodeError::SpecVersion(e.spec_version));
         }
-        let ty = EventType::parse(&ce.r#type)
-            .ok_or_else(|| DecodeError::UnknownType(ce.r#type.clone()))?;
-        let mut attrs: HashMap<String, String> = ce
-            .attributes
-            .iter()
-            .filter_map(|(k, v)| attr_string(v).map(|s| (k.clone(), s)))
-            .collect();
-        let schema = attrs.remove(attr::DATASCHEMA).unwrap_or_default();
-        let target = Target::parse(&schema).ok_or(DecodeError::UnknownTarget(schema))?;
-        let data = match &ce.data {
-            None => Value::Null,
-            Some(Data::BinaryData(b)) if b.is_empty() => Value::Null,
-            Some(Data::BinaryData(b)) => {
-                serde_json::from_slice(b).map_err(|e| DecodeError::Payload(e.to_string()))?
-            }
-            Some(Data::TextData(t)) => {
-                serde_json::from_str(t).map_err(|e| DecodeError::Payload(e.to_string()))?
-            }
-            Some(Data::ProtoData(_)) => {
-                return Err(DecodeError::Payload(
-                    "proto_data is not supported, want JSON".into(),
-                ));
-            }
+        let ty = EventType::parse(&e.ty).ok_or(DecodeError::UnknownType(e.ty))?;
+        let target =
+            Target::parse(&e.dataschema).ok_or(DecodeError::UnknownTarget(e.dataschema))?;
+        let data = if e.data.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&e.data).map_err(|x| DecodeError::Payload(x.to_string()))?
         };
-        attrs.remove(attr::DATACONTENTTYPE);
+        let mut text = |k: &str| e.extensions.remove(k).and_then(|v| v.as_text());
+        let resource_id = text(attr::RESOURCEID).unwrap_or_default();
+        let event_id = text(attr::EVENTID).unwrap_or_default();
+        let sent_at = text(attr::SENTAT);
         Ok(Self {
-            id: ce.id.clone(),
-            source: ce.source.clone(),
+            id: e.id,
+            source: e.source,
             ty,
             target,
-            subject: attrs.remove(attr::SUBJECT).unwrap_or_default(),
-            resource_id: attrs.remove(attr::RESOURCEID).unwrap_or_default(),
-            event_id: attrs.remove(attr::EVENTID).unwrap_or_default(),
-            sent_at: attrs.remove(attr::SENTAT),
-            extra_attrs: attrs,
+            subject: e.subject,
+            resource_id,
+            event_id,
+            sent_at,
+            extra_attrs: e.extensions,
             data,
         })
     }
@@ -373,22 +476,11 @@ pub fn raw_ids(ev: &eventstreamapi::Event) -> (String, String) {
         ev.event
             .as_ref()
             .and_then(|c| c.attributes.get(k))
-            .and_then(attr_string)
+            .and_then(AttrValue::from_proto)
+            .and_then(|v| v.as_text())
             .unwrap_or_default()
     };
     (get(attr::RESOURCEID), get(attr::EVENTID))
-}
-
-fn attr_string(v: &CloudEventAttributeValue) -> Option<String> {
-    match v.attr.as_ref()? {
-        Attr::CeString(s) | Attr::CeUri(s) | Attr::CeUriRef(s) => Some(s.clone()),
-        Attr::CeBoolean(b) => Some(b.to_string()),
-        Attr::CeInteger(i) => Some(i.to_string()),
-        Attr::CeBytes(_) => None,
-        Attr::CeTimestamp(t) => jiff::Timestamp::new(t.seconds, t.nanos)
-            .ok()
-            .map(|t| t.to_string()),
-    }
 }
 
 /// `<name>_<uid>`.
@@ -411,6 +503,7 @@ pub fn meta_of(obj: &Value) -> (String, String, String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::io::cloudevents::v1::cloud_event::Data;
     use serde_json::json;
 
     #[test]
@@ -425,6 +518,8 @@ mod tests {
         assert_eq!(e.resource_id, "a_u1");
         assert_eq!(e.event_id, "a_u1_7");
         assert_eq!(e.subject, "ns/a");
+        let mut e = e;
+        e.sent_at = Some(now_rfc3339());
         let wire = e.to_wire();
         let ce = wire.event.as_ref().unwrap();
         assert_eq!(ce.r#type, "io.argoproj.argocd-agent.event.spec-update");
@@ -444,6 +539,43 @@ mod tests {
         for t in Target::ALL {
             assert_eq!(Target::parse(t.as_str()), Some(t));
         }
+        assert_eq!(EventType::ALL.len(), 20);
+        assert_eq!(
+            EventType::parse("PATCH"),
+            Some(EventType::Method(HttpMethod::Patch))
+        );
+        assert_eq!(EventType::Method(HttpMethod::Get).full(), "GET");
+        assert_eq!(EventType::parse("get"), None);
+        assert_eq!(Target::parse("redis"), Some(Target::Redis));
+    }
+
+    #[test]
+    fn ack_copies_every_extension_and_carries_no_data_or_subject() {
+        let mut e = Event::for_object(
+            "p",
+            EventType::Create,
+            Target::Application,
+            &json!({"metadata": {"name": "a", "namespace": "n", "uid": "u", "resourceVersion": "1"}}),
+        );
+        e.sent_at = Some("2026-08-21T10:15:30.123456789Z".into());
+        e.extra_attrs
+            .insert("principaluid".into(), AttrValue::String("pu".into()));
+        e.extra_attrs
+            .insert("traceparent".into(), AttrValue::String("00-x".into()));
+        let ce = e.ack("agent").to_wire().event.unwrap();
+        let keys: Vec<&str> = ce.attributes.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "dataschema",
+                "eventid",
+                "principaluid",
+                "resourceid",
+                "sentat",
+                "traceparent"
+            ]
+        );
+        assert_eq!(ce.data, Some(Data::BinaryData(vec![])));
     }
 
     #[test]

@@ -1,0 +1,584 @@
+//! A peer agent (argocd-agent's behaviour on the wire) against OUR principal.
+
+use argocd_pull_agent::local::LocalPki;
+use argocd_pull_agent::store::{Kind, MemStore, Store};
+use argocd_pull_agent_interop::emitter::{self, ty};
+use argocd_pull_agent_interop::peer_agent::{self, PEER_VERSION, PeerStream};
+use argocd_pull_agent_interop::sdk::{self, Event};
+use prost::Message;
+use serde_json::{Value, json};
+
+use crate::common::*;
+use crate::golden::fixture;
+
+fn is(e: &Event, t: &str, target: &str) -> bool {
+    e.typ == ty(t) && e.dataschema == target
+}
+
+/// The ACK the peer agent needs to stop resending `sent`: target `eventProcessed` (as the SDK
+/// reads it) with the same `resourceid` and `eventid` (event_writer.go `Remove`).
+async fn expect_ack(s: &mut PeerStream, sent: &Event, what: &str) -> Event {
+    let (rid, eid) = (sent.ext("resourceid"), sent.ext("eventid"));
+    s.expect(what, |e| {
+        e.dataschema == "eventProcessed" && e.ext("resourceid") == rid && e.ext("eventid") == eid
+    })
+    .await
+}
+
+/// The agent's local copy of a hub Application, as a managed peer agent holds it.
+fn local_copy(hub: &Value, local_uid: &str, rv: &str) -> Value {
+    let mut c = hub.clone();
+    c["metadata"] = json!({
+        "name": hub["metadata"]["name"], "namespace": "argocd", "uid": local_uid,
+        "resourceVersion": rv,
+        "annotations": {"argocd.argoproj.io/source-uid": hub["metadata"]["uid"]}
+    });
+    c["spec"]["destination"] = json!({"name": "in-cluster", "namespace": "guestbook"});
+    c
+}
+
+#[tokio::test]
+#[ignore = "gap: version — our principal accepts same major.minor of its VERSION; a peer agent sends \"99.9.9-unreleased\" (or its release string) and the peer's principal demands string equality"]
+async fn peer_agent_with_the_peer_version_string_logs_in() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    let mut cfg = peer_agent_cfg(&pki, &p, "agent-v", "managed");
+    cfg.version = PEER_VERSION.into();
+    let login = peer_agent::login(&cfg)
+        .await
+        .unwrap_or_else(|s| panic!("refused: {s:?}"));
+    assert_eq!(login.auth.version, PEER_VERSION);
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn peer_agent_login_token_is_what_the_peer_parses_and_subscribe_takes_it_raw() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    let (login, _s) = peer_agent(&pki, &p, "agent-login", "autonomous").await;
+    assert_eq!(
+        login.subject,
+        json!({"clientID": "agent-login", "mode": "autonomous"}),
+        "the peer agent reads clientID from the token's sub claim"
+    );
+    assert_eq!(login.principal_version, argocd_pull_agent::VERSION);
+    assert_eq!(login.auth.principal_namespace, "argocd");
+    assert!(!login.auth.refresh_token.is_empty());
+    // a wrong mode is refused before any token is issued
+    let mut cfg = peer_agent_cfg(&pki, &p, "agent-login", "readonly");
+    cfg.version = argocd_pull_agent::VERSION.into();
+    assert!(peer_agent::login(&cfg).await.is_err());
+    p.shutdown().await;
+}
+
+#[tokio::test]
+#[ignore = "gap: ce_uri — dataschema is written as ce_string; the SDK's FromProto drops it, so a peer agent cannot route any event of ours (needs ce_uri)"]
+async fn managed_hub_application_lifecycle_reaches_the_peer_agent() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    let (_l, mut s) = peer_agent(&pki, &p, "agent-m1", "managed").await;
+    let created = hub
+        .create(Kind::Application, app("agent-m1", "guestbook", "guestbook"))
+        .await
+        .expect("create");
+    let (rid, _) = ids(&created);
+    let e = s
+        .expect("create of guestbook", |e| is(e, "create", "application"))
+        .await;
+    assert_eq!(e.ext("resourceid"), Some(rid.as_str()));
+    assert!(
+        e.ext("eventid")
+            .is_some_and(|id| id.starts_with(&format!("{rid}_"))),
+        "eventid = name_uid_resourceVersion: {e:?}"
+    );
+    assert_eq!(e.subject, "agent-m1/guestbook");
+    assert_eq!(e.datacontenttype, "application/json");
+    assert!(
+        e.ext("sentat").is_some(),
+        "the peer stamps sentat on every sent event"
+    );
+    assert_eq!(
+        e.json().expect("json")["spec"]["source"]["path"],
+        "guestbook"
+    );
+    hub.merge_patch(
+        Kind::Application,
+        "agent-m1",
+        "guestbook",
+        json!({"spec": {"source": {"path": "v2"}}}),
+    )
+    .await
+    .expect("patch");
+    let e = s
+        .expect("spec-update", |e| is(e, "spec-update", "application"))
+        .await;
+    assert_eq!(e.json().expect("json")["spec"]["source"]["path"], "v2");
+    hub.delete(Kind::Application, "agent-m1", "guestbook")
+        .await
+        .expect("delete");
+    s.expect("delete", |e| is(e, "delete", "application")).await;
+    assert!(s.unreadable.is_empty(), "{}", s.describe());
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn managed_status_update_from_the_peer_agent_reaches_the_hub() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    let (_l, s) = peer_agent(&pki, &p, "agent-m2", "managed").await;
+    let created = hub
+        .create(Kind::Application, app("agent-m2", "guestbook", "guestbook"))
+        .await
+        .expect("create");
+    let mut local = local_copy(&created, "8a7b6c5d-0000-4a2b-9c1d-0e9f8a7b6c5d", "2231");
+    local["status"] = json!({"sync": {"status": "Synced", "revision": "53e28ff"}, "health": {"status": "Healthy"}});
+    let ev = emitter::sent(
+        s.emitter
+            .object_event(&ty("status-update"), "application", &local),
+        SENT_AT,
+    );
+    s.send(&ev).await;
+    wait_for(
+        &hub,
+        Kind::Application,
+        "agent-m2",
+        "guestbook",
+        "status from the peer agent",
+        |o| o.is_some_and(|o| o["status"]["health"]["status"] == "Healthy"),
+    )
+    .await;
+    p.shutdown().await;
+}
+
+#[tokio::test]
+#[ignore = "gap: ce_uri — our ACK (`processed`) carries dataschema eventProcessed as ce_string; the SDK drops it, the peer agent never sees the ACK and resends forever"]
+async fn managed_status_update_is_acked_the_way_the_peer_agent_needs() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    let (_l, mut s) = peer_agent(&pki, &p, "agent-m3", "managed").await;
+    let created = hub
+        .create(Kind::Application, app("agent-m3", "guestbook", "guestbook"))
+        .await
+        .expect("create");
+    let mut local = local_copy(&created, "8a7b6c5d-1111-4a2b-9c1d-0e9f8a7b6c5d", "77");
+    local["status"] = json!({"health": {"status": "Progressing"}});
+    let ev = emitter::sent(
+        s.emitter
+            .object_event(&ty("status-update"), "application", &local),
+        SENT_AT,
+    );
+    s.send(&ev).await;
+    let ack = expect_ack(&mut s, &ev, "ACK of the status-update").await;
+    assert_eq!(ack.typ, ty("processed"));
+    assert_eq!(
+        without_sentat(&ack),
+        without_sentat(&ev),
+        "an ACK copies every extension"
+    );
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn autonomous_application_lifecycle_from_the_peer_agent_reaches_the_hub() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    let (_l, s) = peer_agent(&pki, &p, "agent-a1", "autonomous").await;
+    let mut local = app("argocd", "podinfo", "kustomize");
+    local["metadata"]["uid"] = json!("1d2c3b4a-5f6e-4d7c-8b9a-0e1f2a3b4c5d");
+    local["metadata"]["resourceVersion"] = json!("3310");
+    local["spec"]["project"] = json!("team-a");
+    s.send(&emitter::sent(
+        s.emitter.object_event(&ty("create"), "application", &local),
+        SENT_AT,
+    ))
+    .await;
+    let h = wait_for(
+        &hub,
+        Kind::Application,
+        "agent-a1",
+        "podinfo",
+        "created",
+        |o| o.is_some(),
+    )
+    .await
+    .expect("present");
+    assert_eq!(h["spec"]["project"], "agent-a1-team-a");
+    local["metadata"]["resourceVersion"] = json!("3342");
+    local["spec"]["source"]["targetRevision"] = json!("6.9.0");
+    local["status"] = json!({"sync": {"status": "Synced"}, "health": {"status": "Healthy"}});
+    s.send(&emitter::sent(
+        s.emitter
+            .object_event(&ty("spec-update"), "application", &local),
+        SENT_AT,
+    ))
+    .await;
+    wait_for(
+        &hub,
+        Kind::Application,
+        "agent-a1",
+        "podinfo",
+        "spec + status updated",
+        |o| {
+            o.is_some_and(|o| {
+                o["spec"]["source"]["targetRevision"] == "6.9.0"
+                    && o["status"]["health"]["status"] == "Healthy"
+            })
+        },
+    )
+    .await;
+    s.send(&emitter::sent(
+        s.emitter.object_event(&ty("delete"), "application", &local),
+        SENT_AT,
+    ))
+    .await;
+    wait_for(
+        &hub,
+        Kind::Application,
+        "agent-a1",
+        "podinfo",
+        "deleted",
+        |o| o.is_none(),
+    )
+    .await;
+    p.shutdown().await;
+}
+
+#[tokio::test]
+#[ignore = "gap: ce_uri — our ACK (`processed`) carries dataschema eventProcessed as ce_string; the SDK drops it, so the peer agent never sees an ACK"]
+async fn autonomous_events_are_acked_the_way_the_peer_agent_needs() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    let (_l, mut s) = peer_agent(&pki, &p, "agent-a2", "autonomous").await;
+    let mut local = app("argocd", "podinfo", "kustomize");
+    local["metadata"]["uid"] = json!("2d2c3b4a-5f6e-4d7c-8b9a-0e1f2a3b4c5d");
+    local["metadata"]["resourceVersion"] = json!("1");
+    let ev = emitter::sent(
+        s.emitter.object_event(&ty("create"), "application", &local),
+        SENT_AT,
+    );
+    s.send(&ev).await;
+    let ack = expect_ack(&mut s, &ev, "ACK of the create").await;
+    assert_eq!(ack.typ, ty("processed"));
+    assert_eq!(
+        without_sentat(&ack),
+        without_sentat(&ev),
+        "the peer's ProcessedEvent copies every extension"
+    );
+    p.shutdown().await;
+}
+
+/// Extensions other than `sentat` (see `acks_carry_the_sentat_of_the_acknowledged_event`).
+pub fn without_sentat(e: &Event) -> std::collections::BTreeMap<String, sdk::Value> {
+    let mut x = e.extensions.clone();
+    x.remove("sentat");
+    x
+}
+
+#[tokio::test]
+#[ignore = "gap: ack sentat — our ACK stamps its own sentat; the peer's ProcessedEvent copies the acknowledged event's extensions (sentat included) and, being fire-and-forget, gets no sentat of its own"]
+async fn acks_carry_the_sentat_of_the_acknowledged_event() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    let (_l, mut s) = peer_agent(&pki, &p, "agent-sa", "autonomous").await;
+    let mut local = app("argocd", "podinfo", "kustomize");
+    local["metadata"]["uid"] = json!("4d2c3b4a-5f6e-4d7c-8b9a-0e1f2a3b4c5d");
+    local["metadata"]["resourceVersion"] = json!("1");
+    let ev = emitter::sent(
+        s.emitter.object_event(&ty("create"), "application", &local),
+        SENT_AT,
+    );
+    s.send(&ev).await;
+    let ack = expect_ack(&mut s, &ev, "ACK of the create").await;
+    assert_eq!(ack.extensions, ev.extensions);
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn golden_bytes_of_an_autonomous_create_are_accepted() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    let (_l, s) = peer_agent(&pki, &p, "agent-gold", "autonomous").await;
+    let f = fixture("application-create-autonomous");
+    let raw =
+        argocd_pull_agent_interop::pb::io::cloudevents::v1::CloudEvent::decode(f.bytes.as_slice())
+            .expect("decode");
+    s.send_raw(raw).await;
+    let h = wait_for(
+        &hub,
+        Kind::Application,
+        "agent-gold",
+        "podinfo",
+        "created from Go bytes",
+        |o| o.is_some(),
+    )
+    .await
+    .expect("present");
+    assert_eq!(
+        h["metadata"]["annotations"]["example.com/note"], "a<b && c>d",
+        "Go's \\u003c escapes decode"
+    );
+    assert_eq!(
+        h["spec"]["source"]["repoURL"],
+        "https://github.com/stefanprodan/podinfo"
+    );
+    p.shutdown().await;
+}
+
+#[tokio::test]
+#[ignore = "gap: bad input — a payload that is not an Application (spec not an object) is written to the hub; and the refusal must be readable as the ACK of the bad event (ce_uri eventProcessed), else the peer agent resends it forever"]
+async fn bad_payload_from_the_peer_agent_is_refused_and_nothing_is_written() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    let (_l, mut s) = peer_agent(&pki, &p, "agent-bad", "autonomous").await;
+    let meta = json!({"metadata": {"name": "broken", "namespace": "argocd", "uid": "u-1", "resourceVersion": "1"}});
+    for (i, data) in [
+        b"{\"metadata\":{\"name\":\"broken\"".to_vec(),
+        br#"{"metadata":{"name":"broken"},"spec":"not an object"}"#.to_vec(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut m = meta.clone();
+        m["metadata"]["resourceVersion"] = json!(i.to_string());
+        let ev = emitter::sent(
+            s.emitter
+                .object_event_bytes(&ty("create"), "application", &m, data),
+            SENT_AT,
+        );
+        s.send(&ev).await;
+        let reply = expect_ack(
+            &mut s,
+            &ev,
+            "refusal the peer reads as the end of this event",
+        )
+        .await;
+        assert!(
+            reply.typ == ty("error") || reply.typ == ty("processed"),
+            "{reply:?}"
+        );
+        let written = hub
+            .list(Kind::Application, Some("agent-bad"))
+            .await
+            .expect("list");
+        assert!(
+            written.is_empty(),
+            "nothing may be written for payload {:?}, found {written:?}",
+            String::from_utf8_lossy(&ev.data)
+        );
+    }
+    p.shutdown().await;
+}
+
+#[tokio::test]
+#[ignore = "gap: heartbeat — the peer principal ACKs a `ping` (dataschema heartbeat) with `processed` and never sends `pong`; ours answers `pong`"]
+async fn heartbeat_ping_is_acked_like_the_peer_principal_does() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    let (_l, mut s) = peer_agent(&pki, &p, "agent-hb", "managed").await;
+    let ping = s.emitter.heartbeat("ping", &emitter::new_uuid());
+    s.send(&ping).await;
+    let ack = expect_ack(&mut s, &ping, "ACK of the ping").await;
+    assert_eq!(ack.typ, ty("processed"));
+    assert!(
+        !s.seen.iter().any(|e| e.typ == ty("pong")),
+        "the peer principal never sends pong: {}",
+        s.describe()
+    );
+    p.shutdown().await;
+}
+
+#[tokio::test]
+#[ignore = "gap: resync — request-update/request-synced-resource-list need dataschema resourceResync, base64 []byte checksums over Go json.Marshal (sorted keys, <>& escaped) and the peer's set checksum (Kind/Name/UID joined with no separator); and our events must be readable (ce_uri)"]
+async fn managed_resync_after_restart_with_matching_checksums_resends_nothing() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    let mut a = app("agent-rs", "guestbook", "guestbook");
+    a["metadata"]["annotations"] = json!({"note": "a<b & c>d"});
+    let created = hub.create(Kind::Application, a).await.expect("create");
+    let hub_uid = created["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_string();
+    // the peer agent restarts holding its copy: resyncOnStart sends one request-update per
+    // resource, then request-synced-resource-list with the set checksum
+    let (_l, mut s) = peer_agent(&pki, &p, "agent-rs", "managed").await;
+    let local = local_copy(&created, "9a9b9c9d-0000-4000-8000-000000000001", "5");
+    let ru = emitter::sent(
+        s.emitter.request_update(
+            &emitter::new_uuid(),
+            "guestbook",
+            "argocd",
+            &hub_uid,
+            "Application",
+            Some(&emitter::spec_checksum(&local)),
+        ),
+        SENT_AT,
+    );
+    s.send(&ru).await;
+    let set = emitter::set_checksum(&[("Application", "guestbook", &hub_uid)]);
+    let rl = emitter::sent(
+        s.emitter
+            .request_synced_resource_list(&emitter::new_uuid(), set.as_deref()),
+        SENT_AT,
+    );
+    s.send(&rl).await;
+    expect_ack(&mut s, &ru, "ACK of request-update").await;
+    expect_ack(&mut s, &rl, "ACK of request-synced-resource-list").await;
+    // a marker after the resync: whatever the principal resends comes before it
+    hub.create(Kind::Application, app("agent-rs", "marker", "m"))
+        .await
+        .expect("marker");
+    s.expect("create of the marker", |e| {
+        is(e, "create", "application") && e.subject == "agent-rs/marker"
+    })
+    .await;
+    let resent: Vec<_> = s
+        .seen
+        .iter()
+        .filter(|e| e.subject == "agent-rs/guestbook" || e.typ == ty("response-synced-resource"))
+        .map(peer_agent::summary)
+        .collect();
+    assert!(resent.is_empty(), "zero resends expected, got {resent:#?}");
+    p.shutdown().await;
+}
+
+#[tokio::test]
+#[ignore = "gap: resync — our principal's request-update must carry dataschema resourceResync (ce_uri) and a base64 []byte checksum the peer agent can decode"]
+async fn autonomous_agent_restart_gets_readable_request_updates() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    let mut local = app("argocd", "podinfo", "kustomize");
+    local["metadata"]["uid"] = json!("3d2c3b4a-5f6e-4d7c-8b9a-0e1f2a3b4c5d");
+    local["metadata"]["resourceVersion"] = json!("1");
+    {
+        let (_l, s) = peer_agent(&pki, &p, "agent-ar", "autonomous").await;
+        s.send(&emitter::sent(
+            s.emitter.object_event(&ty("create"), "application", &local),
+            SENT_AT,
+        ))
+        .await;
+        wait_for(
+            &hub,
+            Kind::Application,
+            "agent-ar",
+            "podinfo",
+            "created",
+            |o| o.is_some(),
+        )
+        .await;
+    }
+    // restart: the autonomous peer agent asks for a resource resync on its new stream
+    let (_l, mut s) = peer_agent(&pki, &p, "agent-ar", "autonomous").await;
+    let rr = emitter::sent(
+        s.emitter.request_resource_resync(&emitter::new_uuid()),
+        SENT_AT,
+    );
+    s.send(&rr).await;
+    let e = s
+        .expect("request-update for podinfo", |e| {
+            is(e, "request-update", "resourceResync")
+        })
+        .await;
+    let d = e.json().expect("json");
+    assert_eq!(d["name"], "podinfo");
+    assert_eq!(d["kind"], "Application");
+    use base64::Engine;
+    let sum = base64::engine::general_purpose::STANDARD
+        .decode(d["checksum"].as_str().expect("checksum is a base64 string"))
+        .expect("base64");
+    assert_eq!(sum.len(), 32, "SHA-256");
+    p.shutdown().await;
+}
+
+#[tokio::test]
+#[ignore = "gap: ce_uri — dataschema is written as ce_string; a peer agent cannot route our appproject events (needs ce_uri)"]
+async fn managed_appproject_reaches_the_peer_agent() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    let (_l, mut s) = peer_agent(&pki, &p, "agent-pj", "managed").await;
+    hub.create(Kind::AppProject, project("argocd", "team-a", "agent-pj"))
+        .await
+        .expect("create");
+    let e = s
+        .expect("appproject create", |e| {
+            e.dataschema == "appproject" && (e.typ == ty("create") || e.typ == ty("spec-update"))
+        })
+        .await;
+    assert_eq!(e.json().expect("json")["metadata"]["name"], "team-a");
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn autonomous_appproject_from_the_peer_agent_reaches_the_hub() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    let (_l, s) = peer_agent(&pki, &p, "agent-pa", "autonomous").await;
+    let mut proj = project("argocd", "team-b", "in-cluster");
+    proj["metadata"]["uid"] = json!("b1c2d3e4-f5a6-4b7c-8d9e-0f1a2b3c4d5e");
+    proj["metadata"]["resourceVersion"] = json!("1207");
+    s.send(&emitter::sent(
+        s.emitter.object_event(&ty("create"), "appproject", &proj),
+        SENT_AT,
+    ))
+    .await;
+    let h = wait_for(
+        &hub,
+        Kind::AppProject,
+        "argocd",
+        "agent-pa-team-b",
+        "created",
+        |o| o.is_some(),
+    )
+    .await
+    .expect("present");
+    assert_eq!(h["spec"]["sourceRepos"], json!(["*"]));
+    p.shutdown().await;
+}
+
+#[test]
+fn the_peer_emitter_encodes_what_the_peer_decodes() {
+    // sanity of the support code used above: every constructor's event survives the SDK rules
+    let em = emitter::Emitter::new(emitter::AGENT_SOURCE);
+    let a = app("argocd", "x", "p");
+    for e in [
+        em.object_event(&ty("create"), "application", &a),
+        em.heartbeat("ping", "u"),
+        em.request_resource_resync("u"),
+        em.request_synced_resource_list("u", None),
+    ] {
+        let back = sdk::decode(&sdk::encode(&e)).expect("decode");
+        assert_eq!(back, e);
+        assert!(emitter::target(&back).is_some());
+    }
+    let _ = Value::Null;
+}

@@ -1,0 +1,301 @@
+//! Target `application`: events from the principal, local writes and the local/principal forms.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::Mode;
+use crate::checksum::{set_checksum, set_item, spec_checksum};
+use crate::event::{Event, EventType, Target};
+use crate::objects::{self as o, SOURCE_UID};
+use crate::session::{HandleError, Outbox};
+use crate::store::{Kind, StoreError};
+
+use super::Inner;
+
+/// Local form of a principal object: our namespace, destination in-cluster, source UID annotated,
+/// no server-side metadata, no status.
+pub(super) fn to_local(principal_obj: &Value, ns: &str) -> Value {
+    let mut l = json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Application",
+        "metadata": o::portable_meta(principal_obj, ns),
+        "spec": principal_obj["spec"].clone(),
+    });
+    if l["spec"]["destination"].is_object() {
+        let dns = l["spec"]["destination"]["namespace"].clone();
+        l["spec"]["destination"] = json!({"name": "in-cluster"});
+        if !dns.is_null() {
+            l["spec"]["destination"]["namespace"] = dns;
+        }
+    }
+    if let Some(op) = principal_obj.get("operation").filter(|v| !v.is_null()) {
+        l["operation"] = op.clone();
+    }
+    // finalizers (e.g. resources-finalizer.argocd.argoproj.io) are copied on creation, so that the
+    // managed cluster's Argo CD cascades the deletion of the workload; later updates keep the
+    // local finalizers (they belong to the local controllers)
+    if let Some(f) = principal_obj["metadata"]["finalizers"]
+        .as_array()
+        .filter(|f| !f.is_empty())
+    {
+        l["metadata"]["finalizers"] = Value::Array(f.clone());
+    }
+    o::set_annotation(&mut l, SOURCE_UID, o::uid(principal_obj));
+    l
+}
+
+/// A local object reduced to what the principal gave us.
+pub(super) fn strip_local(obj: &Value) -> Value {
+    json!({
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Application",
+        "metadata": o::portable_meta(obj, o::namespace(obj)),
+        "spec": obj["spec"].clone(),
+    })
+}
+
+/// Hash of what an autonomous agent reports: spec, status, operation, labels, annotations.
+pub(super) fn report_hash(obj: &Value) -> String {
+    crate::checksum::hash_value(&json!([
+        obj["spec"],
+        obj["status"],
+        obj["operation"],
+        obj["metadata"]["labels"],
+        obj["metadata"]["annotations"]
+    ]))
+}
+
+/// Payload of a managed status update.
+pub(super) fn status_payload(obj: &Value) -> Value {
+    let mut p = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": obj["metadata"].clone()});
+    for k in ["status", "operation"] {
+        if let Some(v) = obj.get(k).filter(|v| !v.is_null()) {
+            p[k] = v.clone();
+        }
+    }
+    p
+}
+
+pub(super) fn status_report_hash(obj: &Value) -> String {
+    crate::checksum::hash_value(&json!([obj["status"], obj["operation"]]))
+}
+
+impl Inner {
+    /// Creates or updates the local object from `want` (local form).
+    pub(super) async fn upsert_local(&self, want: &Value, with_op: bool) -> Result<(), StoreError> {
+        self.upsert(Kind::Application, want, with_op).await
+    }
+
+    /// Creates or updates the local object of `kind` from `want` (local form).
+    pub(super) async fn upsert(
+        &self,
+        kind: Kind,
+        want: &Value,
+        with_op: bool,
+    ) -> Result<(), StoreError> {
+        let (ns, name) = (self.cfg.namespace.as_str(), o::name(want));
+        for _ in 0..5 {
+            let r = match self.store.get(kind, ns, name).await? {
+                None => self.store.create(kind, want.clone()).await.map(|_| ()),
+                Some(cur) => {
+                    let mut n = o::overlay(&cur, want, false, false);
+                    if with_op && let Some(op) = want.get("operation").filter(|v| !v.is_null()) {
+                        n["operation"] = op.clone();
+                    }
+                    if n == cur {
+                        Ok(())
+                    } else {
+                        self.store.replace(kind, n).await.map(|_| ())
+                    }
+                }
+            };
+            match r {
+                Err(StoreError::Conflict(_)) | Err(StoreError::AlreadyExists) => continue,
+                r => return r,
+            }
+        }
+        Err(StoreError::Conflict(format!(
+            "{ns}/{name}: too many conflicts"
+        )))
+    }
+
+    pub(super) async fn handle_event(
+        self: &Arc<Self>,
+        ev: Event,
+        out: &Outbox,
+    ) -> Result<(), HandleError> {
+        let _g = if ev.ty.is_resource_change() {
+            Some(self.locks.lock(&o::qkey(ev.target, ev.name())).await)
+        } else {
+            None
+        };
+        let ns = self.cfg.namespace.clone();
+        if ev.target == Target::AppProject || ev.data["kind"] == "AppProject" {
+            return self.handle_project_event(ev).await;
+        }
+        if ev.ty.is_resource_change() && ev.target != Target::Application {
+            return Err(HandleError::Permanent(format!(
+                "unsupported target {:?}",
+                ev.target.as_str()
+            )));
+        }
+        match (self.cfg.mode, ev.ty) {
+            (Mode::Managed, EventType::Create | EventType::SpecUpdate) => {
+                if o::name(&ev.data).is_empty() {
+                    return Err(HandleError::Permanent(
+                        "payload has no metadata.name".into(),
+                    ));
+                }
+                if o::deleting(&ev.data) {
+                    return self.delete_for_principal(&ev.data).await;
+                }
+                let want = to_local(&ev.data, &ns);
+                let name = o::name(&want).to_string();
+                let mut copy = want.clone();
+                copy.as_object_mut().map(|m| m.remove("operation"));
+                self.copies.lock().expect("poisoned").insert(name, copy);
+                self.upsert_local(&want, ev.ty == EventType::Create).await?;
+                Ok(())
+            }
+            (Mode::Managed, EventType::Delete) => {
+                let name = ev.name().to_string();
+                self.copies.lock().expect("poisoned").remove(&name);
+                self.store.delete(Kind::Application, &ns, &name).await?;
+                Ok(())
+            }
+            (_, EventType::SetOperation) => {
+                let op = ev.data.get("operation").cloned().unwrap_or(Value::Null);
+                if op.is_null() {
+                    return Err(HandleError::Permanent(
+                        "set-operation without .operation".into(),
+                    ));
+                }
+                match self
+                    .store
+                    .merge_patch(Kind::Application, &ns, ev.name(), json!({"operation": op}))
+                    .await
+                {
+                    Err(StoreError::NotFound) => Err(HandleError::Permanent(format!(
+                        "application {} not found",
+                        ev.name()
+                    ))),
+                    r => r.map(|_| ()).map_err(Into::into),
+                }
+            }
+            (_, EventType::TerminateOperation) => {
+                match self
+                    .store
+                    .merge_patch(
+                        Kind::Application,
+                        &ns,
+                        ev.name(),
+                        json!({"status": {"operationState": {"phase": "Terminating"}}}),
+                    )
+                    .await
+                {
+                    Err(StoreError::NotFound) => Err(HandleError::Permanent(format!(
+                        "application {} not found",
+                        ev.name()
+                    ))),
+                    r => r.map(|_| ()).map_err(Into::into),
+                }
+            }
+            (Mode::Managed, EventType::RequestResourceResync) => {
+                self.replica_resync(out).await;
+                Ok(())
+            }
+            (Mode::Managed, EventType::ResponseSyncedResource) => {
+                let name = ev.data["name"].as_str().unwrap_or_default();
+                if !self.copies.lock().expect("poisoned").contains_key(name) {
+                    let pns = ev.data["namespace"].as_str().unwrap_or_default();
+                    out.send(o::request_update(
+                        &self.source(),
+                        name,
+                        pns,
+                        ev.data["uid"].as_str().unwrap_or_default(),
+                        "",
+                    ))
+                    .await;
+                }
+                Ok(())
+            }
+            (Mode::Autonomous, EventType::RequestUpdate) => {
+                let name = ev.data["name"].as_str().unwrap_or_default().to_string();
+                let checksum = ev.data["checksum"].as_str().unwrap_or_default();
+                match self.store.get(Kind::Application, &ns, &name).await? {
+                    None => {
+                        let uid = ev.data["uid"].as_str().unwrap_or_default();
+                        self.push(EventType::Delete, &o::stub(&name, &ns, uid));
+                    }
+                    Some(obj) => {
+                        if spec_checksum(&obj) != checksum {
+                            self.sent
+                                .lock()
+                                .expect("poisoned")
+                                .insert(name, report_hash(&obj));
+                            self.push(EventType::SpecUpdate, &obj);
+                        }
+                    }
+                }
+                Ok(())
+            }
+            (Mode::Autonomous, EventType::RequestSyncedResourceList) => {
+                let list: Vec<Value> = self
+                    .store
+                    .list(Kind::Application, Some(&ns))
+                    .await?
+                    .into_iter()
+                    .filter(|x| !o::ignored(x))
+                    .collect();
+                let sum = set_checksum(
+                    list.iter()
+                        .map(|x| set_item("Application", o::name(x), o::uid(x))),
+                );
+                if sum != ev.data["checksum"].as_str().unwrap_or_default() {
+                    for x in &list {
+                        out.send(o::response_synced(
+                            &self.source(),
+                            o::name(x),
+                            &ns,
+                            o::uid(x),
+                        ))
+                        .await;
+                    }
+                }
+                Ok(())
+            }
+            (Mode::Autonomous, EventType::RequestResourceResync) => Ok(()),
+            (m, t) => Err(HandleError::Permanent(format!(
+                "event type {} is not valid for a {} agent",
+                t.short(),
+                m.as_str()
+            ))),
+        }
+    }
+
+    /// Managed: the principal's Application carries a deletionTimestamp. Deletes the local copy in
+    /// the foreground (its finalizers let the local Argo CD remove the workload first) and reports
+    /// `delete` once it is gone.
+    pub(super) async fn delete_for_principal(
+        self: &Arc<Self>,
+        hub: &Value,
+    ) -> Result<(), HandleError> {
+        let ns = self.cfg.namespace.clone();
+        let name = o::name(hub).to_string();
+        self.copies.lock().expect("poisoned").remove(&name);
+        self.deleting.lock().expect("poisoned").insert(name.clone());
+        match self.store.get(Kind::Application, &ns, &name).await? {
+            None => {
+                // already gone (e.g. deleted while we were disconnected): report at once
+                self.deleting.lock().expect("poisoned").remove(&name);
+                self.push(EventType::Delete, &o::stub(&name, &ns, ""));
+            }
+            Some(_) => {
+                tracing::info!(app = %name, "principal deletes the application; deleting in the foreground");
+                self.store.delete(Kind::Application, &ns, &name).await?;
+            }
+        }
+        Ok(())
+    }
+}

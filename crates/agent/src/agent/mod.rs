@@ -1,0 +1,321 @@
+//! The agent: dials the principal, authenticates, keeps one event stream, reconnects with backoff,
+//! and keeps the local Argo CD namespace in sync (managed: replica; autonomous: source of truth).
+
+mod application;
+mod appproject;
+mod connect;
+mod resync;
+mod watch;
+
+use application::{status_payload, strip_local};
+use appproject::strip_project;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::Mode;
+use crate::event::{Event, EventType, Target};
+use crate::metrics::Metrics;
+use crate::objects as o;
+use crate::queue::{Backoff, Pushed, SendQueue};
+use crate::session::{HandleError, Handler, Outbox};
+use crate::store::{Kind, Store};
+use crate::tls::{self, TlsMaterial};
+
+/// Agent settings.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub principal: SocketAddr,
+    /// Name in the principal's server certificate.
+    pub server_name: String,
+    pub tls: TlsMaterial,
+    pub allow_tls12: bool,
+    pub mode: Mode,
+    /// Local Argo CD namespace.
+    pub namespace: String,
+    pub max_event_size: usize,
+    pub queue_capacity: usize,
+    pub concurrency: usize,
+    pub compression: bool,
+    pub keepalive_interval: Duration,
+    pub backoff: Backoff,
+    pub reconnect_min: Duration,
+    pub reconnect_max: Duration,
+}
+
+impl AgentConfig {
+    pub fn new(principal: SocketAddr, tls: TlsMaterial, mode: Mode) -> Self {
+        Self {
+            principal,
+            server_name: "localhost".into(),
+            tls,
+            allow_tls12: false,
+            mode,
+            namespace: "argocd".into(),
+            max_event_size: crate::DEFAULT_MAX_EVENT_SIZE,
+            queue_capacity: crate::DEFAULT_QUEUE_CAPACITY,
+            concurrency: crate::DEFAULT_CONCURRENCY,
+            compression: false,
+            keepalive_interval: Duration::from_secs(30),
+            backoff: Backoff::default(),
+            reconnect_min: Duration::from_millis(100),
+            reconnect_max: Duration::from_secs(30),
+        }
+    }
+}
+
+struct Inner {
+    cfg: AgentConfig,
+    store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+    queue: Arc<SendQueue>,
+    source: Mutex<String>,
+    /// managed: principal copies (local form) by name
+    copies: Mutex<HashMap<String, Value>>,
+    /// last sent status hash (managed) / object hash (autonomous) by name
+    sent: Mutex<HashMap<String, String>>,
+    /// local objects by name (kept by the local watcher)
+    cache: Mutex<HashMap<String, Value>>,
+    connected: AtomicBool,
+    locks: o::KeyedLocks,
+    last_error: Mutex<Option<String>>,
+    connected_tx: tokio::sync::watch::Sender<u64>,
+    /// managed: AppProjects the principal gave us (local form) by name
+    proj_copies: Mutex<HashMap<String, Value>>,
+    /// autonomous: last sent AppProject hash by name
+    proj_sent: Mutex<HashMap<String, String>>,
+    /// local AppProjects by name (kept by the local project watcher)
+    proj_cache: Mutex<HashMap<String, Value>>,
+    /// managed: Applications the principal marked for deletion (deletionTimestamp) that we are
+    /// deleting locally; `delete` is reported once the local object is gone
+    deleting: Mutex<std::collections::HashSet<String>>,
+}
+
+/// A running agent.
+pub struct Agent {
+    inner: Arc<Inner>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Agent {
+    /// Starts the local watcher and the connection loop.
+    pub async fn start(
+        cfg: AgentConfig,
+        store: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Agent> {
+        let client_tls = Arc::new(tls::client_config(&cfg.tls, cfg.allow_tls12)?);
+        let queue = Arc::new(SendQueue::new(cfg.queue_capacity, cfg.backoff));
+        let inner = Arc::new(Inner {
+            cfg: cfg.clone(),
+            store,
+            metrics,
+            queue: queue.clone(),
+            source: Mutex::new("agent".into()),
+            copies: Mutex::new(HashMap::new()),
+            sent: Mutex::new(HashMap::new()),
+            cache: Mutex::new(HashMap::new()),
+            connected: AtomicBool::new(false),
+            locks: o::KeyedLocks::default(),
+            last_error: Mutex::new(None),
+            connected_tx: tokio::sync::watch::channel(0).0,
+            proj_copies: Mutex::new(HashMap::new()),
+            proj_sent: Mutex::new(HashMap::new()),
+            proj_cache: Mutex::new(HashMap::new()),
+            deleting: Mutex::new(Default::default()),
+        });
+        let me = Arc::downgrade(&inner);
+        queue.set_regenerate(Arc::new(move |key: &str| {
+            me.upgrade().map(|m| m.regenerate(key)).unwrap_or_default()
+        }));
+        if cfg.mode == Mode::Managed {
+            // what the principal last gave us survives an agent restart in the local objects
+            for obj in inner
+                .store
+                .list(Kind::Application, Some(&cfg.namespace))
+                .await?
+            {
+                if !o::source_uid(&obj).is_empty() {
+                    inner
+                        .copies
+                        .lock()
+                        .expect("poisoned")
+                        .insert(o::name(&obj).to_string(), strip_local(&obj));
+                }
+            }
+            match inner
+                .store
+                .list(Kind::AppProject, Some(&cfg.namespace))
+                .await
+            {
+                Ok(list) => {
+                    for p in list.iter().filter(|p| !o::source_uid(p).is_empty()) {
+                        inner
+                            .proj_copies
+                            .lock()
+                            .expect("poisoned")
+                            .insert(o::name(p).to_string(), strip_project(p));
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "listing local AppProjects failed"),
+            }
+        }
+        let mut tasks = Vec::new();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let w = inner.clone();
+        tasks.push(tokio::spawn(async move { w.watch_local(ready_tx).await }));
+        let (pready_tx, pready_rx) = tokio::sync::oneshot::channel();
+        let w = inner.clone();
+        tasks.push(tokio::spawn(async move {
+            w.watch_local_projects(pready_tx).await
+        }));
+        let _ = tokio::time::timeout(Duration::from_secs(30), ready_rx).await;
+        let _ = tokio::time::timeout(Duration::from_secs(30), pready_rx).await;
+        let c = inner.clone();
+        tasks.push(tokio::spawn(
+            async move { c.connect_loop(client_tls).await },
+        ));
+        Ok(Agent { inner, tasks })
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.inner.connected.load(Ordering::SeqCst)
+    }
+
+    /// The last connection/authentication error, if the agent is not connected.
+    pub fn last_error(&self) -> Option<String> {
+        self.inner.last_error.lock().expect("poisoned").clone()
+    }
+
+    /// Waits until the stream is up (counting connections: returns once more than `after` streams
+    /// have been established).
+    pub async fn wait_connected(&self, after: u64) -> u64 {
+        let mut rx = self.inner.connected_tx.subscribe();
+        rx.wait_for(|n| *n > after)
+            .await
+            .map(|v| *v)
+            .unwrap_or(after)
+    }
+
+    /// Number of streams established so far.
+    pub fn connections(&self) -> u64 {
+        *self.inner.connected_tx.borrow()
+    }
+
+    /// Whether the send queue is empty (everything ACKed).
+    pub fn idle(&self) -> bool {
+        self.inner.queue.is_idle()
+    }
+
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.inner.metrics.clone()
+    }
+
+    pub async fn shutdown(mut self) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+            let _ = t.await;
+        }
+        self.inner.connected.store(false, Ordering::SeqCst);
+        self.inner.metrics.ready.set(false);
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Inner {
+    fn source(&self) -> String {
+        self.source.lock().expect("poisoned").clone()
+    }
+
+    fn regenerate(&self, key: &str) -> Vec<Event> {
+        let src = self.source();
+        let (target, name) = o::parse_qkey(key);
+        if target == Target::AppProject {
+            if self.cfg.mode != Mode::Autonomous {
+                return vec![];
+            }
+            let p = self.proj_cache.lock().expect("poisoned").get(name).cloned();
+            return vec![match p {
+                Some(p) => Event::for_object(&src, EventType::SpecUpdate, Target::AppProject, &p),
+                None => Event::for_object(
+                    &src,
+                    EventType::Delete,
+                    Target::AppProject,
+                    &o::project_stub(name, &self.cfg.namespace, ""),
+                ),
+            }];
+        }
+        let obj = self.cache.lock().expect("poisoned").get(name).cloned();
+        match (self.cfg.mode, obj) {
+            (Mode::Managed, Some(obj)) => vec![Event::for_object(
+                &src,
+                EventType::StatusUpdate,
+                Target::Application,
+                &status_payload(&obj),
+            )],
+            (Mode::Managed, None) => vec![],
+            (Mode::Autonomous, Some(obj)) => vec![Event::for_object(
+                &src,
+                EventType::SpecUpdate,
+                Target::Application,
+                &obj,
+            )],
+            (Mode::Autonomous, None) => {
+                vec![Event::for_object(
+                    &src,
+                    EventType::Delete,
+                    Target::Application,
+                    &o::stub(name, &self.cfg.namespace, ""),
+                )]
+            }
+        }
+    }
+
+    fn push(&self, ty: EventType, obj: &Value) {
+        self.push_target(ty, Target::Application, obj)
+    }
+
+    fn push_target(&self, ty: EventType, target: Target, obj: &Value) {
+        let ev = Event::for_object(&self.source(), ty, target, obj);
+        match self.queue.push(&o::qkey(target, o::name(obj)), ev) {
+            Pushed::Queued => self.metrics.queued(ty.short()),
+            Pushed::Coalesced => {
+                self.metrics.events_coalesced.inc();
+            }
+            Pushed::Deferred => {
+                self.metrics.events_deferred.inc();
+            }
+        }
+    }
+}
+
+struct SessionHandler {
+    inner: Arc<Inner>,
+}
+
+#[async_trait]
+impl Handler for SessionHandler {
+    async fn handle(&self, ev: Event, out: &Outbox) -> Result<(), HandleError> {
+        self.inner.handle_event(ev, out).await
+    }
+    async fn on_connect(&self, out: &Outbox) {
+        match self.inner.cfg.mode {
+            Mode::Managed => self.inner.replica_resync(out).await,
+            // the principal (replica) starts the resync itself on every new stream
+            Mode::Autonomous => {}
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! Local watchers: local Applications and AppProjects become events for the principal; local
+//! edits of what the principal owns are reverted.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::Value;
+
+use crate::Mode;
+use crate::event::{EventType, Target};
+use crate::objects as o;
+use crate::store::{Kind, StoreEvent};
+
+use super::Inner;
+use super::application::{report_hash, status_payload, status_report_hash};
+
+impl Inner {
+    pub(super) async fn watch_local(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
+        let mut ready = Some(ready);
+        loop {
+            let mut s = self
+                .store
+                .watch(Kind::Application, Some(&self.cfg.namespace));
+            while let Some(ev) = s.next().await {
+                match ev {
+                    Ok(StoreEvent::Restarted(list)) => {
+                        let old = replace_cache(&self.cache, &list);
+                        let names: std::collections::HashSet<&str> =
+                            list.iter().map(o::name).collect();
+                        for obj in &list {
+                            self.on_local_apply(obj);
+                        }
+                        for obj in &old {
+                            self.on_local_delete(obj);
+                        }
+                        if self.cfg.mode == Mode::Managed {
+                            // principal copies with no local object (deleted while we were down)
+                            let missing: Vec<Value> = self
+                                .copies
+                                .lock()
+                                .expect("poisoned")
+                                .iter()
+                                .filter(|(n, _)| !names.contains(n.as_str()))
+                                .map(|(_, v)| v.clone())
+                                .collect();
+                            for c in missing {
+                                self.revert(c);
+                            }
+                        }
+                        if let Some(r) = ready.take() {
+                            let _ = r.send(());
+                        }
+                    }
+                    Ok(StoreEvent::Applied(obj)) => {
+                        self.cache
+                            .lock()
+                            .expect("poisoned")
+                            .insert(o::name(&obj).to_string(), obj.clone());
+                        self.on_local_apply(&obj);
+                    }
+                    Ok(StoreEvent::Deleted(obj)) => {
+                        self.cache.lock().expect("poisoned").remove(o::name(&obj));
+                        self.on_local_delete(&obj);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "local watch error"),
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    pub(super) async fn watch_local_projects(
+        self: Arc<Self>,
+        ready: tokio::sync::oneshot::Sender<()>,
+    ) {
+        let mut ready = Some(ready);
+        loop {
+            let mut s = self
+                .store
+                .watch(Kind::AppProject, Some(&self.cfg.namespace));
+            while let Some(ev) = s.next().await {
+                match ev {
+                    Ok(StoreEvent::Restarted(list)) => {
+                        let old = replace_cache(&self.proj_cache, &list);
+                        let names: std::collections::HashSet<&str> =
+                            list.iter().map(o::name).collect();
+                        for p in &list {
+                            self.on_local_project(p, false);
+                        }
+                        for p in &old {
+                            self.on_local_project(p, true);
+                        }
+                        if self.cfg.mode == Mode::Managed {
+                            let missing: Vec<Value> = self
+                                .proj_copies
+                                .lock()
+                                .expect("poisoned")
+                                .iter()
+                                .filter(|(n, _)| !names.contains(n.as_str()))
+                                .map(|(_, v)| v.clone())
+                                .collect();
+                            for c in missing {
+                                self.revert_project(c);
+                            }
+                        }
+                    }
+                    Ok(StoreEvent::Applied(p)) => {
+                        self.proj_cache
+                            .lock()
+                            .expect("poisoned")
+                            .insert(o::name(&p).to_string(), p.clone());
+                        self.on_local_project(&p, false);
+                    }
+                    Ok(StoreEvent::Deleted(p)) => {
+                        self.proj_cache
+                            .lock()
+                            .expect("poisoned")
+                            .remove(o::name(&p));
+                        self.on_local_project(&p, true);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "local AppProject watch error"),
+                }
+                // ready after the first list, or the first error (no AppProject CRD)
+                if let Some(r) = ready.take() {
+                    let _ = r.send(());
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// A local AppProject changed (`deleted`: it is gone).
+    pub(super) fn on_local_project(self: &Arc<Self>, p: &Value, deleted: bool) {
+        if o::ignored(p) {
+            return;
+        }
+        let name = o::name(p).to_string();
+        match self.cfg.mode {
+            Mode::Managed => {
+                // the principal's projects are reverted to its copy, recreated when deleted
+                let copy = self
+                    .proj_copies
+                    .lock()
+                    .expect("poisoned")
+                    .get(&name)
+                    .cloned();
+                if let Some(copy) = copy
+                    && (deleted || o::full_spec_hash(p) != o::full_spec_hash(&copy))
+                {
+                    tracing::info!(project = %name, "local change of a managed AppProject; reverting");
+                    self.revert_project(copy);
+                }
+            }
+            Mode::Autonomous => {
+                if deleted {
+                    if self
+                        .proj_sent
+                        .lock()
+                        .expect("poisoned")
+                        .remove(&name)
+                        .is_some()
+                    {
+                        self.push_target(EventType::Delete, Target::AppProject, p);
+                    }
+                    return;
+                }
+                let h = o::project_hash(p);
+                let prev = self
+                    .proj_sent
+                    .lock()
+                    .expect("poisoned")
+                    .insert(name, h.clone());
+                match prev {
+                    None => self.push_target(EventType::Create, Target::AppProject, p),
+                    Some(x) if x != h => {
+                        self.push_target(EventType::SpecUpdate, Target::AppProject, p)
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    pub(super) fn revert_project(self: &Arc<Self>, copy: Value) {
+        self.metrics.local_edits_reverted.inc();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let name = o::name(&copy).to_string();
+            let _g = me.locks.lock(&o::qkey(Target::AppProject, &name)).await;
+            let current = me.proj_copies.lock().expect("poisoned").get(&name).cloned();
+            let Some(copy) = current else { return };
+            if let Err(e) = me.upsert(Kind::AppProject, &copy, false).await {
+                tracing::warn!(error = %e, "reverting a local AppProject edit failed");
+            }
+        });
+    }
+
+    pub(super) fn revert(self: &Arc<Self>, copy: Value) {
+        self.metrics.local_edits_reverted.inc();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let _g = me.locks.lock(o::name(&copy)).await;
+            // the principal may have deleted it meanwhile: then the deletion wins
+            let current = me
+                .copies
+                .lock()
+                .expect("poisoned")
+                .get(o::name(&copy))
+                .cloned();
+            let Some(copy) = current else { return };
+            if let Err(e) = me.upsert_local(&copy, false).await {
+                tracing::warn!(error = %e, "reverting a local edit failed");
+            }
+        });
+    }
+
+    pub(super) fn on_local_apply(self: &Arc<Self>, obj: &Value) {
+        if o::ignored(obj) {
+            return;
+        }
+        let name = o::name(obj).to_string();
+        match self.cfg.mode {
+            Mode::Managed => {
+                let copy = self.copies.lock().expect("poisoned").get(&name).cloned();
+                let Some(copy) = copy else { return };
+                if o::full_spec_hash(obj) != o::full_spec_hash(&copy) {
+                    tracing::info!(app = %name, "local edit of a managed application; reverting");
+                    self.revert(copy);
+                }
+                let h = status_report_hash(obj);
+                // nothing to report for an object without status and operation that we have
+                // not reported before (e.g. just created from the principal's event): saves a
+                // status-update + ACK round trip per created Application
+                let nothing = obj.get("status").is_none_or(Value::is_null)
+                    && obj.get("operation").is_none_or(Value::is_null);
+                let mut sent = self.sent.lock().expect("poisoned");
+                let report = match sent.get(&name) {
+                    Some(prev) => *prev != h,
+                    None => !nothing,
+                };
+                if report {
+                    sent.insert(name, h);
+                    drop(sent);
+                    self.push(EventType::StatusUpdate, &status_payload(obj));
+                } else {
+                    sent.entry(name).or_insert(h);
+                }
+            }
+            Mode::Autonomous => {
+                let h = report_hash(obj);
+                let mut sent = self.sent.lock().expect("poisoned");
+                let prev = sent.insert(name, h.clone());
+                drop(sent);
+                match prev {
+                    None => self.push(EventType::Create, obj),
+                    Some(p) if p != h => self.push(EventType::SpecUpdate, obj),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_local_delete(self: &Arc<Self>, obj: &Value) {
+        let name = o::name(obj).to_string();
+        match self.cfg.mode {
+            Mode::Managed => {
+                self.sent.lock().expect("poisoned").remove(&name);
+                if self.deleting.lock().expect("poisoned").remove(&name) {
+                    // the deletion the principal asked for is complete: report it
+                    tracing::info!(app = %name, "application deleted; reporting to the principal");
+                    self.push(EventType::Delete, obj);
+                    return;
+                }
+                let copy = self.copies.lock().expect("poisoned").get(&name).cloned();
+                if let Some(copy) = copy {
+                    tracing::info!(app = %name, "local deletion of a managed application; recreating");
+                    self.revert(copy);
+                }
+            }
+            Mode::Autonomous => {
+                if self.sent.lock().expect("poisoned").remove(&name).is_some() {
+                    self.push(EventType::Delete, obj);
+                }
+            }
+        }
+    }
+}
+
+/// Replaces a by-name cache with a fresh list and returns the cached objects the list no longer has.
+fn replace_cache(cache: &Mutex<HashMap<String, Value>>, list: &[Value]) -> Vec<Value> {
+    let names: std::collections::HashSet<&str> = list.iter().map(o::name).collect();
+    let mut c = cache.lock().expect("poisoned");
+    let vanished = c
+        .values()
+        .filter(|v| !names.contains(o::name(v)))
+        .cloned()
+        .collect();
+    *c = list
+        .iter()
+        .map(|x| (o::name(x).to_string(), x.clone()))
+        .collect();
+    vanished
+}

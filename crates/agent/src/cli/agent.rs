@@ -1,0 +1,313 @@
+//! `argocd-pull agent`: flags and env of argocd-agent's `agent` command.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use super::common::{self, parse_duration, read};
+use crate::Mode;
+use crate::agent::{Agent, AgentConfig};
+use crate::metrics::Metrics;
+use crate::store::Store;
+use crate::tls::TlsMaterial;
+use argocd_pull_ops::CancellationToken;
+
+/// `argocd-pull agent`
+#[derive(clap::Args, Debug, Clone)]
+pub struct AgentArgs {
+    /// Address (host name or IP) of the principal to connect to. Our previous release's
+    /// `host:port` form is still accepted when --server-port is not given.
+    #[arg(long = "server-address", env = "ARGOCD_AGENT_REMOTE_SERVER")]
+    pub server_address: String,
+    /// Port on the principal to connect to (default 443).
+    #[arg(long = "server-port", env = "ARGOCD_AGENT_REMOTE_PORT")]
+    pub server_port: Option<u16>,
+    /// Name expected in the principal's certificate (default: the host of --server-address).
+    #[arg(long = "server-name", env = "ARGOCD_AGENT_REMOTE_SERVER_NAME")]
+    pub server_name: Option<String>,
+    /// Mode of operation.
+    #[arg(
+        long = "agent-mode",
+        env = "ARGOCD_AGENT_MODE",
+        value_enum,
+        default_value = "autonomous"
+    )]
+    pub mode: Mode,
+    /// Credentials to use when connecting to the principal (mtls: only; empty means mtls).
+    #[arg(long = "creds", env = "ARGOCD_AGENT_CREDS", default_value = "")]
+    pub creds: String,
+
+    /// Secret holding the client certificate (kubernetes.io/tls), used without --tls-client-cert.
+    #[arg(long = "tls-secret-name", env = "ARGOCD_AGENT_TLS_SECRET_NAME", default_value = common::SECRET_CLIENT_TLS)]
+    pub tls_secret_name: String,
+    /// Client certificate (PEM file).
+    #[arg(long = "tls-client-cert", env = "ARGOCD_AGENT_TLS_CLIENT_CERT_PATH")]
+    pub tls_cert: Option<PathBuf>,
+    /// Client key (PEM file).
+    #[arg(long = "tls-client-key", env = "ARGOCD_AGENT_TLS_CLIENT_KEY_PATH")]
+    pub tls_key: Option<PathBuf>,
+    /// Secret holding the root CA (every field is read), used without --root-ca-path.
+    #[arg(long = "root-ca-secret-name", env = "ARGOCD_AGENT_TLS_ROOT_CA_SECRET_NAME", default_value = common::SECRET_CA)]
+    pub root_ca_secret_name: String,
+    /// CA of the principal's certificate (PEM file).
+    #[arg(
+        long = "root-ca-path",
+        alias = "tls-root-ca-path",
+        env = "ARGOCD_AGENT_TLS_ROOT_CA_PATH"
+    )]
+    pub root_ca_path: Option<PathBuf>,
+    /// Minimum TLS version (tls1.2, tls1.3; empty: tls1.2).
+    #[arg(
+        long = "tls-min-version",
+        env = "ARGOCD_AGENT_TLS_MIN_VERSION",
+        default_value = ""
+    )]
+    pub tls_min_version: String,
+    /// Maximum TLS version (tls1.3; empty: the highest).
+    #[arg(
+        long = "tls-max-version",
+        env = "ARGOCD_AGENT_TLS_MAX_VERSION",
+        default_value = ""
+    )]
+    pub tls_max_version: String,
+    /// Our previous release: allow TLS 1.2.
+    #[arg(
+        long = "tls-allow-1.2",
+        env = "ARGOCD_AGENT_TLS_ALLOW_12",
+        default_value_t = false,
+        hide = true
+    )]
+    pub tls_allow_12: bool,
+
+    /// Namespace to manage applications in.
+    #[arg(
+        short = 'n',
+        long,
+        env = "ARGOCD_AGENT_NAMESPACE",
+        default_value = "argocd"
+    )]
+    pub namespace: String,
+    /// Path to a kubeconfig file to use.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Override the default kube context.
+    #[arg(long)]
+    pub kubecontext: Option<String>,
+
+    /// Maximum gRPC message size in bytes (the largest event accepted or sent).
+    #[arg(long = "grpc-max-message-size", alias = "max-event-size", env = "ARGOCD_AGENT_GRPC_MAX_MESSAGE_SIZE", default_value_t = common::DEFAULT_GRPC_MAX_MESSAGE_SIZE)]
+    pub grpc_max_message_size: usize,
+    /// Our previous release's env name for the size limit.
+    #[arg(
+        long = "max-event-size-legacy",
+        env = "ARGOCD_AGENT_MAX_EVENT_SIZE",
+        hide = true
+    )]
+    pub max_event_size_legacy: Option<usize>,
+    /// Send queue capacity (events).
+    #[arg(long = "queue-capacity", env = "ARGOCD_AGENT_QUEUE_CAPACITY", default_value_t = crate::DEFAULT_QUEUE_CAPACITY)]
+    pub queue_capacity: usize,
+    /// Use compression while sending data to the principal.
+    #[arg(
+        long = "enable-compression",
+        env = "ARGOCD_AGENT_ENABLE_COMPRESSION",
+        default_value_t = false
+    )]
+    pub compression: bool,
+    /// HTTP/2 keepalive ping interval towards the principal (0: the built-in 30 s).
+    #[arg(long = "keep-alive-ping-interval", env = "ARGOCD_AGENT_KEEP_ALIVE_PING_INTERVAL", default_value = "0", value_parser = parse_duration)]
+    pub keepalive: Duration,
+
+    /// Port the metrics server listens on (0: off).
+    #[arg(
+        long = "metrics-port",
+        env = "ARGOCD_AGENT_METRICS_PORT",
+        default_value_t = 8181
+    )]
+    pub metrics_port: u16,
+    /// Port the health check server listens on (0: off).
+    #[arg(
+        long = "healthz-port",
+        env = "ARGOCD_AGENT_HEALTH_CHECK_PORT",
+        default_value_t = 8001
+    )]
+    pub healthz_port: u16,
+    /// Our previous release's metrics/health address (one server); overrides the ports.
+    #[arg(long = "metrics-addr", env = "ARGOCD_AGENT_METRICS_ADDR", hide = true)]
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+impl AgentArgs {
+    /// (host, port) of the principal. A `host:port` --server-address (our previous release) is
+    /// split when --server-port is absent.
+    pub fn server(&self) -> anyhow::Result<(String, u16)> {
+        let a = self.server_address.trim();
+        if a.is_empty() {
+            bail!("No remote specified: set --server-address (ARGOCD_AGENT_REMOTE_SERVER)");
+        }
+        if let Some(p) = self.server_port {
+            if p == 0 {
+                bail!("--server-port must be between 1 and 65535");
+            }
+            return Ok((a.trim_matches(['[', ']']).to_string(), p));
+        }
+        if let Ok(sa) = a.parse::<SocketAddr>() {
+            return Ok((sa.ip().to_string(), sa.port()));
+        }
+        if let Some((h, p)) = a.rsplit_once(':')
+            && !h.contains(':')
+            && let Ok(p) = p.parse::<u16>()
+        {
+            return Ok((h.to_string(), p));
+        }
+        Ok((a.trim_matches(['[', ']']).to_string(), 443))
+    }
+}
+
+/// Runs an agent against the current kube context until SIGTERM or Ctrl-C.
+pub async fn run_agent(args: AgentArgs) -> anyhow::Result<()> {
+    run(args, None, None, argocd_pull_ops::shutdown::on_signal()).await
+}
+
+/// Runs an agent until `shutdown` is cancelled. `store`: the local backend (`None`: the current
+/// kube context).
+pub async fn run_agent_until(
+    args: AgentArgs,
+    store: Option<Arc<dyn Store>>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    run(args, None, store, shutdown).await
+}
+
+/// Runs an agent against `client`'s cluster (local objects and the peer's Secrets) until
+/// `shutdown` is cancelled.
+pub async fn run_agent_in(
+    args: AgentArgs,
+    client: kube::Client,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    run(args, Some(client), None, shutdown).await
+}
+
+async fn material(
+    args: &AgentArgs,
+    client: Option<kube::Client>,
+) -> anyhow::Result<(TlsMaterial, Option<kube::Client>)> {
+    let needs_kube = args.tls_cert.is_none() || args.root_ca_path.is_none();
+    let client = match client {
+        Some(c) => Some(c),
+        None if needs_kube || args.kubeconfig.is_some() || args.kubecontext.is_some() => Some(
+            common::kube_client(args.kubeconfig.as_ref(), args.kubecontext.as_deref())
+                .await
+                .context("TLS material comes from Secrets")?,
+        ),
+        None => None,
+    };
+    let kube = || {
+        client
+            .as_ref()
+            .expect("client present when Secrets are read")
+    };
+    let ns = &args.namespace;
+    let ca_pem = match &args.root_ca_path {
+        Some(p) => read(p)?,
+        None => {
+            tracing::info!(secret = %args.root_ca_secret_name, namespace = %ns, "loading root CA certificate from secret");
+            common::ca_from_secret(kube(), ns, &args.root_ca_secret_name, &[]).await?
+        }
+    };
+    let (cert_pem, key_pem) = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => (read(c)?, read(k)?),
+        (None, None) => {
+            tracing::info!(secret = %args.tls_secret_name, namespace = %ns, "loading client TLS certificate from secret");
+            common::tls_from_secret(kube(), ns, &args.tls_secret_name).await?
+        }
+        _ => bail!("Both --tls-client-cert and --tls-client-key have to be given"),
+    };
+    Ok((
+        TlsMaterial {
+            cert_pem,
+            key_pem,
+            ca_pem,
+        },
+        client,
+    ))
+}
+
+async fn run(
+    args: AgentArgs,
+    client: Option<kube::Client>,
+    store: Option<Arc<dyn Store>>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    common::check_creds(&args.creds)?;
+    if args.namespace.is_empty() {
+        bail!("namespace value is empty and must be specified");
+    }
+    let allow_tls12 =
+        args.tls_allow_12 || common::allow_tls12(&args.tls_min_version, &args.tls_max_version, "")?;
+    let (host, port) = args.server()?;
+    let max_event_size = args
+        .max_event_size_legacy
+        .unwrap_or(args.grpc_max_message_size);
+    if max_event_size == 0 {
+        bail!("--grpc-max-message-size must be greater than 0");
+    }
+    let Some((tls, client)) = super::or_shutdown(&shutdown, material(&args, client)).await? else {
+        return Ok(());
+    };
+    let resolve = async {
+        tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .with_context(|| format!("resolving {host}:{port}"))?
+            .next()
+            .with_context(|| format!("{host}:{port} resolves to no address"))
+    };
+    let Some(addr) = super::or_shutdown(&shutdown, resolve).await? else {
+        return Ok(());
+    };
+    let mut cfg = AgentConfig::new(addr, tls, args.mode);
+    cfg.server_name = args.server_name.clone().unwrap_or_else(|| host.clone());
+    cfg.allow_tls12 = allow_tls12;
+    cfg.namespace = args.namespace.clone();
+    cfg.max_event_size = max_event_size;
+    cfg.queue_capacity = args.queue_capacity;
+    cfg.compression = args.compression;
+    if !args.keepalive.is_zero() {
+        cfg.keepalive_interval = args.keepalive;
+    }
+    let Some(store) =
+        super::or_shutdown(&shutdown, super::store_or(store, client, "local")).await?
+    else {
+        return Ok(());
+    };
+    let metrics = Metrics::new("argocd_agent");
+    let admin = super::serve_admin(
+        &metrics,
+        &super::admin_addrs(
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            args.metrics_port,
+            args.healthz_port,
+            args.metrics_addr,
+        ),
+        &shutdown,
+    )
+    .await?;
+    let Some(a) = super::or_shutdown(&shutdown, Agent::start(cfg, store, metrics)).await? else {
+        return Ok(());
+    };
+    shutdown.cancelled().await;
+    tracing::info!("agent shutting down");
+    super::bounded_stop("agent", async {
+        a.shutdown().await;
+        for t in admin {
+            let _ = t.await;
+        }
+    })
+    .await;
+    Ok(())
+}

@@ -1,0 +1,397 @@
+//! `argocd-pull principal`: flags and env of argocd-agent's `principal` command.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use super::common::{self, IdentitySource, parse_duration, read};
+use crate::metrics::Metrics;
+use crate::principal::{Principal, PrincipalConfig};
+use crate::store::Store;
+use crate::tls::TlsMaterial;
+use argocd_pull_ops::CancellationToken;
+
+/// `argocd-pull principal`
+#[derive(clap::Args, Debug, Clone)]
+pub struct PrincipalArgs {
+    /// Name of the host to listen on (empty: all interfaces).
+    #[arg(
+        long = "listen-host",
+        env = "ARGOCD_PRINCIPAL_LISTEN_HOST",
+        default_value = ""
+    )]
+    pub listen_host: String,
+    /// Port the gRPC server will listen on.
+    #[arg(
+        long = "listen-port",
+        env = "ARGOCD_PRINCIPAL_LISTEN_PORT",
+        default_value_t = 8443
+    )]
+    pub listen_port: u16,
+    /// Our previous release's listen address (host:port); overrides --listen-host/--listen-port.
+    #[arg(
+        long = "listen",
+        env = "ARGOCD_PRINCIPAL_LISTEN_HOST_PORT",
+        hide = true
+    )]
+    pub listen: Option<SocketAddr>,
+
+    /// Secret holding the gRPC server certificate (kubernetes.io/tls), used without --tls-cert.
+    #[arg(long = "tls-secret-name", env = "ARGOCD_PRINCIPAL_TLS_SECRET_NAME", default_value = common::SECRET_PRINCIPAL_TLS)]
+    pub tls_secret_name: String,
+    /// gRPC server certificate (PEM file).
+    #[arg(long = "tls-cert", env = "ARGOCD_PRINCIPAL_TLS_SERVER_CERT_PATH")]
+    pub tls_cert: Option<PathBuf>,
+    /// gRPC server key (PEM file).
+    #[arg(long = "tls-key", env = "ARGOCD_PRINCIPAL_TLS_SERVER_KEY_PATH")]
+    pub tls_key: Option<PathBuf>,
+    /// INSECURE: generate a one-time self-signed server certificate.
+    #[arg(
+        long = "insecure-tls-generate",
+        env = "ARGOCD_PRINCIPAL_TLS_SERVER_ALLOW_GENERATE",
+        default_value_t = false
+    )]
+    pub insecure_tls_generate: bool,
+    /// Secret holding the CA that signs agent certificates (fields tls.crt / ca.crt), used
+    /// without --root-ca-path.
+    #[arg(long = "tls-ca-secret-name", env = "ARGOCD_PRINCIPAL_TLS_SERVER_ROOT_CA_SECRET_NAME", default_value = common::SECRET_CA)]
+    pub tls_ca_secret_name: String,
+    /// CA that signs agent client certificates (PEM file).
+    #[arg(
+        long = "root-ca-path",
+        alias = "tls-client-ca",
+        env = "ARGOCD_PRINCIPAL_TLS_SERVER_ROOT_CA_PATH"
+    )]
+    pub root_ca_path: Option<PathBuf>,
+    /// Minimum TLS version (tls1.2, tls1.3).
+    #[arg(
+        long = "tls-min-version",
+        env = "ARGOCD_PRINCIPAL_TLS_MIN_VERSION",
+        default_value = "tls1.3"
+    )]
+    pub tls_min_version: String,
+    /// Maximum TLS version (tls1.3; empty: the highest).
+    #[arg(
+        long = "tls-max-version",
+        env = "ARGOCD_PRINCIPAL_TLS_MAX_VERSION",
+        default_value = ""
+    )]
+    pub tls_max_version: String,
+    /// Our previous release: allow TLS 1.2 (same as --tls-min-version tls1.2).
+    #[arg(
+        long = "tls-allow-1.2",
+        env = "ARGOCD_PRINCIPAL_TLS_ALLOW_12",
+        default_value_t = false,
+        hide = true
+    )]
+    pub tls_allow_12: bool,
+
+    /// Authentication: mtls:subject:<regex> or mtls:uri:<regex>; the first capture group is the
+    /// agent name.
+    #[arg(
+        long = "auth",
+        env = "ARGOCD_PRINCIPAL_AUTH",
+        default_value = "mtls:subject:CN=([^,]+)"
+    )]
+    pub auth: String,
+    /// Our previous release's identity regex over the subject (same as --auth mtls:subject:<re>).
+    #[arg(
+        long = "auth-mtls-identity-regex",
+        env = "ARGOCD_PRINCIPAL_AUTH_MTLS_IDENTITY_REGEX",
+        hide = true
+    )]
+    pub identity_regex: Option<String>,
+
+    /// Secret holding the JWT signing key (field jwt.key), used without --jwt-key.
+    #[arg(long = "jwt-secret-name", env = "ARGOCD_PRINCIPAL_JWT_SECRET_NAME", default_value = common::SECRET_JWT)]
+    pub jwt_secret_name: String,
+    /// RSA PKCS#8 PEM key signing JWTs.
+    #[arg(long = "jwt-key", env = "ARGOCD_PRINCIPAL_JWT_KEY_PATH")]
+    pub jwt_key: Option<PathBuf>,
+    /// Our previous release's env name for --jwt-key.
+    #[arg(
+        long = "jwt-secret-path",
+        env = "ARGOCD_PRINCIPAL_JWT_SECRET_PATH",
+        hide = true
+    )]
+    pub jwt_key_legacy: Option<PathBuf>,
+    /// INSECURE: generate a one-time JWT signing key.
+    #[arg(
+        long = "insecure-jwt-generate",
+        env = "ARGOCD_PRINCIPAL_JWT_ALLOW_GENERATE",
+        default_value_t = false
+    )]
+    pub insecure_jwt_generate: bool,
+
+    /// The principal's namespace (default: the pod's namespace, else argocd).
+    #[arg(short = 'n', long, env = "ARGOCD_PRINCIPAL_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Path to a kubeconfig file to use.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Override the default kube context.
+    #[arg(long)]
+    pub kubecontext: Option<String>,
+
+    /// Maximum gRPC message size in bytes (the largest event accepted or sent).
+    #[arg(long = "grpc-max-message-size", alias = "max-event-size", env = "ARGOCD_PRINCIPAL_GRPC_MAX_MESSAGE_SIZE", default_value_t = common::DEFAULT_GRPC_MAX_MESSAGE_SIZE)]
+    pub grpc_max_message_size: usize,
+    /// Our previous release's env name for the size limit.
+    #[arg(
+        long = "max-event-size-legacy",
+        env = "ARGOCD_PRINCIPAL_MAX_EVENT_SIZE",
+        hide = true
+    )]
+    pub max_event_size_legacy: Option<usize>,
+    /// Received events processed concurrently per agent (the peer's name; default: --concurrency).
+    #[arg(long = "event-processors", env = "ARGOCD_PRINCIPAL_EVENT_PROCESSORS")]
+    pub event_processors: Option<usize>,
+    /// Received events processed concurrently per agent.
+    #[arg(long, env = "ARGOCD_PRINCIPAL_CONCURRENCY", default_value_t = crate::DEFAULT_CONCURRENCY)]
+    pub concurrency: usize,
+    /// Per-agent send queue capacity (events); beyond it resources are deferred, never dropped.
+    #[arg(long = "queue-capacity", env = "ARGOCD_PRINCIPAL_QUEUE_CAPACITY", default_value_t = crate::DEFAULT_QUEUE_CAPACITY)]
+    pub queue_capacity: usize,
+    /// gzip-compress sent events.
+    #[arg(
+        long = "enable-compression",
+        env = "ARGOCD_PRINCIPAL_ENABLE_COMPRESSION",
+        default_value_t = false
+    )]
+    pub compression: bool,
+    /// Minimum interval between keepalive pings an agent may send.
+    #[arg(long = "keepalive-min-interval", env = "ARGOCD_PRINCIPAL_KEEP_ALIVE_MIN_INTERVAL", default_value = "0", value_parser = parse_duration)]
+    pub keepalive_min_interval: Duration,
+
+    /// Port the metrics server listens on (0: off).
+    #[arg(
+        long = "metrics-port",
+        env = "ARGOCD_PRINCIPAL_METRICS_PORT",
+        default_value_t = 8000
+    )]
+    pub metrics_port: u16,
+    /// Port the health check server listens on (0: off).
+    #[arg(
+        long = "healthz-port",
+        env = "ARGOCD_PRINCIPAL_HEALTH_CHECK_PORT",
+        default_value_t = 8003
+    )]
+    pub healthz_port: u16,
+    /// Our previous release's metrics/health address (one server); overrides the ports.
+    #[arg(
+        long = "metrics-addr",
+        env = "ARGOCD_PRINCIPAL_METRICS_ADDR",
+        hide = true
+    )]
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+impl PrincipalArgs {
+    fn listen_addr(&self) -> anyhow::Result<SocketAddr> {
+        if let Some(a) = self.listen {
+            return Ok(a);
+        }
+        let ip: IpAddr = if self.listen_host.is_empty() {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        } else {
+            match self.listen_host.parse() {
+                Ok(ip) => ip,
+                Err(_) => std::net::ToSocketAddrs::to_socket_addrs(&(
+                    self.listen_host.as_str(),
+                    self.listen_port,
+                ))
+                .with_context(|| format!("resolving --listen-host {}", self.listen_host))?
+                .next()
+                .with_context(|| format!("--listen-host {} resolves to nothing", self.listen_host))?
+                .ip(),
+            }
+        };
+        Ok(SocketAddr::new(ip, self.listen_port))
+    }
+
+    fn needs_kube_for_material(&self) -> bool {
+        (self.tls_cert.is_none() && !self.insecure_tls_generate)
+            || self.root_ca_path.is_none()
+            || (self.jwt_key.is_none()
+                && self.jwt_key_legacy.is_none()
+                && !self.insecure_jwt_generate)
+    }
+}
+
+/// Runs the principal against the current kube context until SIGTERM or Ctrl-C.
+pub async fn run_principal(args: PrincipalArgs) -> anyhow::Result<()> {
+    run(args, None, None, argocd_pull_ops::shutdown::on_signal()).await
+}
+
+/// Runs the principal until `shutdown` is cancelled, then stops serving and drops every stream.
+/// `store`: the hub backend (`None`: the current kube context).
+pub async fn run_principal_until(
+    args: PrincipalArgs,
+    store: Option<Arc<dyn Store>>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    run(args, None, store, shutdown).await
+}
+
+/// Runs the principal against `client`'s cluster (hub objects and the peer's Secrets) until
+/// `shutdown` is cancelled.
+pub async fn run_principal_in(
+    args: PrincipalArgs,
+    client: kube::Client,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    run(args, Some(client), None, shutdown).await
+}
+
+struct Material {
+    tls: TlsMaterial,
+    jwt: String,
+    client: Option<kube::Client>,
+    namespace: String,
+}
+
+async fn material(args: &PrincipalArgs, client: Option<kube::Client>) -> anyhow::Result<Material> {
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(common::default_namespace);
+    let client = match client {
+        Some(c) => Some(c),
+        None if args.needs_kube_for_material()
+            || (args.kubeconfig.is_some() || args.kubecontext.is_some()) =>
+        {
+            Some(
+                common::kube_client(args.kubeconfig.as_ref(), args.kubecontext.as_deref())
+                    .await
+                    .context("TLS material or the JWT key come from Secrets")?,
+            )
+        }
+        None => None,
+    };
+    let kube = || {
+        client
+            .as_ref()
+            .expect("client present when Secrets are read")
+    };
+    let (cert_pem, key_pem) = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => (read(c)?, read(k)?),
+        (Some(_), None) | (None, Some(_)) => {
+            bail!("Both --tls-cert and --tls-key have to be given")
+        }
+        (None, None) if args.insecure_tls_generate => {
+            tracing::warn!("INSECURE: using a one-time generated TLS certificate for gRPC");
+            let ca = crate::pki::Ca::new("argocd-agent-principal--generated")?;
+            let s = ca.issue_server(&[])?;
+            (s.cert_pem.into_bytes(), s.key_pem.into_bytes())
+        }
+        (None, None) => {
+            tracing::info!(secret = %args.tls_secret_name, %namespace, "loading gRPC TLS certificate from secret");
+            common::tls_from_secret(kube(), &namespace, &args.tls_secret_name).await?
+        }
+    };
+    let ca_pem = match &args.root_ca_path {
+        Some(p) => read(p)?,
+        None => {
+            tracing::info!(secret = %args.tls_ca_secret_name, %namespace, "loading root CA certificate from secret");
+            common::ca_from_secret(
+                kube(),
+                &namespace,
+                &args.tls_ca_secret_name,
+                &["tls.crt", "ca.crt"],
+            )
+            .await?
+        }
+    };
+    let jwt = match args.jwt_key.as_ref().or(args.jwt_key_legacy.as_ref()) {
+        Some(p) => String::from_utf8(read(p)?).context("JWT key is not UTF-8 PEM")?,
+        None if args.insecure_jwt_generate => {
+            tracing::warn!("INSECURE: using a one-time generated JWT signing key");
+            tokio::task::spawn_blocking(|| crate::auth::generate_rsa_pem(2048)).await??
+        }
+        None => {
+            tracing::info!(secret = %args.jwt_secret_name, %namespace, "loading JWT signing key from secret");
+            common::jwt_key_from_secret(kube(), &namespace, &args.jwt_secret_name).await?
+        }
+    };
+    Ok(Material {
+        tls: TlsMaterial {
+            cert_pem,
+            key_pem,
+            ca_pem,
+        },
+        jwt,
+        client,
+        namespace,
+    })
+}
+
+async fn run(
+    args: PrincipalArgs,
+    client: Option<kube::Client>,
+    store: Option<Arc<dyn Store>>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let auth = match &args.identity_regex {
+        Some(re) => common::parse_auth(&format!("mtls:subject:{re}"))?,
+        None => common::parse_auth(&args.auth)?,
+    };
+    if auth.source == IdentitySource::Uri {
+        bail!("--auth mtls:uri:… is not supported yet; use mtls:subject:<regex>");
+    }
+    let allow_tls12 = args.tls_allow_12
+        || common::allow_tls12(&args.tls_min_version, &args.tls_max_version, "tls1.3")?;
+    let listen = args.listen_addr()?;
+    let max_event_size = args
+        .max_event_size_legacy
+        .unwrap_or(args.grpc_max_message_size);
+    if max_event_size == 0 {
+        bail!("--grpc-max-message-size must be greater than 0");
+    }
+    let Some(m) = super::or_shutdown(&shutdown, material(&args, client)).await? else {
+        return Ok(());
+    };
+    let mut cfg = PrincipalConfig::new(listen, m.tls, m.jwt);
+    cfg.allow_tls12 = allow_tls12;
+    cfg.identity_regex = auth.regex;
+    cfg.namespace = m.namespace;
+    cfg.max_event_size = max_event_size;
+    cfg.queue_capacity = args.queue_capacity;
+    cfg.concurrency = args.event_processors.unwrap_or(args.concurrency).max(1);
+    cfg.compression = args.compression;
+    cfg.keepalive_min_interval = args.keepalive_min_interval;
+    let Some(store) =
+        super::or_shutdown(&shutdown, super::store_or(store, m.client, "hub")).await?
+    else {
+        return Ok(());
+    };
+    let metrics = Metrics::new("argocd_principal");
+    let admin = super::serve_admin(
+        &metrics,
+        &super::admin_addrs(
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            args.metrics_port,
+            args.healthz_port,
+            args.metrics_addr,
+        ),
+        &shutdown,
+    )
+    .await?;
+    let Some(p) = super::or_shutdown(&shutdown, Principal::start(cfg, store, metrics)).await?
+    else {
+        return Ok(());
+    };
+    shutdown.cancelled().await;
+    tracing::info!("principal shutting down");
+    super::bounded_stop("principal", async {
+        p.shutdown().await;
+        for a in admin {
+            let _ = a.await;
+        }
+    })
+    .await;
+    Ok(())
+}

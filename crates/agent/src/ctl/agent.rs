@@ -1,0 +1,385 @@
+//! `ctl agent …` (peer: cmd/ctl/agent.go): agents as Argo CD cluster secrets `cluster-<agent>`
+//! in the principal's namespace, shaped like the peer's `cluster.ClusterToSecret`.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, bail};
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::{ListParams, ObjectMeta};
+use serde::Serialize;
+
+use super::Clients;
+use super::out::{put_secret, render};
+use super::pki::{KeyFlags, load_ca};
+use crate::cli::common::get_secret;
+use crate::pki::DEFAULT_LEAF_DAYS;
+
+/// Label mapping a cluster secret to its agent.
+pub const LABEL_AGENT_NAME: &str = "argocd-agent.argoproj-labs.io/agent-name";
+/// Argo CD's secret-type label.
+pub const LABEL_SECRET_TYPE: &str = "argocd.argoproj.io/secret-type";
+/// Argo CD's skip-reconcile annotation (set to `"true"` on agent clusters).
+pub const ANNOTATION_SKIP_RECONCILE: &str = "argocd.argoproj.io/skip-reconcile";
+/// Argo CD's `managed-by` annotation; the peer writes `argocd-agent`.
+pub const ANNOTATION_MANAGED_BY: &str = "managed-by";
+/// The peer's default resource-proxy address.
+pub const DEFAULT_RESOURCE_PROXY: &str = "argocd-agent-resource-proxy:9090";
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum AgentCommand {
+    /// Create a new agent configuration (cluster secret cluster-<agent> with a client certificate).
+    Create {
+        /// The agent's name.
+        name: String,
+        /// Address of the principal's resource proxy (host:port).
+        #[arg(long = "resource-proxy-server", default_value = DEFAULT_RESOURCE_PROXY)]
+        resource_proxy_server: String,
+        /// Additional labels for the agent (key=value).
+        #[arg(short = 'l', long = "label", value_delimiter = ',')]
+        labels: Vec<String>,
+        /// Existing secret with tls.crt and tls.key to use instead of issuing ([namespace/]name).
+        #[arg(long = "tls-from-secret")]
+        tls_from_secret: Option<String>,
+        /// Existing secret with ca.crt ([namespace/]name), with --tls-from-secret.
+        #[arg(long = "ca-from-secret")]
+        ca_from_secret: Option<String>,
+        /// Number of days the client certificate is valid for.
+        #[arg(long, default_value_t = DEFAULT_LEAF_DAYS)]
+        days: u32,
+        #[command(flatten)]
+        key: KeyFlags,
+    },
+    /// List configured agents.
+    List {
+        /// Only list agents matching a label selector.
+        #[arg(short = 'l', long = "label")]
+        labels: Vec<String>,
+    },
+    /// Inspect an agent's configuration.
+    #[command(visible_alias = "show")]
+    Inspect {
+        name: String,
+        /// Output format (json, yaml or text).
+        #[arg(short, long, default_value = "json")]
+        output: String,
+    },
+    /// Print a TLS asset of an agent to stdout.
+    #[command(visible_alias = "dump-tls")]
+    PrintTls {
+        name: String,
+        /// Type of asset to print (cert, key, or ca).
+        #[arg(short = 't', long = "type", default_value = "cert")]
+        what: String,
+    },
+}
+
+/// `cluster-<agent>`.
+pub fn cluster_secret_name(agent: &str) -> String {
+    format!("cluster-{agent}")
+}
+
+/// `https://<address>?agentName=<agent>` after the peer's checks (`serverURL`).
+pub fn server_url(address: &str, agent: &str) -> anyhow::Result<String> {
+    if address.parse::<std::net::SocketAddr>().is_err() {
+        let Some((host, port)) = address.split_once(':') else {
+            bail!("invalid address: {address} (expected host:port)");
+        };
+        let dns_subdomain =
+            !host.is_empty() && host.len() <= 253 && host.split('.').all(crate::tls::is_dns_label);
+        if !dns_subdomain {
+            bail!("invalid address: {address}");
+        }
+        if port.parse::<u16>().is_err() {
+            bail!("invalid port: {port}");
+        }
+    }
+    if !crate::tls::is_dns_label(agent) {
+        bail!("invalid agent name {agent:?}: must be a DNS label (lowercase letters, digits, '-')");
+    }
+    Ok(format!("https://{address}?agentName={agent}"))
+}
+
+/// Argo CD's `ClusterConfig` JSON as Go marshals it: `insecure` always present, the PEM data
+/// base64 (Go `[]byte`), empty fields omitted.
+#[derive(Serialize, serde::Deserialize, Debug, Default)]
+struct ClusterConfig {
+    #[serde(
+        rename = "bearerToken",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    bearer_token: String,
+    #[serde(rename = "tlsClientConfig", default)]
+    tls: TlsClientConfig,
+}
+
+#[derive(Serialize, serde::Deserialize, Debug, Default)]
+struct TlsClientConfig {
+    #[serde(default)]
+    insecure: bool,
+    #[serde(rename = "certData", default, skip_serializing_if = "String::is_empty")]
+    cert_data: String,
+    #[serde(rename = "keyData", default, skip_serializing_if = "String::is_empty")]
+    key_data: String,
+    #[serde(rename = "caData", default, skip_serializing_if = "String::is_empty")]
+    ca_data: String,
+}
+
+fn b64(s: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+fn parse_labels(labels: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut m = BTreeMap::new();
+    for l in labels {
+        let Some((k, v)) = l.split_once('=') else {
+            bail!("couldn't parse label definition '{l}' (expected key=value)");
+        };
+        if let Some(old) = m.insert(k.to_string(), v.to_string()) {
+            bail!("label '{k}' already set with value '{old}'");
+        }
+    }
+    Ok(m)
+}
+
+fn split_ref<'a>(r: &'a str, default_ns: &'a str) -> (&'a str, &'a str) {
+    match r.split_once('/') {
+        Some(("", n)) => (default_ns, n),
+        Some((ns, n)) => (ns, n),
+        None => (default_ns, r),
+    }
+}
+
+/// The secret `agent create` writes (peer: `ClusterToSecret` of a `v1alpha1.Cluster` with the
+/// agent-name label, skip-reconcile annotation and a TLS client config).
+pub fn cluster_secret(
+    agent: &str,
+    namespace: &str,
+    server: &str,
+    mut labels: BTreeMap<String, String>,
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    ca_pem: &[u8],
+) -> anyhow::Result<Secret> {
+    labels.insert(LABEL_AGENT_NAME.into(), agent.into());
+    labels.insert(LABEL_SECRET_TYPE.into(), "cluster".into());
+    let annotations = BTreeMap::from([
+        (ANNOTATION_SKIP_RECONCILE.to_string(), "true".to_string()),
+        (
+            ANNOTATION_MANAGED_BY.to_string(),
+            "argocd-agent".to_string(),
+        ),
+    ]);
+    let config = ClusterConfig {
+        bearer_token: String::new(),
+        tls: TlsClientConfig {
+            insecure: false,
+            cert_data: b64(cert_pem),
+            key_data: b64(key_pem),
+            ca_data: b64(ca_pem),
+        },
+    };
+    let data = BTreeMap::from([
+        (
+            "server".to_string(),
+            server.trim_end_matches('/').to_string(),
+        ),
+        ("name".to_string(), agent.to_string()),
+        ("config".to_string(), serde_json::to_string(&config)?),
+    ]);
+    Ok(Secret {
+        metadata: ObjectMeta {
+            name: Some(cluster_secret_name(agent)),
+            namespace: Some(namespace.into()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        data: Some(
+            data.into_iter()
+                .map(|(k, v)| (k, k8s_openapi::ByteString(v.into_bytes())))
+                .collect(),
+        ),
+        ..Default::default()
+    })
+}
+
+struct Cluster {
+    server: String,
+    name: String,
+    config: ClusterConfig,
+}
+
+async fn load_cluster(c: &Clients, agent: &str) -> anyhow::Result<Option<Cluster>> {
+    let ns = &c.principal_namespace;
+    let Some(s) = Api::<Secret>::namespaced(c.principal.clone(), ns)
+        .get_opt(&cluster_secret_name(agent))
+        .await
+        .with_context(|| format!("reading secret {ns}/{}", cluster_secret_name(agent)))?
+    else {
+        return Ok(None);
+    };
+    let field = |k: &str| -> String {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+            .unwrap_or_default()
+    };
+    let config: ClusterConfig = serde_json::from_str(&field("config"))
+        .context("invalid cluster secret: data.config is not a cluster config")?;
+    Ok(Some(Cluster {
+        server: field("server"),
+        name: field("name"),
+        config,
+    }))
+}
+
+fn unb64(s: &str, what: &str) -> anyhow::Result<Vec<u8>> {
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .with_context(|| format!("invalid cluster secret: {what} is not base64"))
+}
+
+#[derive(Serialize)]
+struct ClusterOut {
+    server: String,
+    name: String,
+    #[serde(rename = "notValidBefore")]
+    not_valid_before: String,
+    #[serde(rename = "notValidAfter")]
+    not_valid_after: String,
+    fingerprint: String,
+}
+
+pub async fn run(cmd: &AgentCommand, c: &Clients) -> anyhow::Result<String> {
+    let ns = &c.principal_namespace;
+    match cmd {
+        AgentCommand::Create {
+            name,
+            resource_proxy_server,
+            labels,
+            tls_from_secret,
+            ca_from_secret,
+            days,
+            key,
+        } => {
+            let server = server_url(resource_proxy_server, name)?;
+            let labels = parse_labels(labels)?;
+            let api = Api::<Secret>::namespaced(c.principal.clone(), ns);
+            if api.get_opt(&cluster_secret_name(name)).await?.is_some() {
+                bail!("Agent {name} exists.");
+            }
+            let (cert, key_pem, ca) = match (tls_from_secret, ca_from_secret) {
+                (Some(t), Some(a)) => {
+                    let (tns, tname) = split_ref(t, ns);
+                    let (ans, aname) = split_ref(a, ns);
+                    let ts = get_secret(&c.principal, tns, tname).await?;
+                    let get = |s: &Secret, k: &str, what: &str| -> anyhow::Result<Vec<u8>> {
+                        s.data
+                            .as_ref()
+                            .and_then(|d| d.get(k))
+                            .map(|b| b.0.clone())
+                            .with_context(|| format!("{what} does not contain key '{k}'"))
+                    };
+                    let cert = get(&ts, "tls.crt", &format!("TLS secret {tns}/{tname}"))?;
+                    let key = get(&ts, "tls.key", &format!("TLS secret {tns}/{tname}"))?;
+                    crate::tls::parse_certs(&cert)?;
+                    crate::tls::parse_key(&key)?;
+                    let cs = get_secret(&c.principal, ans, aname).await?;
+                    let ca = get(&cs, "ca.crt", &format!("CA secret {ans}/{aname}"))?;
+                    (cert, key, ca)
+                }
+                (None, None) => {
+                    let alg = key.parse()?;
+                    let ca = load_ca(c).await?;
+                    let issued = ca.issue_client_peer(name, *days, alg)?;
+                    (
+                        issued.cert_pem.into_bytes(),
+                        issued.key_pem.into_bytes(),
+                        ca.cert_pem.into_bytes(),
+                    )
+                }
+                _ => bail!("Both --tls-from-secret and --ca-from-secret must be provided together"),
+            };
+            let s = cluster_secret(name, ns, &server, labels, &cert, &key_pem, &ca)?;
+            put_secret(&c.principal, ns, s, false, &format!("Agent {name} exists.")).await?;
+            Ok(format!("Agent {name} created\n"))
+        }
+        AgentCommand::List { labels } => {
+            let mut sel = vec![LABEL_AGENT_NAME.to_string()];
+            sel.extend(labels.iter().cloned());
+            let list = Api::<Secret>::namespaced(c.principal.clone(), ns)
+                .list(&ListParams::default().labels(&sel.join(",")))
+                .await
+                .context("Could not list secrets")?;
+            if list.items.is_empty() {
+                bail!("No agents found.");
+            }
+            let mut names: Vec<String> = list
+                .items
+                .iter()
+                .filter_map(|s| s.metadata.name.as_deref())
+                .map(|n| n.strip_prefix("cluster-").unwrap_or(n).to_string())
+                .collect();
+            names.sort();
+            Ok(names.into_iter().map(|n| n + "\n").collect())
+        }
+        AgentCommand::Inspect { name, output } => {
+            let cl = load_cluster(c, name)
+                .await?
+                .with_context(|| format!("No such agent configured: {name}"))?;
+            let pem = unb64(&cl.config.tls.cert_data, "certData")?;
+            let certs = crate::tls::parse_certs(&pem).context("Not a valid certificate")?;
+            if certs.len() > 1 {
+                bail!(
+                    "Certificate chain contains {} entries, but only 1 is expected. Please ensure the secret contains a single certificate.",
+                    certs.len()
+                );
+            }
+            let (_, x) = x509_parser::parse_x509_certificate(&certs[0])
+                .map_err(|e| anyhow::anyhow!("Could not parse certificate: {e}"))?;
+            let rfc3339 = |t: x509_parser::time::ASN1Time| {
+                t.to_datetime()
+                    .format(&time::format_description::well_known::Rfc3339)
+                    .unwrap_or_default()
+            };
+            use sha2::Digest;
+            let out = ClusterOut {
+                server: cl.server,
+                name: cl.name,
+                not_valid_before: rfc3339(x.validity().not_before),
+                not_valid_after: rfc3339(x.validity().not_after),
+                fingerprint: hex::encode_upper(sha2::Sha256::digest(&certs[0])),
+            };
+            render(
+                &out,
+                output,
+                &[
+                    ("server", "Server address"),
+                    ("name", "Server name"),
+                    ("notValidBefore", "Not valid before"),
+                    ("notValidAfter", "Not valid after"),
+                    ("fingerprint", "Fingerprint (SHA-256)"),
+                ],
+            )
+        }
+        AgentCommand::PrintTls { name, what } => {
+            let cl = load_cluster(c, name)
+                .await?
+                .with_context(|| format!("Agent '{name}' is not configured."))?;
+            let t = &cl.config.tls;
+            let data = match what.to_ascii_lowercase().as_str() {
+                "cert" => unb64(&t.cert_data, "certData")?,
+                "key" => unb64(&t.key_data, "keyData")?,
+                "ca" => unb64(&t.ca_data, "caData")?,
+                other => {
+                    bail!("unknown TLS asset type {other:?}; expected one of cert, key, or ca")
+                }
+            };
+            Ok(String::from_utf8(data).context("TLS asset is not PEM text")?)
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! Target `application`: events from an agent, hub writes, hub/agent forms, finalizers.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::Mode;
+use crate::checksum::{set_checksum, set_item, spec_checksum};
+use crate::event::{Event, EventType, Target};
+use crate::objects::{self as o, SOURCE_UID};
+use crate::session::{HandleError, Outbox};
+use crate::store::{Kind, StoreError};
+
+use super::{AgentState, Inner, SOURCE, View};
+
+impl Inner {
+    /// Writes `want` (hub form) over the hub object; retries conflicts a few times.
+    pub(super) async fn write_hub(
+        &self,
+        want: &Value,
+        with_status: bool,
+    ) -> Result<(), StoreError> {
+        self.write_obj(Kind::Application, want, with_status).await
+    }
+
+    /// Writes `want` over the hub object of `kind`; retries conflicts a few times.
+    pub(super) async fn write_obj(
+        &self,
+        kind: Kind,
+        want: &Value,
+        with_status: bool,
+    ) -> Result<(), StoreError> {
+        let (ns, name) = (o::namespace(want).to_string(), o::name(want).to_string());
+        for _ in 0..5 {
+            let r = match self.store.get(kind, &ns, &name).await? {
+                None => self.store.create(kind, want.clone()).await.map(|_| {
+                    self.metrics.hub_write(kind.as_str(), "created");
+                }),
+                Some(cur) => {
+                    let n = o::overlay(&cur, want, with_status, with_status);
+                    if n == cur {
+                        Ok(())
+                    } else {
+                        self.store.replace(kind, n).await.map(|_| {
+                            self.metrics.hub_write(kind.as_str(), "updated");
+                        })
+                    }
+                }
+            };
+            match r {
+                Err(StoreError::Conflict(_)) | Err(StoreError::AlreadyExists) => continue,
+                r => return r,
+            }
+        }
+        Err(StoreError::Conflict(format!(
+            "{ns}/{name}: too many conflicts"
+        )))
+    }
+
+    /// Hub form of an autonomous agent's application: namespace = agent, project prefixed.
+    pub(super) fn to_hub_form(&self, agent: &str, obj: &Value) -> Value {
+        let mut h = serde_json::json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Application",
+            "metadata": o::portable_meta(obj, agent),
+            "spec": obj["spec"].clone(),
+        });
+        if let Some(p) = obj["spec"]["project"].as_str() {
+            h["spec"]["project"] = Value::String(format!("{agent}-{p}"));
+        }
+        for k in ["status", "operation"] {
+            if let Some(v) = obj.get(k).filter(|v| !v.is_null()) {
+                h[k] = v.clone();
+            }
+        }
+        o::set_annotation(&mut h, SOURCE_UID, o::uid(obj));
+        h
+    }
+
+    /// The agent's view of a hub object of an autonomous agent (project prefix removed).
+    pub(super) fn to_agent_form(&self, agent: &str, h: &Value) -> Value {
+        let mut a = h.clone();
+        if let Some(p) = h["spec"]["project"].as_str()
+            && let Some(orig) = p.strip_prefix(&format!("{agent}-"))
+        {
+            a["spec"]["project"] = Value::String(orig.to_string());
+        }
+        a
+    }
+
+    pub(super) async fn handle_event(
+        self: &Arc<Self>,
+        a: &Arc<AgentState>,
+        ev: Event,
+        out: &Outbox,
+    ) -> Result<(), HandleError> {
+        let _g = if ev.ty.is_resource_change() {
+            Some(a.locks.lock(&o::qkey(ev.target, ev.name())).await)
+        } else {
+            None
+        };
+        let mode = *a.mode.lock().expect("poisoned");
+        let agent = a.name.as_str();
+        if ev.target == Target::AppProject || ev.data["kind"] == "AppProject" {
+            return self.handle_project_event(a, mode, ev).await;
+        }
+        if ev.target != Target::Application && ev.ty.is_resource_change() {
+            return Err(HandleError::Permanent(format!(
+                "unsupported target {:?} for {}",
+                ev.target.as_str(),
+                ev.ty.short()
+            )));
+        }
+        match (mode, ev.ty) {
+            (Mode::Managed, EventType::StatusUpdate) => {
+                let name = ev.name().to_string();
+                let Some(h) = self.store.get(Kind::Application, agent, &name).await? else {
+                    return Ok(()); // deleted on the hub meanwhile
+                };
+                let mut n = h.clone();
+                match ev.data.get("status") {
+                    Some(s) if !s.is_null() => n["status"] = s.clone(),
+                    _ => {
+                        n.as_object_mut().map(|m| m.remove("status"));
+                    }
+                }
+                // the agent finished the operation the hub asked for: clear it on the hub
+                let agent_op = ev.data.get("operation").filter(|v| !v.is_null());
+                if agent_op.is_none()
+                    && let Some(hop) = h.get("operation").filter(|v| !v.is_null())
+                    && crate::checksum::hash_value(hop)
+                        == crate::checksum::hash_value(
+                            &ev.data["status"]["operationState"]["operation"],
+                        )
+                {
+                    n.as_object_mut().map(|m| m.remove("operation"));
+                }
+                if n == h {
+                    return Ok(());
+                }
+                if let Some(v) = a.views.lock().expect("poisoned").get_mut(&name) {
+                    v.status = o::status_hash(&n);
+                    v.op = o::op_hash(&n);
+                }
+                self.store.replace(Kind::Application, n).await?;
+                self.metrics.hub_write("Application", "updated");
+                Ok(())
+            }
+            (Mode::Managed, EventType::RequestUpdate) => {
+                let name = ev.data["name"].as_str().unwrap_or_default().to_string();
+                let checksum = ev.data["checksum"].as_str().unwrap_or_default();
+                match self.store.get(Kind::Application, agent, &name).await? {
+                    None => {
+                        a.views.lock().expect("poisoned").remove(&name);
+                        let uid = ev.data["uid"].as_str().unwrap_or_default();
+                        self.push(a, EventType::Delete, &o::stub(&name, agent, uid));
+                    }
+                    Some(h) if o::deleting(&h) => {
+                        a.views.lock().expect("poisoned").insert(
+                            name,
+                            View {
+                                deleting: true,
+                                ..Default::default()
+                            },
+                        );
+                        self.push(a, EventType::SpecUpdate, &o::without_operation(&h));
+                    }
+                    Some(h) => {
+                        let spec = spec_checksum(&h);
+                        if spec != checksum {
+                            self.push(a, EventType::SpecUpdate, &o::without_operation(&h));
+                        }
+                        if !o::op_hash(&h).is_empty() {
+                            self.push(a, EventType::SetOperation, &h);
+                        }
+                        a.views.lock().expect("poisoned").insert(
+                            name,
+                            View {
+                                spec,
+                                op: o::op_hash(&h),
+                                status: o::status_hash(&h),
+                                copy: None,
+                                deleting: false,
+                            },
+                        );
+                    }
+                }
+                Ok(())
+            }
+            (Mode::Managed, EventType::RequestSyncedResourceList) => {
+                let list = self.store.list(Kind::Application, Some(agent)).await?;
+                let list: Vec<Value> = list.into_iter().filter(|h| !o::ignored(h)).collect();
+                let sum = set_checksum(
+                    list.iter()
+                        .map(|h| set_item("Application", o::name(h), o::uid(h))),
+                );
+                if sum != ev.data["checksum"].as_str().unwrap_or_default() {
+                    for h in &list {
+                        out.send(o::response_synced(SOURCE, o::name(h), agent, o::uid(h)))
+                            .await;
+                    }
+                }
+                Ok(())
+            }
+            (Mode::Managed, EventType::Delete) => {
+                // the agent deleted its copy of an Application marked for deletion on the hub:
+                // the Argo CD finalizers are satisfied, remove them so the hub deletion completes
+                // (the view stays marked `deleting`: the hub's final removal sends one `delete`)
+                self.finish_hub_deletion(agent, ev.name()).await?;
+                Ok(())
+            }
+            (Mode::Autonomous, EventType::Create | EventType::SpecUpdate) => {
+                let want = self.to_hub_form(agent, &ev.data);
+                let name = o::name(&want).to_string();
+                if name.is_empty() {
+                    return Err(HandleError::Permanent(
+                        "payload has no metadata.name".into(),
+                    ));
+                }
+                {
+                    let mut views = a.views.lock().expect("poisoned");
+                    let v = views.entry(name).or_default();
+                    v.spec = spec_checksum(&ev.data);
+                    v.op = o::op_hash(&want);
+                    v.status = o::status_hash(&want);
+                    v.copy = Some(want.clone());
+                }
+                self.write_hub(&want, true).await?;
+                Ok(())
+            }
+            (Mode::Autonomous, EventType::Delete) => {
+                let name = ev.name().to_string();
+                a.views.lock().expect("poisoned").remove(&name);
+                self.store.delete(Kind::Application, agent, &name).await?;
+                self.metrics.hub_write("Application", "deleted");
+                // hub copies carry no finalizers; one added on the hub must not hold the copy
+                self.finish_hub_deletion(agent, &name).await?;
+                Ok(())
+            }
+            (Mode::Autonomous, EventType::ResponseSyncedResource) => {
+                let name = ev.data["name"].as_str().unwrap_or_default();
+                if self
+                    .store
+                    .get(Kind::Application, agent, name)
+                    .await?
+                    .is_none()
+                {
+                    let ns = ev.data["namespace"].as_str().unwrap_or_default();
+                    out.send(o::request_update(
+                        SOURCE,
+                        name,
+                        ns,
+                        ev.data["uid"].as_str().unwrap_or_default(),
+                        "",
+                    ))
+                    .await;
+                }
+                Ok(())
+            }
+            (Mode::Autonomous, EventType::RequestResourceResync) => {
+                self.replica_resync(a, out).await;
+                Ok(())
+            }
+            (Mode::Managed, EventType::RequestResourceResync) => Ok(()),
+            (_, t) => Err(HandleError::Permanent(format!(
+                "event type {} is not valid from a {} agent",
+                t.short(),
+                mode.as_str()
+            ))),
+        }
+    }
+
+    /// Removes the Argo CD finalizers of a hub Application that is marked for deletion. Returns
+    /// whether the object was marked for deletion (or is gone).
+    pub(super) async fn finish_hub_deletion(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<bool, StoreError> {
+        for _ in 0..5 {
+            let Some(h) = self.store.get(Kind::Application, ns, name).await? else {
+                return Ok(true);
+            };
+            if !o::deleting(&h) {
+                return Ok(false);
+            }
+            let fins = o::finalizers(&h);
+            let keep: Vec<&String> = fins.iter().filter(|f| !o::is_argocd_finalizer(f)).collect();
+            if keep.len() == fins.len() {
+                return Ok(true);
+            }
+            let mut n = h.clone();
+            n["metadata"]["finalizers"] = serde_json::json!(keep);
+            match self.store.replace(Kind::Application, n).await {
+                Ok(_) | Err(StoreError::NotFound) => {
+                    tracing::info!(app = %format!("{ns}/{name}"), "agent deleted its copy; Argo CD finalizers removed from the hub application");
+                    return Ok(true);
+                }
+                Err(StoreError::Conflict(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Conflict(format!(
+            "{ns}/{name}: too many conflicts"
+        )))
+    }
+}

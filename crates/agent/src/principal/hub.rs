@@ -1,0 +1,318 @@
+//! Hub watchers: hub Applications and AppProjects become events for the agents; hub edits of
+//! autonomous agents' Applications are reverted.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::Value;
+
+use crate::Mode;
+use crate::checksum::spec_checksum;
+use crate::event::{EventType, Target};
+use crate::objects as o;
+use crate::store::{Kind, StoreEvent};
+
+use super::{AgentState, Inner, View};
+
+impl Inner {
+    pub(super) async fn watch_hub(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
+        let mut ready = Some(ready);
+        loop {
+            let mut s = self.store.watch(Kind::Application, None);
+            while let Some(ev) = s.next().await {
+                match ev {
+                    Ok(StoreEvent::Restarted(list)) => {
+                        let mut by_ns: HashMap<String, HashMap<String, Value>> = HashMap::new();
+                        for h in list {
+                            by_ns
+                                .entry(o::namespace(&h).to_string())
+                                .or_default()
+                                .insert(o::name(&h).to_string(), h);
+                        }
+                        let old = std::mem::replace(
+                            &mut *self.cache.lock().expect("poisoned"),
+                            by_ns.clone(),
+                        );
+                        for (ns, objs) in &by_ns {
+                            for h in objs.values() {
+                                self.on_hub_apply(ns, h);
+                            }
+                        }
+                        for (ns, objs) in old {
+                            for (name, h) in objs {
+                                if by_ns.get(&ns).is_none_or(|m| !m.contains_key(&name)) {
+                                    self.on_hub_delete(&ns, &h);
+                                }
+                            }
+                        }
+                        if let Some(r) = ready.take() {
+                            let _ = r.send(());
+                        }
+                    }
+                    Ok(StoreEvent::Applied(h)) => {
+                        let ns = o::namespace(&h).to_string();
+                        self.cache
+                            .lock()
+                            .expect("poisoned")
+                            .entry(ns.clone())
+                            .or_default()
+                            .insert(o::name(&h).to_string(), h.clone());
+                        self.on_hub_apply(&ns, &h);
+                    }
+                    Ok(StoreEvent::Deleted(h)) => {
+                        let ns = o::namespace(&h).to_string();
+                        if let Some(m) = self.cache.lock().expect("poisoned").get_mut(&ns) {
+                            m.remove(o::name(&h));
+                        }
+                        self.on_hub_delete(&ns, &h);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "hub watch error");
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    pub(super) async fn watch_projects(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
+        let mut ready = Some(ready);
+        let ns = self.cfg.namespace.clone();
+        loop {
+            let mut s = self.store.watch(Kind::AppProject, Some(&ns));
+            while let Some(ev) = s.next().await {
+                match ev {
+                    Ok(StoreEvent::Restarted(list)) => {
+                        *self.projects.lock().expect("poisoned") = list
+                            .into_iter()
+                            .map(|p| (o::name(&p).to_string(), p))
+                            .collect();
+                        self.sync_projects_all();
+                    }
+                    Ok(StoreEvent::Applied(p)) => {
+                        self.projects
+                            .lock()
+                            .expect("poisoned")
+                            .insert(o::name(&p).to_string(), p);
+                        self.sync_projects_all();
+                    }
+                    Ok(StoreEvent::Deleted(p)) => {
+                        self.projects.lock().expect("poisoned").remove(o::name(&p));
+                        self.sync_projects_all();
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "hub AppProject watch error");
+                    }
+                }
+                // ready after the first list, or the first error (no AppProject CRD on the hub)
+                if let Some(r) = ready.take() {
+                    let _ = r.send(());
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    pub(super) fn sync_projects_all(&self) {
+        let agents: Vec<Arc<AgentState>> = self
+            .agents
+            .lock()
+            .expect("poisoned")
+            .values()
+            .cloned()
+            .collect();
+        for a in agents {
+            self.sync_projects(&a);
+        }
+    }
+
+    /// Managed agents: sends the AppProjects matched by `.spec.destinations` (create / update) and
+    /// deletes the ones no longer matched or gone.
+    pub(super) fn sync_projects(&self, a: &AgentState) {
+        if *a.mode.lock().expect("poisoned") != Mode::Managed {
+            return;
+        }
+        let want: Vec<Value> = self
+            .projects
+            .lock()
+            .expect("poisoned")
+            .values()
+            .filter(|p| !o::ignored(p))
+            .filter_map(|p| o::project_for_agent(p, &a.name))
+            .collect();
+        let mut views = a.projects.lock().expect("poisoned");
+        let mut keep = std::collections::HashSet::new();
+        for f in &want {
+            let name = o::name(f).to_string();
+            let h = o::project_hash(f);
+            keep.insert(name.clone());
+            match views.get(&name) {
+                None => self.push_target(a, EventType::Create, Target::AppProject, f),
+                Some(old) if *old != h => {
+                    self.push_target(a, EventType::SpecUpdate, Target::AppProject, f)
+                }
+                _ => continue,
+            }
+            views.insert(name, h);
+        }
+        let gone: Vec<String> = views
+            .keys()
+            .filter(|n| !keep.contains(*n))
+            .cloned()
+            .collect();
+        for n in gone {
+            views.remove(&n);
+            self.push_target(
+                a,
+                EventType::Delete,
+                Target::AppProject,
+                &o::project_stub(&n, &self.cfg.namespace, ""),
+            );
+        }
+    }
+
+    pub(super) fn on_hub_apply(self: &Arc<Self>, ns: &str, h: &Value) {
+        let Some(a) = self.agent(ns) else { return };
+        if o::ignored(h) {
+            return;
+        }
+        let mode = *a.mode.lock().expect("poisoned");
+        let name = o::name(h).to_string();
+        match mode {
+            Mode::Managed => {
+                let (spec, op, st) = (spec_checksum(h), o::op_hash(h), o::status_hash(h));
+                let mut views = a.views.lock().expect("poisoned");
+                if o::deleting(h) {
+                    // deletion flows as a spec-update carrying the deletionTimestamp; the agent
+                    // deletes in the foreground and reports `delete`
+                    let v = views.entry(name).or_default();
+                    if !v.deleting {
+                        v.deleting = true;
+                        self.push(&a, EventType::SpecUpdate, &o::without_operation(h));
+                    }
+                    return;
+                }
+                match views.get_mut(&name) {
+                    None => {
+                        self.push(&a, EventType::Create, h);
+                        views.insert(
+                            name,
+                            View {
+                                spec,
+                                op,
+                                status: st,
+                                copy: None,
+                                deleting: false,
+                            },
+                        );
+                    }
+                    Some(v) => {
+                        if v.spec != spec {
+                            self.push(&a, EventType::SpecUpdate, &o::without_operation(h));
+                            v.spec = spec;
+                        }
+                        if !op.is_empty() && v.op != op {
+                            self.push(&a, EventType::SetOperation, h);
+                        }
+                        v.op = op;
+                        if v.status != st {
+                            if o::terminating(h) {
+                                self.push(&a, EventType::TerminateOperation, h);
+                            }
+                            v.status = st;
+                        }
+                    }
+                }
+            }
+            Mode::Autonomous => {
+                let mut views = a.views.lock().expect("poisoned");
+                let Some(v) = views.get_mut(&name) else {
+                    return;
+                };
+                if let Some(copy) = v.copy.clone()
+                    && o::full_spec_hash(h) != o::full_spec_hash(&copy)
+                {
+                    // hub edits of an autonomous agent's application are reverted
+                    self.spawn_revert(&a, name.clone(), false);
+                }
+                let op = o::op_hash(h);
+                if !op.is_empty() && v.op != op {
+                    self.push(&a, EventType::SetOperation, &self.to_agent_form(ns, h));
+                    v.op = op;
+                }
+                let st = o::status_hash(h);
+                if v.status != st {
+                    if o::terminating(h) {
+                        self.push(
+                            &a,
+                            EventType::TerminateOperation,
+                            &self.to_agent_form(ns, h),
+                        );
+                    }
+                    v.status = st;
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_hub_delete(self: &Arc<Self>, ns: &str, h: &Value) {
+        let Some(a) = self.agent(ns) else { return };
+        let mode = *a.mode.lock().expect("poisoned");
+        let name = o::name(h).to_string();
+        match mode {
+            Mode::Managed => {
+                if a.views.lock().expect("poisoned").remove(&name).is_some() {
+                    self.push(&a, EventType::Delete, h);
+                }
+            }
+            Mode::Autonomous => {
+                let copy = a
+                    .views
+                    .lock()
+                    .expect("poisoned")
+                    .get(&name)
+                    .and_then(|v| v.copy.clone());
+                if copy.is_some() {
+                    // deleted on the hub while the agent still has it: recreate
+                    self.spawn_revert(&a, name, true);
+                }
+            }
+        }
+    }
+
+    /// Reverts the hub object of an autonomous agent to the agent's copy (under the resource lock,
+    /// only if the agent still has it: a concurrent delete from the agent wins).
+    pub(super) fn spawn_revert(
+        self: &Arc<Self>,
+        a: &Arc<AgentState>,
+        name: String,
+        allow_create: bool,
+    ) {
+        self.metrics.local_edits_reverted.inc();
+        let me = self.clone();
+        let a = a.clone();
+        tokio::spawn(async move {
+            let _g = a.locks.lock(&name).await;
+            let copy = a
+                .views
+                .lock()
+                .expect("poisoned")
+                .get(&name)
+                .and_then(|v| v.copy.clone());
+            let Some(copy) = copy else { return };
+            if !allow_create
+                && matches!(
+                    me.store.get(Kind::Application, &a.name, &name).await,
+                    Ok(None)
+                )
+            {
+                return;
+            }
+            if let Err(e) = me.write_hub(&copy, true).await {
+                tracing::warn!(agent = %a.name, app = %name, error = %e, "reverting a hub edit failed");
+            }
+        });
+    }
+}

@@ -1,0 +1,403 @@
+//! The principal: gRPC server on the hub, one send queue per agent, the hub watcher.
+
+mod application;
+mod appproject;
+mod hub;
+mod resync;
+mod server;
+
+use server::Svc;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use regex::Regex;
+use serde_json::Value;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::Mode;
+use crate::auth::TokenIssuer;
+use crate::event::{Event, EventType, Target};
+use crate::metrics::Metrics;
+use crate::objects as o;
+use crate::proto::authapi::authentication_server::AuthenticationServer;
+use crate::proto::eventstreamapi::event_stream_server::EventStreamServer;
+use crate::proto::versionapi::version_server::VersionServer;
+use crate::queue::{Backoff, Pushed, SendQueue};
+use crate::store::Store;
+use crate::tls::{self, TlsMaterial};
+
+pub const SOURCE: &str = "argocd-agent-principal";
+
+/// Principal settings.
+#[derive(Clone, Debug)]
+pub struct PrincipalConfig {
+    pub listen: SocketAddr,
+    pub tls: TlsMaterial,
+    pub allow_tls12: bool,
+    pub identity_regex: String,
+    /// RSA PKCS#8 PEM signing key for JWTs.
+    pub jwt_key_pem: String,
+    /// The principal's own namespace (reported to agents).
+    pub namespace: String,
+    pub max_event_size: usize,
+    pub queue_capacity: usize,
+    pub concurrency: usize,
+    pub compression: bool,
+    pub keepalive_min_interval: Duration,
+    pub backoff: Backoff,
+}
+
+impl PrincipalConfig {
+    pub fn new(listen: SocketAddr, tls: TlsMaterial, jwt_key_pem: String) -> Self {
+        Self {
+            listen,
+            tls,
+            allow_tls12: false,
+            identity_regex: tls::DEFAULT_IDENTITY_REGEX.into(),
+            jwt_key_pem,
+            namespace: "argocd".into(),
+            max_event_size: crate::DEFAULT_MAX_EVENT_SIZE,
+            queue_capacity: crate::DEFAULT_QUEUE_CAPACITY,
+            concurrency: crate::DEFAULT_CONCURRENCY,
+            compression: false,
+            keepalive_min_interval: Duration::from_secs(10),
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+#[derive(Default, Clone)]
+struct View {
+    /// spec checksum the agent has (managed) / the agent's (autonomous)
+    spec: String,
+    op: String,
+    status: String,
+    /// autonomous: the hub form of the agent's object (what hub edits are reverted to)
+    copy: Option<Value>,
+    /// managed: the hub object's deletionTimestamp was sent to the agent
+    deleting: bool,
+}
+
+struct AgentState {
+    name: String,
+    mode: Mutex<Mode>,
+    queue: Arc<SendQueue>,
+    views: Mutex<HashMap<String, View>>,
+    generation: AtomicU64,
+    session: Mutex<Option<(u64, tokio::task::AbortHandle)>>,
+    connected: AtomicBool,
+    locks: o::KeyedLocks,
+    /// managed: AppProjects the agent has, by name -> hash of the agent form sent
+    projects: Mutex<HashMap<String, String>>,
+}
+
+struct Inner {
+    cfg: PrincipalConfig,
+    store: Arc<dyn Store>,
+    tokens: TokenIssuer,
+    identity: Regex,
+    metrics: Arc<Metrics>,
+    agents: Mutex<HashMap<String, Arc<AgentState>>>,
+    /// hub Applications by namespace and name (kept by the hub watcher)
+    cache: Mutex<HashMap<String, HashMap<String, Value>>>,
+    /// hub AppProjects in the principal's namespace by name (kept by the project watcher)
+    projects: Mutex<HashMap<String, Value>>,
+}
+
+/// A running principal.
+pub struct Principal {
+    inner: Arc<Inner>,
+    addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Principal {
+    /// Binds, starts the hub watcher and serves.
+    pub async fn start(
+        cfg: PrincipalConfig,
+        store: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Principal> {
+        let identity = Regex::new(&cfg.identity_regex)
+            .map_err(|e| anyhow::anyhow!("invalid identity regex: {e}"))?;
+        let tokens = TokenIssuer::from_pem(&cfg.jwt_key_pem)?;
+        let server_tls = Arc::new(tls::server_config(&cfg.tls, cfg.allow_tls12)?);
+        let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
+        let addr = listener.local_addr()?;
+        let inner = Arc::new(Inner {
+            cfg: cfg.clone(),
+            store,
+            tokens,
+            identity,
+            metrics: metrics.clone(),
+            agents: Mutex::new(HashMap::new()),
+            cache: Mutex::new(HashMap::new()),
+            projects: Mutex::new(HashMap::new()),
+        });
+        let mut tasks = Vec::new();
+        // hub watchers (Applications, AppProjects)
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let w = inner.clone();
+        tasks.push(tokio::spawn(async move { w.watch_hub(ready_tx).await }));
+        let (pready_tx, pready_rx) = tokio::sync::oneshot::channel();
+        let w = inner.clone();
+        tasks.push(tokio::spawn(
+            async move { w.watch_projects(pready_tx).await },
+        ));
+        let _ = tokio::time::timeout(Duration::from_secs(30), ready_rx).await;
+        let _ = tokio::time::timeout(Duration::from_secs(30), pready_rx).await;
+
+        let m = metrics.clone();
+        let incoming = tls::serve_tls(
+            listener,
+            server_tls,
+            Arc::new(move |_| {
+                m.tls_handshake_failures.inc();
+            }),
+        )
+        .await;
+        let (incoming, accept_task) = incoming;
+        let incoming = ReceiverStream::new(incoming);
+        let svc = Svc {
+            inner: inner.clone(),
+        };
+        let mut es = EventStreamServer::new(svc.clone())
+            .max_decoding_message_size(cfg.max_event_size.saturating_mul(2).max(4096))
+            .max_encoding_message_size(cfg.max_event_size.saturating_mul(2).max(4096));
+        if cfg.compression {
+            es = es
+                .send_compressed(tonic::codec::CompressionEncoding::Gzip)
+                .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+        } else {
+            es = es.accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+        }
+        let (stx, srx) = tokio::sync::oneshot::channel::<()>();
+        let router = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .add_service(VersionServer::new(svc.clone()))
+            .add_service(AuthenticationServer::new(svc.clone()))
+            .add_service(es);
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = router
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = srx.await;
+                })
+                .await
+            {
+                tracing::error!(error = %e, "principal gRPC server failed");
+            }
+        }));
+        tasks.push(accept_task);
+        metrics.ready.set(true);
+        tracing::info!(%addr, "principal listening");
+        Ok(Principal {
+            inner,
+            addr,
+            shutdown: Some(stx),
+            tasks,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.inner.metrics.clone()
+    }
+
+    /// Agents with a live stream.
+    pub fn connected_agents(&self) -> Vec<String> {
+        let g = self.inner.agents.lock().expect("poisoned");
+        let mut v: Vec<String> = g
+            .values()
+            .filter(|a| a.connected.load(Ordering::Relaxed))
+            .map(|a| a.name.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Whether an agent's send queue is empty (everything ACKed).
+    pub fn agent_idle(&self, agent: &str) -> bool {
+        let g = self.inner.agents.lock().expect("poisoned");
+        g.get(agent).is_none_or(|a| a.queue.is_idle())
+    }
+
+    /// Stops serving and drops every stream.
+    pub async fn shutdown(mut self) {
+        self.inner.metrics.ready.set(false);
+        if let Some(s) = self.shutdown.take() {
+            let _ = s.send(());
+        }
+        for a in self.inner.agents.lock().expect("poisoned").values() {
+            if let Some((_, h)) = a.session.lock().expect("poisoned").take() {
+                h.abort();
+            }
+        }
+        for t in self.tasks.drain(..) {
+            t.abort();
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for Principal {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        if let Ok(g) = self.inner.agents.lock() {
+            for a in g.values() {
+                if let Some((_, h)) = a.session.lock().expect("poisoned").take() {
+                    h.abort();
+                }
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn agent(&self, name: &str) -> Option<Arc<AgentState>> {
+        self.agents.lock().expect("poisoned").get(name).cloned()
+    }
+
+    fn register(self: &Arc<Self>, name: &str, mode: Mode) -> Arc<AgentState> {
+        let mut g = self.agents.lock().expect("poisoned");
+        if let Some(a) = g.get(name) {
+            let mut m = a.mode.lock().expect("poisoned");
+            if *m != mode {
+                tracing::info!(
+                    agent = name,
+                    from = m.as_str(),
+                    to = mode.as_str(),
+                    "agent changed mode; resetting its state"
+                );
+                *m = mode;
+                a.views.lock().expect("poisoned").clear();
+                a.projects.lock().expect("poisoned").clear();
+            }
+            return a.clone();
+        }
+        let queue = Arc::new(SendQueue::new(self.cfg.queue_capacity, self.cfg.backoff));
+        let me = Arc::downgrade(self);
+        let agent = name.to_string();
+        queue.set_regenerate(Arc::new(move |key: &str| {
+            let Some(me) = me.upgrade() else {
+                return vec![];
+            };
+            me.regenerate(&agent, key)
+        }));
+        let a = Arc::new(AgentState {
+            name: name.to_string(),
+            mode: Mutex::new(mode),
+            queue,
+            views: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+            session: Mutex::new(None),
+            connected: AtomicBool::new(false),
+            locks: o::KeyedLocks::default(),
+            projects: Mutex::new(HashMap::new()),
+        });
+        g.insert(name.to_string(), a.clone());
+        a
+    }
+
+    fn cached(&self, ns: &str, name: &str) -> Option<Value> {
+        self.cache
+            .lock()
+            .expect("poisoned")
+            .get(ns)
+            .and_then(|m| m.get(name))
+            .cloned()
+    }
+
+    /// Current events for a deferred key (backpressure path).
+    fn regenerate(&self, agent: &str, name: &str) -> Vec<Event> {
+        let Some(a) = self.agent(agent) else {
+            return vec![];
+        };
+        let mode = *a.mode.lock().expect("poisoned");
+        if let (Target::AppProject, pname) = o::parse_qkey(name) {
+            if mode != Mode::Managed {
+                return vec![];
+            }
+            let cur = self.projects.lock().expect("poisoned").get(pname).cloned();
+            return match cur.and_then(|p| o::project_for_agent(&p, agent)) {
+                Some(f) => vec![Event::for_object(
+                    SOURCE,
+                    EventType::SpecUpdate,
+                    Target::AppProject,
+                    &f,
+                )],
+                None => vec![Event::for_object(
+                    SOURCE,
+                    EventType::Delete,
+                    Target::AppProject,
+                    &o::project_stub(pname, &self.cfg.namespace, ""),
+                )],
+            };
+        }
+        match (mode, self.cached(agent, name)) {
+            (Mode::Managed, Some(h)) => {
+                let mut v = vec![Event::for_object(
+                    SOURCE,
+                    EventType::SpecUpdate,
+                    Target::Application,
+                    &o::without_operation(&h),
+                )];
+                if !o::op_hash(&h).is_empty() {
+                    v.push(Event::for_object(
+                        SOURCE,
+                        EventType::SetOperation,
+                        Target::Application,
+                        &h,
+                    ));
+                }
+                v
+            }
+            (Mode::Managed, None) => {
+                vec![Event::for_object(
+                    SOURCE,
+                    EventType::Delete,
+                    Target::Application,
+                    &o::stub(name, agent, ""),
+                )]
+            }
+            (Mode::Autonomous, Some(h)) if !o::op_hash(&h).is_empty() => {
+                vec![Event::for_object(
+                    SOURCE,
+                    EventType::SetOperation,
+                    Target::Application,
+                    &self.to_agent_form(agent, &h),
+                )]
+            }
+            _ => vec![],
+        }
+    }
+
+    fn push(&self, a: &AgentState, ty: EventType, obj: &Value) {
+        self.push_target(a, ty, Target::Application, obj)
+    }
+
+    fn push_target(&self, a: &AgentState, ty: EventType, target: Target, obj: &Value) {
+        let ev = Event::for_object(SOURCE, ty, target, obj);
+        let key = o::qkey(target, o::name(obj));
+        match a.queue.push(&key, ev) {
+            Pushed::Queued => self.metrics.queued(ty.short()),
+            Pushed::Coalesced => {
+                self.metrics.events_coalesced.inc();
+            }
+            Pushed::Deferred => {
+                self.metrics.events_deferred.inc();
+                tracing::debug!(agent = %a.name, resource = %key, "send queue full; resource deferred");
+            }
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! gRPC services (Version, Authentication, EventStream) and the per-stream session handler.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use async_trait::async_trait;
+use futures::{Stream, StreamExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::event::Event;
+use crate::proto::authapi::{self, authentication_server::Authentication};
+use crate::proto::eventstreamapi::{self, event_stream_server::EventStream};
+use crate::proto::versionapi::{self, version_server::Version};
+use crate::session::{self, HandleError, Handler, Outbox, SessionCtx};
+use crate::tls::{self};
+use crate::{Mode, VERSION, version_compatible};
+
+use super::{AgentState, Inner, SOURCE};
+
+pub(super) struct SessionHandler {
+    inner: Arc<Inner>,
+    agent: Arc<AgentState>,
+}
+
+#[async_trait]
+impl Handler for SessionHandler {
+    async fn handle(&self, ev: Event, out: &Outbox) -> Result<(), HandleError> {
+        self.inner.handle_event(&self.agent, ev, out).await
+    }
+    async fn on_connect(&self, out: &Outbox) {
+        let mode = *self.agent.mode.lock().expect("poisoned");
+        match mode {
+            Mode::Autonomous => self.inner.replica_resync(&self.agent, out).await,
+            // push the AppProjects the agent may lack (it resyncs the rest itself)
+            Mode::Managed => self.inner.sync_projects(&self.agent),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(super) struct Svc {
+    pub(super) inner: Arc<Inner>,
+}
+
+impl Svc {
+    fn cert_identity<T>(&self, req: &Request<T>) -> Result<String, Status> {
+        let certs = req.peer_certs().ok_or_else(|| {
+            self.inner.metrics.auth_failure("no-client-cert");
+            Status::unauthenticated("a client certificate is required")
+        })?;
+        let leaf = certs
+            .first()
+            .ok_or_else(|| Status::unauthenticated("a client certificate is required"))?;
+        tls::identity_from_cert(leaf.as_ref(), &self.inner.identity).map_err(|e| {
+            self.inner.metrics.auth_failure("identity");
+            Status::unauthenticated(e.to_string())
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl Version for Svc {
+    async fn version(
+        &self,
+        _r: Request<versionapi::VersionRequest>,
+    ) -> Result<Response<versionapi::VersionResponse>, Status> {
+        Ok(Response::new(versionapi::VersionResponse {
+            version: VERSION.into(),
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl Authentication for Svc {
+    async fn authenticate(
+        &self,
+        req: Request<authapi::AuthRequest>,
+    ) -> Result<Response<authapi::AuthResponse>, Status> {
+        let agent = self.cert_identity(&req)?;
+        let r = req.into_inner();
+        if r.method != "mtls" {
+            self.inner.metrics.auth_failure("method");
+            return Err(Status::unauthenticated(format!(
+                "unsupported authentication method {:?}; this principal supports \"mtls\"",
+                r.method
+            )));
+        }
+        let Some(mode) = Mode::parse(&r.mode) else {
+            self.inner.metrics.auth_failure("mode");
+            return Err(Status::invalid_argument(format!(
+                "unknown agent mode {:?}; want \"managed\" or \"autonomous\"",
+                r.mode
+            )));
+        };
+        if !r.version.is_empty() && !version_compatible(&r.version) {
+            self.inner.metrics.auth_failure("version");
+            return Err(Status::failed_precondition(format!(
+                "agent version {} is not compatible with principal version {VERSION} (major.minor must match)",
+                r.version
+            )));
+        }
+        if let Some(claimed) = r.credentials.get("clientID").filter(|c| !c.is_empty())
+            && *claimed != agent
+        {
+            self.inner.metrics.auth_failure("identity-mismatch");
+            return Err(Status::permission_denied(format!(
+                "client ID {claimed:?} does not match the certificate identity {agent:?}"
+            )));
+        }
+        let (access, refresh) = self
+            .inner
+            .tokens
+            .issue_pair(&agent, mode)
+            .map_err(|e| Status::internal(e.to_string()))?;
+        self.inner.register(&agent, mode);
+        if let Err(e) = self.inner.store.ensure_namespace(&agent).await {
+            tracing::warn!(agent, error = %e, "could not ensure the agent namespace");
+        }
+        tracing::info!(agent, mode = mode.as_str(), "agent authenticated");
+        Ok(Response::new(authapi::AuthResponse {
+            access_token: access,
+            refresh_token: refresh,
+            version: VERSION.into(),
+            principal_namespace: self.inner.cfg.namespace.clone(),
+        }))
+    }
+
+    async fn refresh_token(
+        &self,
+        req: Request<authapi::RefreshTokenRequest>,
+    ) -> Result<Response<authapi::AuthResponse>, Status> {
+        let agent = self.cert_identity(&req)?;
+        let (who, mode) = self
+            .inner
+            .tokens
+            .verify_refresh(&req.get_ref().refresh_token)
+            .map_err(|e| {
+                self.inner.metrics.auth_failure("token");
+                Status::unauthenticated(e.to_string())
+            })?;
+        if who != agent {
+            self.inner.metrics.auth_failure("identity-mismatch");
+            return Err(Status::permission_denied(format!(
+                "token of {who:?} presented by {agent:?}"
+            )));
+        }
+        let (access, refresh) = self
+            .inner
+            .tokens
+            .issue_pair(&agent, mode)
+            .map_err(|e| Status::internal(e.to_string()))?;
+        self.inner.register(&agent, mode);
+        Ok(Response::new(authapi::AuthResponse {
+            access_token: access,
+            refresh_token: refresh,
+            version: VERSION.into(),
+            principal_namespace: self.inner.cfg.namespace.clone(),
+        }))
+    }
+}
+
+type EventStreamOut = Pin<Box<dyn Stream<Item = Result<eventstreamapi::Event, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl EventStream for Svc {
+    type SubscribeStream = EventStreamOut;
+
+    async fn subscribe(
+        &self,
+        req: Request<tonic::Streaming<eventstreamapi::Event>>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let cert_agent = self.cert_identity(&req)?;
+        let token = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| {
+                self.inner.metrics.auth_failure("no-token");
+                Status::unauthenticated("missing authorization metadata")
+            })?;
+        let token = token.strip_prefix("Bearer ").unwrap_or(token);
+        let (agent, mode) = self.inner.tokens.verify_access(token).map_err(|e| {
+            self.inner.metrics.auth_failure("token");
+            Status::unauthenticated(e.to_string())
+        })?;
+        if agent != cert_agent {
+            self.inner.metrics.auth_failure("identity-mismatch");
+            return Err(Status::permission_denied(format!(
+                "token belongs to agent {agent:?} but the client certificate identifies {cert_agent:?}"
+            )));
+        }
+        let a = self.inner.register(&agent, mode);
+        let inbound = req.into_inner();
+        let (tx, rx) = mpsc::channel::<Box<eventstreamapi::Event>>(256);
+        let ctx = SessionCtx {
+            source: SOURCE.into(),
+            queue: a.queue.clone(),
+            metrics: self.inner.metrics.clone(),
+            max_event_size: self.inner.cfg.max_event_size,
+            concurrency: self.inner.cfg.concurrency,
+            peer_label: agent.clone(),
+        };
+        let handler = Arc::new(SessionHandler {
+            inner: self.inner.clone(),
+            agent: a.clone(),
+        });
+        let gen_ = a.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let metrics = self.inner.metrics.clone();
+        let a2 = a.clone();
+        let task = tokio::spawn(async move {
+            let end = session::run(ctx, handler, inbound, tx).await;
+            tracing::info!(agent = %a2.name, reason = %end, "agent stream ended");
+            let mut s = a2.session.lock().expect("poisoned");
+            if s.as_ref().is_some_and(|(g, _)| *g == gen_) {
+                *s = None;
+                a2.connected.store(false, Ordering::SeqCst);
+                metrics.agent_disconnected(&a2.name);
+            }
+        });
+        {
+            let mut s = a.session.lock().expect("poisoned");
+            if let Some((_, old)) = s.replace((gen_, task.abort_handle())) {
+                // a newer stream of the same agent replaces the old one
+                old.abort();
+            } else {
+                self.inner.metrics.agent_connected(&agent);
+            }
+            a.connected.store(true, Ordering::SeqCst);
+        }
+        tracing::info!(agent, mode = mode.as_str(), "agent subscribed");
+        let out = ReceiverStream::new(rx).map(|e| Ok(*e));
+        Ok(Response::new(Box::pin(out)))
+    }
+
+    async fn push(
+        &self,
+        _r: Request<tonic::Streaming<eventstreamapi::Event>>,
+    ) -> Result<Response<eventstreamapi::PushSummary>, Status> {
+        Err(Status::unimplemented(
+            "Push is not implemented; use Subscribe",
+        ))
+    }
+
+    async fn ping(
+        &self,
+        _r: Request<eventstreamapi::PingRequest>,
+    ) -> Result<Response<eventstreamapi::PongReply>, Status> {
+        Ok(Response::new(eventstreamapi::PongReply {}))
+    }
+}
