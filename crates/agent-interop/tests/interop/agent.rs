@@ -143,7 +143,6 @@ async fn managed_application_lifecycle_from_the_peer_principal_is_applied() {
 }
 
 #[tokio::test]
-#[ignore = "gap: ce_uri — our ACK (`processed`) carries dataschema eventProcessed as ce_string; the peer principal's FromProto drops it and it never sees the ACK"]
 async fn managed_events_are_acked_the_way_the_peer_principal_needs() {
     let pki = LocalPki::new().expect("pki");
     let pp = peer_principal(&pki, OURS).await;
@@ -205,7 +204,6 @@ async fn golden_bytes_of_a_managed_create_are_applied() {
 }
 
 #[tokio::test]
-#[ignore = "gap: ce_uri — dataschema is written as ce_string; the peer principal cannot route our status-update (needs ce_uri)"]
 async fn managed_status_update_is_readable_by_the_peer_principal() {
     let pki = LocalPki::new().expect("pki");
     let pp = peer_principal(&pki, OURS).await;
@@ -259,7 +257,6 @@ async fn managed_status_update_is_readable_by_the_peer_principal() {
 }
 
 #[tokio::test]
-#[ignore = "gap: ce_uri — dataschema is written as ce_string; the peer principal cannot route our create/spec-update/delete (needs ce_uri)"]
 async fn autonomous_application_lifecycle_is_readable_by_the_peer_principal() {
     let pki = LocalPki::new().expect("pki");
     let pp = peer_principal(&pki, OURS).await;

@@ -76,7 +76,6 @@ async fn peer_agent_login_token_is_what_the_peer_parses_and_subscribe_takes_it_r
 }
 
 #[tokio::test]
-#[ignore = "gap: ce_uri — dataschema is written as ce_string; the SDK's FromProto drops it, so a peer agent cannot route any event of ours (needs ce_uri)"]
 async fn managed_hub_application_lifecycle_reaches_the_peer_agent() {
     init();
     let pki = LocalPki::new().expect("pki");
@@ -159,7 +158,6 @@ async fn managed_status_update_from_the_peer_agent_reaches_the_hub() {
 }
 
 #[tokio::test]
-#[ignore = "gap: ce_uri — our ACK (`processed`) carries dataschema eventProcessed as ce_string; the SDK drops it, the peer agent never sees the ACK and resends forever"]
 async fn managed_status_update_is_acked_the_way_the_peer_agent_needs() {
     init();
     let pki = LocalPki::new().expect("pki");
@@ -256,7 +254,6 @@ async fn autonomous_application_lifecycle_from_the_peer_agent_reaches_the_hub() 
 }
 
 #[tokio::test]
-#[ignore = "gap: ce_uri — our ACK (`processed`) carries dataschema eventProcessed as ce_string; the SDK drops it, so the peer agent never sees an ACK"]
 async fn autonomous_events_are_acked_the_way_the_peer_agent_needs() {
     init();
     let pki = LocalPki::new().expect("pki");
@@ -517,7 +514,6 @@ async fn autonomous_agent_restart_gets_readable_request_updates() {
 }
 
 #[tokio::test]
-#[ignore = "gap: ce_uri — dataschema is written as ce_string; a peer agent cannot route our appproject events (needs ce_uri)"]
 async fn managed_appproject_reaches_the_peer_agent() {
     init();
     let pki = LocalPki::new().expect("pki");
