@@ -72,10 +72,27 @@ where
     F: FnMut(Event<K>),
 {
     let mut stream = std::pin::pin!(stream);
+    // The objects of a (re-)list, held back until its `InitDone`: the reflector swaps its store
+    // only then, so a reconcile triggered by an `InitApply` would read the object as it was
+    // before the re-list (after a `410 Gone` or an outage: the old Application without its
+    // deletionTimestamp) and find nothing to do, and the fingerprint would hide the change for
+    // good. Seen on the real env as Applications stuck in deletion.
+    let mut relist: Option<Vec<Event<K>>> = None;
     loop {
         tokio::select! {
             _ = token.cancelled() => return,
             ev = stream.next() => match ev {
+                Some(Ok(Event::Init)) => {
+                    relist = Some(Vec::new());
+                    on_event(Event::Init);
+                }
+                Some(Ok(Event::InitApply(obj))) if relist.is_some() => {
+                    relist.get_or_insert_default().push(Event::InitApply(obj));
+                }
+                Some(Ok(Event::InitDone)) => {
+                    relist.take().into_iter().flatten().for_each(&mut on_event);
+                    on_event(Event::InitDone);
+                }
                 Some(Ok(ev)) => on_event(ev),
                 Some(Err(e)) => tracing::warn!(error = %e, resource = what, "watch error; retrying"),
                 None => return,
@@ -97,7 +114,7 @@ pub(crate) fn spawn_all(
         let ctx = ctx.clone();
         // decoded straight into the compact form (see `cache::AppLite`)
         let stream = watcher(Api::<AppLite>::all(client.clone()), pull_labelled())
-            .default_backoff()
+            .backoff(argocd_pull_ops::watch::backoff())
             .reflect(rx.apps);
         let token = token.clone();
         tasks.push(tokio::spawn(async move {
@@ -134,7 +151,7 @@ pub(crate) fn spawn_all(
         let ctx = ctx.clone();
         // decoded straight into the compact projection (see `cache`)
         let stream = watcher(Api::<WorkLite>::all(client.clone()), pull_labelled())
-            .default_backoff()
+            .backoff(argocd_pull_ops::watch::backoff())
             .reflect(rx.works);
         let token = token.clone();
         tasks.push(tokio::spawn(async move {
@@ -175,7 +192,7 @@ pub(crate) fn spawn_all(
             Api::<ClusterLite>::all(client.clone()),
             watcher::Config::default(),
         )
-        .default_backoff()
+        .backoff(argocd_pull_ops::watch::backoff())
         .reflect(rx.clusters);
         let token = token.clone();
         tasks.push(tokio::spawn(async move {
@@ -197,7 +214,7 @@ pub(crate) fn spawn_all(
             Api::<PlacementDecision>::all(client.clone()),
             watcher::Config::default(),
         )
-        .default_backoff()
+        .backoff(argocd_pull_ops::watch::backoff())
         .modify(|d: &mut PlacementDecision| d.metadata.managed_fields = None)
         .reflect(writer);
         let token = token.clone();
@@ -294,5 +311,60 @@ fn log_result<K: Resource, E: std::fmt::Display>(
         }
         Err(controller::Error::ReconcilerFailed(_, _)) => {} // logged by the error policy
         Err(e) => tracing::warn!(controller, error = %e, "controller error"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::reflector;
+
+    fn cm(name: &str, rv: &str) -> ConfigMap {
+        let mut c = ConfigMap::default();
+        c.metadata.name = Some(name.into());
+        c.metadata.namespace = Some("ns".into());
+        c.metadata.resource_version = Some(rv.into());
+        c
+    }
+
+    /// Every object event of a re-list reaches the callback only once the store holds the
+    /// re-listed object (what a reconcile it triggers reads).
+    #[tokio::test]
+    async fn relisted_objects_are_handled_after_the_store_has_them() {
+        let (store, writer) = reflector::store::<ConfigMap>();
+        let events = vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(cm("a", "1"))),
+            Ok(Event::InitDone),
+            // a re-list after a 410: `a` changed meanwhile, `b` is new
+            Ok(Event::Init),
+            Ok(Event::InitApply(cm("a", "7"))),
+            Ok(Event::InitApply(cm("b", "8"))),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(cm("a", "9"))),
+        ];
+        let stream = futures::stream::iter(events).reflect(writer);
+        let mut handled = Vec::new();
+        pump(stream, CancellationToken::new(), "configmaps", |ev| {
+            if let Event::InitApply(o) | Event::Apply(o) = ev {
+                let rv = o.metadata.resource_version.clone().unwrap();
+                let in_store = store
+                    .get(&ObjectRef::from_obj(&o))
+                    .and_then(|c| c.metadata.resource_version.clone());
+                handled.push((o.metadata.name.clone().unwrap(), rv.clone(), in_store));
+            }
+        })
+        .await;
+        let s = |x: &str| x.to_string();
+        assert_eq!(
+            handled,
+            [
+                (s("a"), s("1"), Some(s("1"))),
+                (s("a"), s("7"), Some(s("7"))),
+                (s("b"), s("8"), Some(s("8"))),
+                (s("a"), s("9"), Some(s("9"))),
+            ]
+        );
     }
 }

@@ -652,7 +652,7 @@ async fn pump<K, S>(
 ) where
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
 {
-    let mut stream = std::pin::pin!(stream.default_backoff());
+    let mut stream = std::pin::pin!(stream.backoff(argocd_pull_ops::watch::backoff()));
     while let Some(e) = stream.next().await {
         if let Some(e) = log_err(e, resource)
             && tx.send(wrap(e)).await.is_err()
@@ -899,7 +899,7 @@ pub(crate) async fn run_app_conditions(
         apps,
         watcher::Config::default().labels(names::LABEL_PULL_TO_OCM),
     )
-    .default_backoff()
+    .backoff(argocd_pull_ops::watch::backoff())
     .applied_objects()
     .boxed();
     let pp = PatchParams {

@@ -270,7 +270,7 @@ pub(crate) async fn run(
             watcher::Config::default(),
         ),
     )
-    .default_backoff();
+    .backoff(argocd_pull_ops::watch::backoff());
     let cluster_events = reflector::reflector(
         cw,
         watcher(
@@ -278,7 +278,7 @@ pub(crate) async fn run(
             watcher::Config::default(),
         ),
     )
-    .default_backoff();
+    .backoff(argocd_pull_ops::watch::backoff());
     let secret_events = reflector::reflector(
         sw,
         watcher(
@@ -287,18 +287,18 @@ pub(crate) async fn run(
                 .labels(&format!("{}=cluster", names::LABEL_ARGOCD_SECRET_TYPE)),
         ),
     )
-    .default_backoff();
+    .backoff(argocd_pull_ops::watch::backoff());
     // Namespaces gaining or losing the authorisation label, Argo CD servers appearing.
     let namespace_events = watcher(
         Api::<kube::core::PartialObjectMeta<Namespace>>::all(client.clone()),
         watcher::Config::default().labels(names::LABEL_GITOPS_ARGO_NAMESPACE),
     )
-    .default_backoff();
+    .backoff(argocd_pull_ops::watch::backoff());
     let server_events = watcher(
         Api::<kube::core::PartialObjectMeta<Service>>::all(client.clone()),
         watcher::Config::default().labels(ARGO_SERVER_SELECTOR),
     )
-    .default_backoff();
+    .backoff(argocd_pull_ops::watch::backoff());
     let triggers = futures::stream::select_all([
         relevant_changes(decision_events, decision_fingerprint, "placementdecisions").boxed(),
         relevant_changes(cluster_events, cluster_fingerprint, "managedclusters").boxed(),

@@ -12,6 +12,7 @@
 //!   completes whatever state the watches are in;
 //! * [`apis::ApiGate`] — which CRDs each feature needs: reported once (ERROR, `/readyz`, metric)
 //!   when missing, features started when they appear;
+//! * [`watch::backoff`] — the retry policy of every watch (capped at 5 s);
 //! * [`leader`] — leader election on a `coordination.k8s.io/v1` Lease (kube-lease-manager).
 //!
 //! A typical `main`:
@@ -35,5 +36,6 @@ pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod shutdown;
+pub mod watch;
 
 pub use tokio_util::sync::CancellationToken;
