@@ -83,20 +83,35 @@ pub async fn acquire(
     config: &LeaderConfig,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Option<Leadership>> {
-    let manager = LeaseManagerBuilder::new(client, &config.lease_name)
-        .with_namespace(&config.lease_namespace)
-        .with_identity(&config.identity)
-        .with_duration(config.duration.as_secs())
-        .with_grace(config.grace.as_secs())
-        .build()
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot use Lease {}/{}: {e}",
-                config.lease_namespace,
-                config.lease_name
-            )
-        })?;
+    // The Lease is read (and created) before the election starts: an API server that is not
+    // there yet, or RBAC not applied yet, is retried — like client-go's leader election — until it
+    // works or the process is asked to stop.
+    let mut delay = Duration::from_millis(500);
+    let manager = loop {
+        let built = LeaseManagerBuilder::new(client.clone(), &config.lease_name)
+            .with_namespace(&config.lease_namespace)
+            .with_identity(&config.identity)
+            .with_duration(config.duration.as_secs())
+            .with_grace(config.grace.as_secs())
+            .build()
+            .await;
+        match built {
+            Ok(m) => break m,
+            Err(e) => tracing::warn!(
+                lease = %config.lease_name,
+                namespace = %config.lease_namespace,
+                error = %e,
+                retry_in = ?delay,
+                "cannot use the leader Lease yet (is the API server reachable, the namespace there, \
+                 and get/create/update on leases.coordination.k8s.io granted?)"
+            ),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = shutdown.cancelled() => return Ok(None),
+        }
+        delay = (delay * 2).min(Duration::from_secs(30));
+    };
     let (mut rx, task) = manager.watch().await;
     tracing::info!(lease = %config.lease_name, namespace = %config.lease_namespace, identity = %config.identity, "waiting for leadership");
     let became_leader = tokio::select! {

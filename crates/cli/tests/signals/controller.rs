@@ -1,0 +1,90 @@
+//! `argocd-pull controller` (every hub controller): a required CRD missing, the API server gone.
+
+use std::net::SocketAddr;
+
+use crate::{Proc, free_port, temp_dir};
+
+const REPORT_CRD: &str = "multiclusterapplicationsetreports.apps.open-cluster-management.io";
+
+/// The MulticlusterApplicationSetReport CRD is not installed: one ERROR names it, the feature and
+/// the fix, the other controllers run, and SIGTERM ends the process (exit 0) within 10 s — the
+/// watch of the missing resource does not hold it (it used to retry on 404 forever).
+#[test]
+fn controller_with_a_missing_crd_reports_it_once_and_exits_0_on_sigterm() {
+    let dir = temp_dir("controller-crd");
+    let kubeconfig = dir.join("hub.kubeconfig");
+    let hub = Proc::spawn(
+        "hub",
+        &[
+            "demo".into(),
+            "--clusters=1".into(),
+            "--apps=1".into(),
+            "--keep-running".into(),
+            format!("--kubeconfig-out={}", kubeconfig.display()),
+        ],
+        None,
+    );
+    hub.wait_for_line("kubeconfig");
+    crate::kubectl_delete_crd(&kubeconfig, REPORT_CRD);
+
+    let ctl = Proc::spawn(
+        "controller",
+        &[
+            "controller".into(),
+            "--admin-addr=127.0.0.1:0".into(),
+            "--leader-elect=false".into(),
+        ],
+        Some(&kubeconfig),
+    );
+    let error = ctl.wait_for_line(REPORT_CRD);
+    assert!(error.contains("ERROR"), "{error}");
+    assert!(
+        error.contains("argocd-pull crds | kubectl apply -f -")
+            && error.contains("--appset-report=false"),
+        "the fix is named: {error}"
+    );
+    // the basic pull model runs meanwhile
+    ctl.wait_for_line("caches filled; controllers starting");
+    let (st, took) = ctl.stop("TERM");
+    assert_eq!(st.code(), Some(0), "controller with a missing CRD: {st:?}");
+    eprintln!("controller with a missing CRD stopped in {took:?}");
+    drop(hub);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Nothing listens where the kubeconfig points: the leader election retries (as client-go's; it
+/// used to exit 1 at once); SIGINT ends the process with exit 0 within 10 s.
+#[test]
+fn controller_without_an_api_server_exits_0_on_sigint() {
+    let dir = temp_dir("controller-noapi");
+    let nowhere: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let kubeconfig = dir.join("nowhere.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{nowhere}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"
+        ),
+    )
+    .unwrap();
+    let ctl = Proc::spawn(
+        "controller",
+        &[
+            "controller".into(),
+            "--admin-addr=127.0.0.1:0".into(),
+            "--leader-elect=true".into(),
+            "--lease-namespace=argocd-pull".into(),
+        ],
+        Some(&kubeconfig),
+    );
+    // it keeps trying to get the Lease (it does not exit on its own)
+    ctl.wait_for_line("cannot use the leader Lease yet");
+    ctl.wait_for_line("cannot use the leader Lease yet");
+    let (st, took) = ctl.stop("INT");
+    assert_eq!(
+        st.code(),
+        Some(0),
+        "controller without an API server: {st:?}"
+    );
+    eprintln!("controller without an API server stopped in {took:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
