@@ -4,7 +4,7 @@
 //! ```text
 //! argocd-pull controller [--disable-propagation] [--disable-status] [--disable-cleanup]
 //!                        [--binding-gate] [--acm-extras] [--sweep-interval 5m]
-//!                        [--admin-addr 0.0.0.0:8080] [--concurrency 8]
+//!                        [--admin-addr 0.0.0.0:8080] [--concurrency 32]
 //!                        [--leader-elect auto|true|false] [--lease-name ..] [--lease-namespace ..]
 //! ```
 //!
@@ -57,7 +57,7 @@ pub struct ControllerArgs {
     #[arg(long, env = "ARGOCD_PULL_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
     pub admin_addr: SocketAddr,
     /// Concurrent reconciles per controller.
-    #[arg(long, env = "ARGOCD_PULL_CONCURRENCY", default_value_t = 8)]
+    #[arg(long, env = "ARGOCD_PULL_CONCURRENCY", default_value_t = 32)]
     pub concurrency: u16,
     /// Hold a Lease before running (one active replica).
     #[arg(
