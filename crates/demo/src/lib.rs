@@ -702,22 +702,36 @@ fn updates(hub: Client, gitops: bool) -> impl Stream<Item = Update> + Send {
 /// Runs the demo: exit code 0 when everything converged, 1 on timeout, 2 when the run failed
 /// after the start.
 pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
+    // SIGTERM as well as Ctrl-C, from the start: a process manager stops the demo gracefully
+    // whether it is still converging or keeping the hub up
+    let stop = argocd_pull_ops::shutdown::on_signal();
     let keep_running = args.keep_running;
     let demo = Demo::start(args).await?;
-    let code = match demo.drive().await {
-        Ok(o) if o.converged => ExitCode::SUCCESS,
-        Ok(_) => ExitCode::from(1),
-        Err(e) => {
+    let driven = tokio::select! {
+        r = demo.drive() => Some(r),
+        _ = stop.cancelled() => None,
+    };
+    let stopped_early = driven.is_none();
+    let code = match driven {
+        Some(Ok(o)) if o.converged => ExitCode::SUCCESS,
+        Some(Ok(_)) => ExitCode::from(1),
+        Some(Err(e)) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
+        // stopped before it converged: not a failure of the product
+        None => ExitCode::SUCCESS,
     };
-    if keep_running {
+    if keep_running && !stopped_early {
         demo.print_explore_hints();
-        tokio::signal::ctrl_c()
-            .await
-            .context("waiting for Ctrl-C")?;
+        stop.cancelled().await;
     }
-    demo.shutdown().await;
+    const STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(8);
+    if tokio::time::timeout(STOP_WITHIN, demo.shutdown())
+        .await
+        .is_err()
+    {
+        eprintln!("warning: the demo did not stop within {STOP_WITHIN:?}; exiting anyway");
+    }
     Ok(code)
 }

@@ -15,8 +15,9 @@ pub fn on_signal() -> CancellationToken {
     token
 }
 
+/// Resolves on the first SIGTERM or Ctrl-C (SIGINT).
 #[cfg(unix)]
-async fn wait_for_signal() {
+pub async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::terminate()) {
         Ok(mut term) => {
@@ -32,8 +33,9 @@ async fn wait_for_signal() {
     }
 }
 
+/// Resolves on the first Ctrl-C.
 #[cfg(not(unix))]
-async fn wait_for_signal() {
+pub async fn wait_for_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 

@@ -48,7 +48,10 @@ fn controller_with_a_missing_crd_reports_it_once_and_exits_0_on_sigterm() {
     let (st, took) = ctl.stop("TERM");
     assert_eq!(st.code(), Some(0), "controller with a missing CRD: {st:?}");
     eprintln!("controller with a missing CRD stopped in {took:?}");
-    drop(hub);
+    // `demo --keep-running` (the embedded hub) is long-running too
+    let (st, took) = hub.stop("TERM");
+    assert_eq!(st.code(), Some(0), "demo --keep-running: {st:?}");
+    eprintln!("demo --keep-running stopped in {took:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
