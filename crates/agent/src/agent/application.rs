@@ -202,7 +202,7 @@ impl Inner {
                 }
             }
             (Mode::Managed, EventType::RequestResourceResync) => {
-                self.replica_resync(out).await;
+                self.answer_resource_resync(out).await;
                 Ok(())
             }
             (Mode::Managed, EventType::ResponseSyncedResource) => {

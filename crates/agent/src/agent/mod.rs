@@ -95,6 +95,9 @@ struct Inner {
     /// managed: Applications the principal marked for deletion (deletionTimestamp) that we are
     /// deleting locally; `delete` is reported once the local object is gone
     deleting: Mutex<std::collections::HashSet<String>>,
+    /// the resync requests of this process went out (the peer's `resyncedOnStart`): they are sent
+    /// on the first stream only
+    resynced_on_start: AtomicBool,
 }
 
 /// A running agent.
@@ -129,6 +132,7 @@ impl Agent {
             proj_sent: Mutex::new(HashMap::new()),
             proj_cache: Mutex::new(HashMap::new()),
             deleting: Mutex::new(Default::default()),
+            resynced_on_start: AtomicBool::new(false),
         });
         let me = Arc::downgrade(&inner);
         queue.set_regenerate(Arc::new(move |key: &str| {
@@ -312,10 +316,6 @@ impl Handler for SessionHandler {
         self.inner.handle_event(ev, out).await
     }
     async fn on_connect(&self, out: &Outbox) {
-        match self.inner.cfg.mode {
-            Mode::Managed => self.inner.replica_resync(out).await,
-            // the principal (replica) starts the resync itself on every new stream
-            Mode::Autonomous => {}
-        }
+        self.inner.resync_on_start(out).await
     }
 }

@@ -1,7 +1,25 @@
-//! Resync for managed agents (the agent is the replica).
+//! Resync, as the peer's agent does it (agent/connection.go `resyncOnStart`, agent/inbound.go
+//! `processIncomingResourceResyncEvent`, internal/resync/resync.go):
+//!
+//! * on the first stream of this process only (the peer's `resyncedOnStart`): autonomous →
+//!   `request-resource-resync` (the principal, the replica, answers with a `request-update` per
+//!   resource); managed → a `request-update` per principal copy with its spec checksum, then
+//!   `request-synced-resource-list` with the set checksum;
+//! * `request-resource-resync` from the principal (managed) → a `request-update` per copy, then
+//!   (our addition) `request-synced-resource-list`: the peer's principal learns of hub
+//!   Applications created while it was down from its informer's start-up list, which queues a
+//!   `create` for each, i.e. resends every one; ours does not, and finds the missing ones through
+//!   the set checksum instead, so a principal restart with nothing changed resends nothing. A peer
+//!   principal answers the extra request like the one sent on start (compare, then
+//!   `response-synced-resource` per resource on a mismatch).
+//!
+//! Every resync request received is ACKed by the session (src/session.rs).
+
+use std::sync::atomic::Ordering;
 
 use serde_json::Value;
 
+use crate::Mode;
 use crate::checksum::{set_checksum, set_item, spec_checksum};
 use crate::objects as o;
 use crate::session::Outbox;
@@ -9,8 +27,29 @@ use crate::session::Outbox;
 use super::Inner;
 
 impl Inner {
-    /// Managed: the agent is the replica; tell the principal what we have.
-    pub(super) async fn replica_resync(&self, out: &Outbox) {
+    /// Called when the stream is up.
+    pub(super) async fn resync_on_start(&self, out: &Outbox) {
+        if self.resynced_on_start.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        match self.cfg.mode {
+            Mode::Autonomous => {
+                out.send(o::request_resource_resync(&self.source())).await;
+            }
+            Mode::Managed => self.answer_resource_resync(out).await,
+        }
+    }
+
+    /// Managed: every copy's `request-update`, then `request-synced-resource-list`.
+    pub(super) async fn answer_resource_resync(&self, out: &Outbox) {
+        let items = self.send_request_updates(out).await;
+        out.send(o::request_synced_list(&self.source(), &set_checksum(items)))
+            .await;
+    }
+
+    /// Managed: a `request-update` per copy the principal gave us (Applications, AppProjects);
+    /// returns the `Kind/Name/UID` set items (UID: the principal's, from the source-uid annotation).
+    pub(super) async fn send_request_updates(&self, out: &Outbox) -> Vec<String> {
         let copies: Vec<Value> = self
             .copies
             .lock()
@@ -49,7 +88,6 @@ impl Inner {
             ))
             .await;
         }
-        out.send(o::request_synced_list(&src, &set_checksum(items)))
-            .await;
+        items
     }
 }

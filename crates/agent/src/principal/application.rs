@@ -258,7 +258,7 @@ impl Inner {
                 Ok(())
             }
             (Mode::Autonomous, EventType::RequestResourceResync) => {
-                self.replica_resync(a, out).await;
+                self.send_request_updates(a, out).await;
                 Ok(())
             }
             (Mode::Managed, EventType::RequestResourceResync) => Ok(()),

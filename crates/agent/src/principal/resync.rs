@@ -1,7 +1,19 @@
-//! Resync for autonomous agents (the principal is the replica).
+//! Resync, as the peer's principal does it (principal/server.go `handleResyncOnConnect`,
+//! internal/resync/resync.go):
+//!
+//! * on the first stream of an agent in this principal process (the peer's `resyncStatus`):
+//!   managed → the current AppProjects, then `request-resource-resync` (the agent answers with a
+//!   `request-update` per resource); autonomous → a `request-update` per hub copy (the principal is
+//!   the replica), then `request-synced-resource-list` with the set checksum;
+//! * on a later stream: managed → the current AppProjects only; autonomous → nothing;
+//! * `request-resource-resync` from an autonomous agent → a `request-update` per hub copy.
+//!
+//! Every resync request received is ACKed by the session (src/session.rs).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
+use crate::Mode;
 use crate::checksum::{set_checksum, set_item, spec_checksum};
 use crate::objects as o;
 use crate::session::Outbox;
@@ -10,14 +22,43 @@ use crate::store::Kind;
 use super::{AgentState, Inner, SOURCE};
 
 impl Inner {
+    /// Called when an agent's stream is up.
+    pub(super) async fn resync_on_connect(&self, a: &Arc<AgentState>, out: &Outbox) {
+        let mode = *a.mode.lock().expect("poisoned");
+        let first = !a.resynced.swap(true, Ordering::SeqCst);
+        match mode {
+            Mode::Managed => {
+                // the agent may have missed AppProject changes while it was away
+                self.sync_projects(a);
+                if first {
+                    out.send(o::request_resource_resync(SOURCE)).await;
+                }
+            }
+            Mode::Autonomous if first => self.replica_resync(a, out).await,
+            Mode::Autonomous => {}
+        }
+    }
+
     /// Autonomous agents: the principal is the replica; ask the agent for what differs.
     pub(super) async fn replica_resync(&self, a: &Arc<AgentState>, out: &Outbox) {
+        let items = self.send_request_updates(a, out).await;
+        out.send(o::request_synced_list(SOURCE, &set_checksum(items)))
+            .await;
+    }
+
+    /// A `request-update` per hub copy of an autonomous agent's resources (Applications in the
+    /// agent's namespace, AppProjects `<agent>-<name>`); returns the `Kind/Name/UID` set items.
+    pub(super) async fn send_request_updates(
+        &self,
+        a: &Arc<AgentState>,
+        out: &Outbox,
+    ) -> Vec<String> {
         let agent = a.name.clone();
         let list = match self.store.list(Kind::Application, Some(&agent)).await {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!(agent, error = %e, "resync: listing hub applications failed");
-                return;
+                return Vec::new();
             }
         };
         let mut items = Vec::new();
@@ -27,23 +68,18 @@ impl Inner {
                 continue;
             }
             let agent_form = self.to_agent_form(&agent, h);
+            let sum = spec_checksum(&agent_form);
             {
                 let mut views = a.views.lock().expect("poisoned");
                 let v = views.entry(o::name(h).to_string()).or_default();
-                v.spec = spec_checksum(&agent_form);
+                v.spec = sum.clone();
                 v.op = o::op_hash(h);
                 v.status = o::status_hash(h);
                 v.copy = Some(h.clone());
             }
             items.push(set_item("Application", o::name(h), &suid));
-            out.send(o::request_update(
-                SOURCE,
-                o::name(h),
-                &agent,
-                &suid,
-                &spec_checksum(&agent_form),
-            ))
-            .await;
+            out.send(o::request_update(SOURCE, o::name(h), &agent, &suid, &sum))
+                .await;
         }
         // AppProjects copied from this agent: the agent answers `delete` (gone) or `spec-update`
         // (the hub form is lossy, so no checksum is sent: the agent always re-sends the spec)
@@ -70,7 +106,6 @@ impl Inner {
                 .await;
             }
         }
-        out.send(o::request_synced_list(SOURCE, &set_checksum(items)))
-            .await;
+        items
     }
 }

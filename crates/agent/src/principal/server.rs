@@ -31,12 +31,7 @@ impl Handler for SessionHandler {
         self.inner.handle_event(&self.agent, ev, out).await
     }
     async fn on_connect(&self, out: &Outbox) {
-        let mode = *self.agent.mode.lock().expect("poisoned");
-        match mode {
-            Mode::Autonomous => self.inner.replica_resync(&self.agent, out).await,
-            // push the AppProjects the agent may lack (it resyncs the rest itself)
-            Mode::Managed => self.inner.sync_projects(&self.agent),
-        }
+        self.inner.resync_on_connect(&self.agent, out).await
     }
 }
 
