@@ -368,3 +368,54 @@ async fn agent_autonomous_acks_request_updates_and_resends_only_the_changed_obje
     a.shutdown().await;
     pp.shutdown().await;
 }
+
+#[tokio::test]
+async fn principal_request_update_for_a_repository_never_touches_a_same_named_application() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    hub.create(Kind::Application, app("agent-rp", "guestbook", "g"))
+        .await
+        .expect("create");
+    let (_l, mut s) = peer_agent(&pki, &p, "agent-rp", "managed").await;
+    // a managed peer agent resyncs its repository Secrets with kind Repository (and the GPG key
+    // ConfigMap with kind GPGKey); the names may equal an Application's
+    let mut sent = Vec::new();
+    for kind in ["Repository", "GPGKey"] {
+        let ru = emitter::sent(
+            s.emitter.request_update(
+                &emitter::new_uuid(),
+                "guestbook",
+                "argocd",
+                "2f3e4d5c-0000-4000-8000-000000000001",
+                kind,
+                Some(&[7u8; 32]),
+            ),
+            SENT_AT,
+        );
+        s.send(&ru).await;
+        sent.push(ru);
+    }
+    for (i, e) in sent.iter().enumerate() {
+        expect_ack(&mut s, e, &format!("ACK of request-update #{i}")).await;
+    }
+    hub.create(Kind::Application, app("agent-rp", "marker", "m"))
+        .await
+        .expect("marker");
+    s.expect("create of the marker", |e| {
+        is(e, "create", "application") && name_of(e) == "marker"
+    })
+    .await;
+    for t in ["delete", "spec-update"] {
+        assert_eq!(count(&s.seen, t, "guestbook"), 0, "{t}: {}", s.describe());
+    }
+    assert!(
+        hub.get(Kind::Application, "agent-rp", "guestbook")
+            .await
+            .expect("get")
+            .is_some(),
+        "the hub Application is untouched"
+    );
+    p.shutdown().await;
+}

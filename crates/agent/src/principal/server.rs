@@ -28,7 +28,16 @@ pub(super) struct SessionHandler {
 #[async_trait]
 impl Handler for SessionHandler {
     async fn handle(&self, ev: Event, out: &Outbox) -> Result<(), HandleError> {
-        self.inner.handle_event(&self.agent, ev, out).await
+        match crate::checksum::resync_kind(&ev) {
+            crate::checksum::ResyncKind::Handled => {
+                self.inner.handle_event(&self.agent, ev, out).await
+            }
+            crate::checksum::ResyncKind::NotSynchronised(kind) => {
+                tracing::warn!(kind, name = %ev.data["name"], r#type = ev.ty.short(), "resync of a kind argocd-pull does not synchronise; acknowledged, nothing changed");
+                Ok(())
+            }
+            crate::checksum::ResyncKind::Unknown(msg) => Err(HandleError::Permanent(msg)),
+        }
     }
     async fn on_connect(&self, out: &Outbox) {
         self.inner.resync_on_connect(&self.agent, out).await
