@@ -419,3 +419,44 @@ async fn principal_request_update_for_a_repository_never_touches_a_same_named_ap
     );
     p.shutdown().await;
 }
+
+#[tokio::test]
+async fn agent_managed_set_checksum_covers_applications_and_appprojects_as_the_peers() {
+    let pki = LocalPki::new().expect("pki");
+    let pp = peer_principal(&pki, OURS).await;
+    let store = MemStore::new();
+    let (app_uid, proj_uid) = (
+        "3c1a7e0b-8d2f-4c3e-9a61-0f2b3c4d5e6f",
+        "4c1a7e0b-8d2f-4c3e-9a61-0f2b3c4d5e6f",
+    );
+    let mut local = app("argocd", "guestbook", "guestbook");
+    local["metadata"]["annotations"] = json!({"argocd.argoproj.io/source-uid": app_uid});
+    store.create(Kind::Application, local).await.expect("app");
+    let mut proj = project("argocd", "team", "in-cluster");
+    proj["metadata"]["annotations"] = json!({"argocd.argoproj.io/source-uid": proj_uid});
+    store.create(Kind::AppProject, proj).await.expect("project");
+    let a = our_agent(&pki, &pp, "agent-ms", Mode::Managed, &store).await;
+    let i = pp
+        .expect("request-synced-resource-list", |i| {
+            is(&i.event, "request-synced-resource-list", "resourceResync")
+        })
+        .await;
+    // the peer's AgentResources after it sent this agent one Application and one AppProject
+    let want = emitter::set_checksum(&[
+        ("Application", "guestbook", app_uid),
+        ("AppProject", "team", proj_uid),
+    ])
+    .expect("sum");
+    assert_eq!(
+        i.event.json().expect("json")["checksum"],
+        json!(base64_of(&want))
+    );
+    assert_eq!(
+        count_in(&pp, "request-update", "team"),
+        1,
+        "{}",
+        pp.describe()
+    );
+    a.shutdown().await;
+    pp.shutdown().await;
+}

@@ -205,21 +205,6 @@ impl Inner {
                 self.answer_resource_resync(out).await;
                 Ok(())
             }
-            (Mode::Managed, EventType::ResponseSyncedResource) => {
-                let name = ev.data["name"].as_str().unwrap_or_default();
-                if !self.copies.lock().expect("poisoned").contains_key(name) {
-                    let pns = ev.data["namespace"].as_str().unwrap_or_default();
-                    out.send(o::request_update(
-                        &self.source(),
-                        name,
-                        pns,
-                        ev.data["uid"].as_str().unwrap_or_default(),
-                        "",
-                    ))
-                    .await;
-                }
-                Ok(())
-            }
             (Mode::Autonomous, EventType::RequestUpdate) => {
                 let name = ev.data["name"].as_str().unwrap_or_default().to_string();
                 let checksum = ev.data["checksum"].as_str().unwrap_or_default();

@@ -314,6 +314,13 @@ struct SessionHandler {
 impl Handler for SessionHandler {
     async fn handle(&self, ev: Event, out: &Outbox) -> Result<(), HandleError> {
         match crate::checksum::resync_kind(&ev) {
+            crate::checksum::ResyncKind::Handled
+                if ev.ty == EventType::ResponseSyncedResource
+                    && self.inner.cfg.mode == Mode::Managed =>
+            {
+                self.inner.answer_synced_resource(&ev, out).await;
+                Ok(())
+            }
             crate::checksum::ResyncKind::Handled => self.inner.handle_event(ev, out).await,
             crate::checksum::ResyncKind::NotSynchronised(kind) => {
                 tracing::warn!(kind, name = %ev.data["name"], r#type = ev.ty.short(), "resync of a kind argocd-pull does not synchronise; acknowledged, nothing changed");

@@ -5,6 +5,8 @@
 //!   `request-resource-resync` (the principal, the replica, answers with a `request-update` per
 //!   resource); managed → a `request-update` per principal copy with its spec checksum, then
 //!   `request-synced-resource-list` with the set checksum;
+//! * `response-synced-resource` (managed) → a `request-update` for that resource, with the
+//!   checksum of our copy, or none when we lack it (peer: `ProcessIncomingSyncedResource`);
 //! * `request-resource-resync` from the principal (managed) → a `request-update` per copy, then
 //!   (our addition) `request-synced-resource-list`: the peer's principal learns of hub
 //!   Applications created while it was down from its informer's start-up list, which queues a
@@ -21,6 +23,7 @@ use serde_json::Value;
 
 use crate::Mode;
 use crate::checksum::{set_checksum, set_item, spec_checksum};
+use crate::event::Event;
 use crate::objects as o;
 use crate::session::Outbox;
 
@@ -45,6 +48,31 @@ impl Inner {
         let items = self.send_request_updates(out).await;
         out.send(o::request_synced_list(&self.source(), &set_checksum(items)))
             .await;
+    }
+
+    /// Managed: `response-synced-resource` → `request-update` for that resource.
+    pub(super) async fn answer_synced_resource(&self, ev: &Event, out: &Outbox) {
+        let name = ev.data["name"].as_str().unwrap_or_default();
+        let pns = ev.data["namespace"].as_str().unwrap_or_default();
+        let uid = ev.data["uid"].as_str().unwrap_or_default();
+        let project = ev.data["kind"] == "AppProject";
+        let copy = if project {
+            self.proj_copies
+                .lock()
+                .expect("poisoned")
+                .get(name)
+                .cloned()
+        } else {
+            self.copies.lock().expect("poisoned").get(name).cloned()
+        };
+        let sum = copy.as_ref().map(spec_checksum).unwrap_or_default();
+        let src = self.source();
+        out.send(if project {
+            o::request_update_project(&src, name, pns, uid, &sum)
+        } else {
+            o::request_update(&src, name, pns, uid, &sum)
+        })
+        .await;
     }
 
     /// Managed: a `request-update` per copy the principal gave us (Applications, AppProjects);
@@ -79,6 +107,7 @@ impl Inner {
             .cloned()
             .collect();
         for p in &projects {
+            items.push(set_item("AppProject", o::name(p), o::source_uid(p)));
             out.send(o::request_update_project(
                 &src,
                 o::name(p),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::Mode;
-use crate::checksum::{set_checksum, set_item, spec_checksum};
+use crate::checksum::spec_checksum;
 use crate::event::{Event, EventType, Target};
 use crate::objects::{self as o, SOURCE_UID};
 use crate::session::{HandleError, Outbox};
@@ -188,19 +188,7 @@ impl Inner {
                 Ok(())
             }
             (Mode::Managed, EventType::RequestSyncedResourceList) => {
-                let list = self.store.list(Kind::Application, Some(agent)).await?;
-                let list: Vec<Value> = list.into_iter().filter(|h| !o::ignored(h)).collect();
-                let sum = set_checksum(
-                    list.iter()
-                        .map(|h| set_item("Application", o::name(h), o::uid(h))),
-                );
-                if sum != ev.data["checksum"].as_str().unwrap_or_default() {
-                    for h in &list {
-                        out.send(o::response_synced(SOURCE, o::name(h), agent, o::uid(h)))
-                            .await;
-                    }
-                }
-                Ok(())
+                self.answer_synced_list(a, &ev, out).await
             }
             (Mode::Managed, EventType::Delete) => {
                 // the agent deleted its copy of an Application marked for deletion on the hub:

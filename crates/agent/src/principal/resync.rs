@@ -14,9 +14,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::Mode;
-use crate::checksum::{set_checksum, set_item, spec_checksum};
+use crate::checksum::{read_checksum, response_synced, set_checksum, set_item, spec_checksum};
+use crate::event::Event;
 use crate::objects as o;
-use crate::session::Outbox;
+use crate::session::{HandleError, Outbox};
 use crate::store::Kind;
 
 use super::{AgentState, Inner, SOURCE};
@@ -107,5 +108,72 @@ impl Inner {
             }
         }
         items
+    }
+
+    /// Managed: `request-synced-resource-list` (peer: `ProcessSyncedResourceListRequest`). The set
+    /// is what this principal gives the agent, every kind: its Applications and the AppProjects
+    /// sent to it (`Kind/Name/UID`, the hub UIDs the agent holds as source-uid). On a mismatch,
+    /// one `response-synced-resource` per resource; the agent asks for the ones it lacks.
+    pub(super) async fn answer_synced_list(
+        &self,
+        a: &Arc<AgentState>,
+        ev: &Event,
+        out: &Outbox,
+    ) -> Result<(), HandleError> {
+        let agent = a.name.as_str();
+        let theirs = read_checksum(&ev.data).map_err(HandleError::Permanent)?;
+        let apps: Vec<_> = self
+            .store
+            .list(Kind::Application, Some(agent))
+            .await?
+            .into_iter()
+            .filter(|h| !o::ignored(h))
+            .collect();
+        let projects: Vec<(String, String)> = {
+            let given: Vec<String> = a
+                .projects
+                .lock()
+                .expect("poisoned")
+                .keys()
+                .cloned()
+                .collect();
+            let hub = self.projects.lock().expect("poisoned");
+            given
+                .into_iter()
+                .filter_map(|n| hub.get(&n).map(|p| (n, o::uid(p).to_string())))
+                .collect()
+        };
+        let items = apps
+            .iter()
+            .map(|h| set_item("Application", o::name(h), o::uid(h)))
+            .chain(projects.iter().map(|(n, u)| set_item("AppProject", n, u)));
+        if set_checksum(items) == theirs {
+            return Ok(());
+        }
+        tracing::info!(
+            agent,
+            "resync: resource sets differ; sending the synced resources"
+        );
+        for h in &apps {
+            out.send(response_synced(
+                SOURCE,
+                "Application",
+                o::name(h),
+                agent,
+                o::uid(h),
+            ))
+            .await;
+        }
+        for (n, u) in &projects {
+            out.send(response_synced(
+                SOURCE,
+                "AppProject",
+                n,
+                &self.cfg.namespace,
+                u,
+            ))
+            .await;
+        }
+        Ok(())
     }
 }

@@ -5,29 +5,49 @@ use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
 use argocd_pull_agent::metrics::Metrics;
 use argocd_pull_agent::principal::Principal;
-use argocd_pull_agent::store::MemStore;
+use argocd_pull_agent::store::{Kind, MemStore, Store};
 use serde_json::json;
 
 use crate::harness::*;
 
-/// Object events the principal put on the wire.
-fn object_events(p: &Principal) -> [u64; 3] {
+/// Object events the principal put on the wire, and its `response-synced-resource` answers.
+fn object_events(p: &Principal) -> [u64; 4] {
     let m = p.metrics();
-    ["create", "spec-update", "delete"].map(|t| Metrics::total(&m.events_sent, t))
+    [
+        "create",
+        "spec-update",
+        "delete",
+        "response-synced-resource",
+    ]
+    .map(|t| Metrics::total(&m.events_sent, t))
 }
 
 fn acks_sent(p: &Principal) -> u64 {
     Metrics::total(&p.metrics().events_sent, "processed")
 }
 
-/// Two managed apps delivered and settled.
+/// Two managed apps and an AppProject delivered and settled (the set checksum covers both kinds).
 async fn settled_pair(pki: &LocalPki, hub: &MemStore, spoke: &MemStore) -> Principal {
     let p = principal(pki, hub, "127.0.0.1:0").await;
     let a = agent(pki, &p, "c1", Mode::Managed, spoke).await;
     put(hub, app("c1", "one", "v1")).await;
     put(hub, app("c1", "two", "v1")).await;
+    hub.create(
+        Kind::AppProject,
+        json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
+            "metadata": {"name": "team", "namespace": "argocd"},
+            "spec": {"sourceRepos": ["*"], "destinations": [{"name": "c1", "server": "*", "namespace": "*"}]}
+        }),
+    )
+    .await
+    .unwrap();
     wait_for(spoke, "argocd", "one", "created", |o| o.is_some()).await;
     wait_for(spoke, "argocd", "two", "created", |o| o.is_some()).await;
+    wait_for_kind(spoke, Kind::AppProject, "argocd", "team", "created", |o| {
+        o.is_some()
+    })
+    .await;
     wait_idle(|| p.agent_idle("c1") && a.idle()).await;
     a.shutdown().await;
     p
@@ -40,9 +60,10 @@ async fn managed_agent_restart_with_nothing_changed_resends_nothing() {
     let p = settled_pair(&pki, &hub, &spoke).await;
     let (before, acks) = (object_events(&p), acks_sent(&p));
     let a = agent(&pki, &p, "c1", Mode::Managed, &spoke).await;
-    // the restarted agent sends 2 request-updates and 1 request-synced-resource-list; the
-    // principal ACKs each after handling it, so anything it resends is queued by then
-    wait_idle(|| acks_sent(&p) >= acks + 3 && p.agent_idle("c1") && a.idle()).await;
+    // the restarted agent sends 3 request-updates (2 apps, 1 project) and 1
+    // request-synced-resource-list; the principal ACKs each after handling it, so anything it
+    // resends is queued by then
+    wait_idle(|| acks_sent(&p) >= acks + 4 && p.agent_idle("c1") && a.idle()).await;
     assert_eq!(
         object_events(&p),
         before,
@@ -73,8 +94,8 @@ async fn managed_principal_restart_with_nothing_changed_resends_nothing() {
     wait_idle(|| acks_sent(&p2) >= 2 && p2.agent_idle("c1") && a.idle()).await;
     assert_eq!(
         object_events(&p2),
-        [0, 0, 0],
-        "[create, spec-update, delete] resent"
+        [0, 0, 0, 0],
+        "[create, spec-update, delete, response-synced-resource] resent"
     );
     assert_eq!(
         Metrics::total(&p2.metrics().events_sent, "request-resource-resync"),
@@ -98,16 +119,16 @@ async fn managed_agent_restart_resends_exactly_the_changed_copy() {
         json!({"spec": {"source": {"path": "edited"}}}),
     )
     .await;
-    let ([create, spec, delete], acks) = (object_events(&p), acks_sent(&p));
+    let ([create, spec, delete, synced], acks) = (object_events(&p), acks_sent(&p));
     let a = agent(&pki, &p, "c1", Mode::Managed, &spoke).await;
     wait_for(&spoke, "argocd", "two", "reverted", |o| {
         o.is_some_and(|o| o["spec"]["source"]["path"] == "v1")
     })
     .await;
-    wait_idle(|| acks_sent(&p) >= acks + 3 && p.agent_idle("c1") && a.idle()).await;
+    wait_idle(|| acks_sent(&p) >= acks + 4 && p.agent_idle("c1") && a.idle()).await;
     assert_eq!(
         object_events(&p),
-        [create, spec + 1, delete],
+        [create, spec + 1, delete, synced],
         "one spec-update, for the changed copy only"
     );
     assert_eq!(
