@@ -7,6 +7,9 @@
 //!   `request-synced-resource-list` with the set checksum;
 //! * `response-synced-resource` (managed) → a `request-update` for that resource, with the
 //!   checksum of our copy, or none when we lack it (peer: `ProcessIncomingSyncedResource`);
+//! * `request-synced-resource-list` (autonomous) → compare the set of our Applications and
+//!   AppProjects (`Kind/Name/UID`, our UIDs), on a mismatch one `response-synced-resource` each
+//!   (peer: `ProcessSyncedResourceListRequest`);
 //! * `request-resource-resync` from the principal (managed) → a `request-update` per copy, then
 //!   (our addition) `request-synced-resource-list`: the peer's principal learns of hub
 //!   Applications created while it was down from its informer's start-up list, which queues a
@@ -22,10 +25,11 @@ use std::sync::atomic::Ordering;
 use serde_json::Value;
 
 use crate::Mode;
-use crate::checksum::{set_checksum, set_item, spec_checksum};
+use crate::checksum::{read_checksum, response_synced, set_checksum, set_item, spec_checksum};
 use crate::event::Event;
 use crate::objects as o;
-use crate::session::Outbox;
+use crate::session::{HandleError, Outbox};
+use crate::store::Kind;
 
 use super::Inner;
 
@@ -118,5 +122,37 @@ impl Inner {
             .await;
         }
         items
+    }
+
+    /// Autonomous: `request-synced-resource-list` from the principal (the replica).
+    pub(super) async fn answer_synced_list(
+        &self,
+        ev: &Event,
+        out: &Outbox,
+    ) -> Result<(), HandleError> {
+        let theirs = read_checksum(&ev.data).map_err(HandleError::Permanent)?;
+        let ns = self.cfg.namespace.clone();
+        let mut mine = Vec::new();
+        for kind in [Kind::Application, Kind::AppProject] {
+            let k = if kind == Kind::Application {
+                "Application"
+            } else {
+                "AppProject"
+            };
+            for x in self.store.list(kind, Some(&ns)).await? {
+                if !o::ignored(&x) {
+                    mine.push((k, o::name(&x).to_string(), o::uid(&x).to_string()));
+                }
+            }
+        }
+        if set_checksum(mine.iter().map(|(k, n, u)| set_item(k, n, u))) == theirs {
+            return Ok(());
+        }
+        tracing::info!("resync: resource sets differ; sending the synced resources");
+        let src = self.source();
+        for (k, n, u) in &mine {
+            out.send(response_synced(&src, k, n, &ns, u)).await;
+        }
+        Ok(())
     }
 }

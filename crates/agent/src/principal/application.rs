@@ -11,7 +11,7 @@ use crate::objects::{self as o, SOURCE_UID};
 use crate::session::{HandleError, Outbox};
 use crate::store::{Kind, StoreError};
 
-use super::{AgentState, Inner, SOURCE, View};
+use super::{AgentState, Inner, View};
 
 impl Inner {
     /// Writes `want` (hub form) over the hub object; retries conflicts a few times.
@@ -223,26 +223,6 @@ impl Inner {
                 self.metrics.hub_write("Application", "deleted");
                 // hub copies carry no finalizers; one added on the hub must not hold the copy
                 self.finish_hub_deletion(agent, &name).await?;
-                Ok(())
-            }
-            (Mode::Autonomous, EventType::ResponseSyncedResource) => {
-                let name = ev.data["name"].as_str().unwrap_or_default();
-                if self
-                    .store
-                    .get(Kind::Application, agent, name)
-                    .await?
-                    .is_none()
-                {
-                    let ns = ev.data["namespace"].as_str().unwrap_or_default();
-                    out.send(o::request_update(
-                        SOURCE,
-                        name,
-                        ns,
-                        ev.data["uid"].as_str().unwrap_or_default(),
-                        "",
-                    ))
-                    .await;
-                }
                 Ok(())
             }
             (Mode::Autonomous, EventType::RequestResourceResync) => {

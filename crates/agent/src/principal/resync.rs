@@ -6,7 +6,11 @@
 //!   `request-update` per resource); autonomous → a `request-update` per hub copy (the principal is
 //!   the replica), then `request-synced-resource-list` with the set checksum;
 //! * on a later stream: managed → the current AppProjects only; autonomous → nothing;
-//! * `request-resource-resync` from an autonomous agent → a `request-update` per hub copy.
+//! * `request-resource-resync` from an autonomous agent → a `request-update` per hub copy;
+//! * `response-synced-resource` from an autonomous agent → `request-update` for that resource
+//!   (peer: `ProcessIncomingSyncedResource`): an Application with the checksum of our copy, none
+//!   when we lack it; an AppProject only when the hub lacks `<agent>-<name>` (the hub form is
+//!   lossy, a checksum could never match).
 //!
 //! Every resync request received is ACKed by the session (src/session.rs).
 
@@ -97,6 +101,9 @@ impl Inner {
                 let Some(orig) = o::name(&p).strip_prefix(&prefix) else {
                     continue;
                 };
+                // the agent's own name and UID, so the set equals the agent's (the peer's
+                // principal keys it by the hub name, which never matches its agent's set)
+                items.push(set_item("AppProject", orig, o::source_uid(&p)));
                 out.send(o::request_update_project(
                     SOURCE,
                     orig,
@@ -174,6 +181,38 @@ impl Inner {
             ))
             .await;
         }
+        Ok(())
+    }
+
+    /// Autonomous: `response-synced-resource` → `request-update` for that resource.
+    pub(super) async fn answer_synced_resource(
+        &self,
+        a: &Arc<AgentState>,
+        ev: &Event,
+        out: &Outbox,
+    ) -> Result<(), HandleError> {
+        let agent = a.name.as_str();
+        let name = ev.data["name"].as_str().unwrap_or_default();
+        let ns = ev.data["namespace"].as_str().unwrap_or_default();
+        let uid = ev.data["uid"].as_str().unwrap_or_default();
+        if ev.data["kind"] == "AppProject" {
+            let hub_name = format!("{agent}-{name}");
+            let hub = self
+                .store
+                .get(Kind::AppProject, &self.cfg.namespace, &hub_name)
+                .await?;
+            if hub.is_none() {
+                out.send(o::request_update_project(SOURCE, name, ns, uid, ""))
+                    .await;
+            }
+            return Ok(());
+        }
+        let sum = match self.store.get(Kind::Application, agent, name).await? {
+            Some(h) => spec_checksum(&self.to_agent_form(agent, &h)),
+            None => String::new(),
+        };
+        out.send(o::request_update(SOURCE, name, ns, uid, &sum))
+            .await;
         Ok(())
     }
 }

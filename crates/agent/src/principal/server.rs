@@ -29,6 +29,14 @@ pub(super) struct SessionHandler {
 impl Handler for SessionHandler {
     async fn handle(&self, ev: Event, out: &Outbox) -> Result<(), HandleError> {
         match crate::checksum::resync_kind(&ev) {
+            crate::checksum::ResyncKind::Handled
+                if ev.ty == crate::event::EventType::ResponseSyncedResource
+                    && *self.agent.mode.lock().expect("poisoned") == Mode::Autonomous =>
+            {
+                self.inner
+                    .answer_synced_resource(&self.agent, &ev, out)
+                    .await
+            }
             crate::checksum::ResyncKind::Handled => {
                 self.inner.handle_event(&self.agent, ev, out).await
             }

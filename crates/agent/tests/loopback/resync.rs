@@ -148,3 +148,51 @@ async fn spoke_path(spoke: &MemStore, name: &str) -> String {
         .unwrap_or_default()
         .to_string()
 }
+
+/// Object events an agent put on the wire.
+fn agent_object_events(a: &argocd_pull_agent::agent::Agent) -> [u64; 3] {
+    let m = a.metrics();
+    ["create", "spec-update", "delete"].map(|t| Metrics::total(&m.events_sent, t))
+}
+
+#[tokio::test]
+async fn autonomous_principal_restart_with_nothing_changed_resends_nothing() {
+    let pki = LocalPki::new().unwrap();
+    let (hub, spoke) = (MemStore::new(), MemStore::new());
+    let p = principal(&pki, &hub, "127.0.0.1:0").await;
+    let addr = p.local_addr().to_string();
+    let a = agent(&pki, &p, "au", Mode::Autonomous, &spoke).await;
+    put(&spoke, app("argocd", "one", "v1")).await;
+    put(&spoke, app("argocd", "two", "v1")).await;
+    wait_for(&hub, "au", "one", "created", |o| o.is_some()).await;
+    wait_for(&hub, "au", "two", "created", |o| o.is_some()).await;
+    wait_idle(|| p.agent_idle("au") && a.idle()).await;
+    let before = agent_object_events(&a);
+    let acks = Metrics::total(&a.metrics().events_sent, "processed");
+    let n = a.connections();
+    p.shutdown().await;
+    let p2 = principal(&pki, &hub, &addr).await;
+    tokio::time::timeout(T, a.wait_connected(n))
+        .await
+        .expect("agent reconnects");
+    // first stream of this principal: 2 request-updates and 1 request-synced-resource-list,
+    // each ACKed by the agent after handling
+    wait_idle(|| {
+        Metrics::total(&a.metrics().events_sent, "processed") >= acks + 3
+            && p2.agent_idle("au")
+            && a.idle()
+    })
+    .await;
+    assert_eq!(
+        agent_object_events(&a),
+        before,
+        "[create, spec-update, delete] resent by the agent"
+    );
+    assert_eq!(
+        Metrics::total(&a.metrics().events_sent, "response-synced-resource"),
+        0,
+        "the sets match"
+    );
+    a.shutdown().await;
+    p2.shutdown().await;
+}
