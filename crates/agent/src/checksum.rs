@@ -144,6 +144,40 @@ pub fn request_resource_resync(source: &str) -> Event {
     )
 }
 
+/// What to do with a received resync event, by the `kind` it names.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ResyncKind {
+    /// Not a per-resource resync event, or an Application/AppProject one: handle it.
+    Handled,
+    /// `Repository` (Secret) or `GPGKey` (ConfigMap): the peer resyncs them, argocd-pull does not
+    /// synchronise them; acknowledged and left alone (never mistaken for an Application).
+    NotSynchronised(String),
+    /// Any other kind: the peer fails with "unknown kind"; refused with this message.
+    Unknown(String),
+}
+
+/// Sorts a received resync event by the kind in its payload (`request-update`,
+/// `response-synced-resource` carry one; the peer's `getGroupVersionResource` knows Application,
+/// AppProject, Repository and GPGKey).
+pub fn resync_kind(ev: &Event) -> ResyncKind {
+    if ev.target != Target::ResourceResync
+        || !matches!(
+            ev.ty,
+            EventType::RequestUpdate | EventType::ResponseSyncedResource
+        )
+    {
+        return ResyncKind::Handled;
+    }
+    match ev.data["kind"].as_str().unwrap_or_default() {
+        "Application" | "AppProject" => ResyncKind::Handled,
+        k @ ("Repository" | "GPGKey") => ResyncKind::NotSynchronised(k.to_string()),
+        k => ResyncKind::Unknown(format!(
+            "{} names kind {k:?}; resync knows Application, AppProject, Repository and GPGKey",
+            ev.ty.short()
+        )),
+    }
+}
+
 /// Go `json.Marshal` bytes of a decoded-JSON value (maps sorted by key).
 pub fn go_json(v: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);

@@ -3,7 +3,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::checksum::hash_value;
-use crate::event::{Event, EventType, Target};
+use crate::event::{Event, Target};
 
 /// Annotation holding the source-of-truth object's UID on the replica.
 pub const SOURCE_UID: &str = "argocd.argoproj.io/source-uid";
@@ -130,43 +130,22 @@ pub fn overlay(cur: &Value, want: &Value, with_status: bool, with_operation: boo
     n
 }
 
-/// Resync payloads.
+/// Resync payloads: dataschema `resourceResync`, checksums as the peer's Go `[]byte` (base64,
+/// `null` when empty); see `crate::checksum`.
 pub fn request_update(source: &str, name: &str, ns: &str, uid: &str, checksum: &str) -> Event {
-    let mut e = Event::request(
-        source,
-        EventType::RequestUpdate,
-        Target::Application,
-        json!({"name": name, "namespace": ns, "uid": uid, "kind": "Application", "checksum": checksum}),
-    );
-    e.subject = format!("{ns}/{name}");
-    e
+    crate::checksum::request_update(source, "Application", name, ns, uid, checksum)
 }
 
 pub fn request_synced_list(source: &str, checksum: &str) -> Event {
-    Event::request(
-        source,
-        EventType::RequestSyncedResourceList,
-        Target::ResourceResync,
-        json!({"checksum": checksum}),
-    )
+    crate::checksum::request_synced_list(source, checksum)
 }
 
 pub fn response_synced(source: &str, name: &str, ns: &str, uid: &str) -> Event {
-    Event::request(
-        source,
-        EventType::ResponseSyncedResource,
-        Target::ResourceResync,
-        json!({"name": name, "namespace": ns, "uid": uid, "kind": "Application"}),
-    )
+    crate::checksum::response_synced(source, "Application", name, ns, uid)
 }
 
 pub fn request_resource_resync(source: &str) -> Event {
-    Event::request(
-        source,
-        EventType::RequestResourceResync,
-        Target::ResourceResync,
-        json!({}),
-    )
+    crate::checksum::request_resource_resync(source)
 }
 
 /// Per-resource async locks: a revert and a received event of one resource never interleave.
@@ -352,14 +331,7 @@ pub fn request_update_project(
     uid: &str,
     checksum: &str,
 ) -> Event {
-    let mut e = Event::request(
-        source,
-        EventType::RequestUpdate,
-        Target::AppProject,
-        json!({"name": name, "namespace": ns, "uid": uid, "kind": "AppProject", "checksum": checksum}),
-    );
-    e.subject = format!("{ns}/{name}");
-    e
+    crate::checksum::request_update(source, "AppProject", name, ns, uid, checksum)
 }
 
 #[cfg(test)]

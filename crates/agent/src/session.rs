@@ -309,7 +309,10 @@ where
         let ctx2 = ctx.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            let is_change = ev.ty.is_resource_change();
+            // resync requests are ACKed like changes: the peer's event writer resends every
+            // non-ACK, non-heartbeat event until its ACK arrives (internal/event/event_writer.go)
+            let is_change =
+                ev.ty.is_resource_change() || ev.target == crate::event::Target::ResourceResync;
             let (rid, eid, ty) = (ev.resource_id.clone(), ev.event_id.clone(), ev.ty);
             let target = ev.target;
             let t0 = std::time::Instant::now();

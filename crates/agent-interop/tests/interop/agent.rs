@@ -306,7 +306,6 @@ async fn autonomous_application_lifecycle_is_readable_by_the_peer_principal() {
 }
 
 #[tokio::test]
-#[ignore = "gap: resync — request-update/request-synced-resource-list need dataschema resourceResync (ce_uri), base64 []byte checksums over Go json.Marshal and the peer's set checksum (Kind/Name/UID joined with no separator)"]
 async fn managed_agent_sends_the_peer_resync_requests_on_connect() {
     let pki = LocalPki::new().expect("pki");
     let pp = peer_principal(&pki, OURS).await;
@@ -355,7 +354,6 @@ async fn managed_agent_sends_the_peer_resync_requests_on_connect() {
 }
 
 #[tokio::test]
-#[ignore = "gap: resync — our autonomous agent sends no request-resource-resync (dataschema resourceResync) on connect; the peer agent's resyncOnStart does, and the peer principal only resyncs an autonomous agent when asked"]
 async fn autonomous_agent_requests_a_resource_resync_on_connect() {
     let pki = LocalPki::new().expect("pki");
     let pp = peer_principal(&pki, OURS).await;

@@ -9,3 +9,4 @@ mod agent;
 mod common;
 mod golden;
 mod principal;
+mod resync;

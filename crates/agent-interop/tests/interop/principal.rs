@@ -407,7 +407,6 @@ async fn heartbeat_ping_is_acked_like_the_peer_principal_does() {
 }
 
 #[tokio::test]
-#[ignore = "gap: resync — request-update/request-synced-resource-list need dataschema resourceResync, base64 []byte checksums over Go json.Marshal (sorted keys, <>& escaped) and the peer's set checksum (Kind/Name/UID joined with no separator); and our events must be readable (ce_uri)"]
 async fn managed_resync_after_restart_with_matching_checksums_resends_nothing() {
     init();
     let pki = LocalPki::new().expect("pki");
@@ -464,7 +463,6 @@ async fn managed_resync_after_restart_with_matching_checksums_resends_nothing() 
 }
 
 #[tokio::test]
-#[ignore = "gap: resync — our principal's request-update must carry dataschema resourceResync (ce_uri) and a base64 []byte checksum the peer agent can decode"]
 async fn autonomous_agent_restart_gets_readable_request_updates() {
     init();
     let pki = LocalPki::new().expect("pki");

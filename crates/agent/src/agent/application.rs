@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::Mode;
-use crate::checksum::{set_checksum, set_item, spec_checksum};
+use crate::checksum::spec_checksum;
 use crate::event::{Event, EventType, Target};
 use crate::objects::{self as o, SOURCE_UID};
 use crate::session::{HandleError, Outbox};
@@ -202,22 +202,7 @@ impl Inner {
                 }
             }
             (Mode::Managed, EventType::RequestResourceResync) => {
-                self.replica_resync(out).await;
-                Ok(())
-            }
-            (Mode::Managed, EventType::ResponseSyncedResource) => {
-                let name = ev.data["name"].as_str().unwrap_or_default();
-                if !self.copies.lock().expect("poisoned").contains_key(name) {
-                    let pns = ev.data["namespace"].as_str().unwrap_or_default();
-                    out.send(o::request_update(
-                        &self.source(),
-                        name,
-                        pns,
-                        ev.data["uid"].as_str().unwrap_or_default(),
-                        "",
-                    ))
-                    .await;
-                }
+                self.answer_resource_resync(out).await;
                 Ok(())
             }
             (Mode::Autonomous, EventType::RequestUpdate) => {
@@ -241,29 +226,7 @@ impl Inner {
                 Ok(())
             }
             (Mode::Autonomous, EventType::RequestSyncedResourceList) => {
-                let list: Vec<Value> = self
-                    .store
-                    .list(Kind::Application, Some(&ns))
-                    .await?
-                    .into_iter()
-                    .filter(|x| !o::ignored(x))
-                    .collect();
-                let sum = set_checksum(
-                    list.iter()
-                        .map(|x| set_item("Application", o::name(x), o::uid(x))),
-                );
-                if sum != ev.data["checksum"].as_str().unwrap_or_default() {
-                    for x in &list {
-                        out.send(o::response_synced(
-                            &self.source(),
-                            o::name(x),
-                            &ns,
-                            o::uid(x),
-                        ))
-                        .await;
-                    }
-                }
-                Ok(())
+                self.answer_synced_list(&ev, out).await
             }
             (Mode::Autonomous, EventType::RequestResourceResync) => Ok(()),
             (m, t) => Err(HandleError::Permanent(format!(

@@ -95,6 +95,9 @@ struct Inner {
     /// managed: Applications the principal marked for deletion (deletionTimestamp) that we are
     /// deleting locally; `delete` is reported once the local object is gone
     deleting: Mutex<std::collections::HashSet<String>>,
+    /// the resync requests of this process went out (the peer's `resyncedOnStart`): they are sent
+    /// on the first stream only
+    resynced_on_start: AtomicBool,
 }
 
 /// A running agent.
@@ -129,6 +132,7 @@ impl Agent {
             proj_sent: Mutex::new(HashMap::new()),
             proj_cache: Mutex::new(HashMap::new()),
             deleting: Mutex::new(Default::default()),
+            resynced_on_start: AtomicBool::new(false),
         });
         let me = Arc::downgrade(&inner);
         queue.set_regenerate(Arc::new(move |key: &str| {
@@ -309,13 +313,23 @@ struct SessionHandler {
 #[async_trait]
 impl Handler for SessionHandler {
     async fn handle(&self, ev: Event, out: &Outbox) -> Result<(), HandleError> {
-        self.inner.handle_event(ev, out).await
+        match crate::checksum::resync_kind(&ev) {
+            crate::checksum::ResyncKind::Handled
+                if ev.ty == EventType::ResponseSyncedResource
+                    && self.inner.cfg.mode == Mode::Managed =>
+            {
+                self.inner.answer_synced_resource(&ev, out).await;
+                Ok(())
+            }
+            crate::checksum::ResyncKind::Handled => self.inner.handle_event(ev, out).await,
+            crate::checksum::ResyncKind::NotSynchronised(kind) => {
+                tracing::warn!(kind, name = %ev.data["name"], r#type = ev.ty.short(), "resync of a kind argocd-pull does not synchronise; acknowledged, nothing changed");
+                Ok(())
+            }
+            crate::checksum::ResyncKind::Unknown(msg) => Err(HandleError::Permanent(msg)),
+        }
     }
     async fn on_connect(&self, out: &Outbox) {
-        match self.inner.cfg.mode {
-            Mode::Managed => self.inner.replica_resync(out).await,
-            // the principal (replica) starts the resync itself on every new stream
-            Mode::Autonomous => {}
-        }
+        self.inner.resync_on_start(out).await
     }
 }

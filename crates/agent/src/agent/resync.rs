@@ -1,16 +1,87 @@
-//! Resync for managed agents (the agent is the replica).
+//! Resync, as the peer's agent does it (agent/connection.go `resyncOnStart`, agent/inbound.go
+//! `processIncomingResourceResyncEvent`, internal/resync/resync.go):
+//!
+//! * on the first stream of this process only (the peer's `resyncedOnStart`): autonomous →
+//!   `request-resource-resync` (the principal, the replica, answers with a `request-update` per
+//!   resource); managed → a `request-update` per principal copy with its spec checksum, then
+//!   `request-synced-resource-list` with the set checksum;
+//! * `response-synced-resource` (managed) → a `request-update` for that resource, with the
+//!   checksum of our copy, or none when we lack it (peer: `ProcessIncomingSyncedResource`);
+//! * `request-synced-resource-list` (autonomous) → compare the set of our Applications and
+//!   AppProjects (`Kind/Name/UID`, our UIDs), on a mismatch one `response-synced-resource` each
+//!   (peer: `ProcessSyncedResourceListRequest`);
+//! * `request-resource-resync` from the principal (managed) → a `request-update` per copy, then
+//!   (our addition) `request-synced-resource-list`: the peer's principal learns of hub
+//!   Applications created while it was down from its informer's start-up list, which queues a
+//!   `create` for each, i.e. resends every one; ours does not, and finds the missing ones through
+//!   the set checksum instead, so a principal restart with nothing changed resends nothing. A peer
+//!   principal answers the extra request like the one sent on start (compare, then
+//!   `response-synced-resource` per resource on a mismatch).
+//!
+//! Every resync request received is ACKed by the session (src/session.rs).
+
+use std::sync::atomic::Ordering;
 
 use serde_json::Value;
 
-use crate::checksum::{set_checksum, set_item, spec_checksum};
+use crate::Mode;
+use crate::checksum::{read_checksum, response_synced, set_checksum, set_item, spec_checksum};
+use crate::event::Event;
 use crate::objects as o;
-use crate::session::Outbox;
+use crate::session::{HandleError, Outbox};
+use crate::store::Kind;
 
 use super::Inner;
 
 impl Inner {
-    /// Managed: the agent is the replica; tell the principal what we have.
-    pub(super) async fn replica_resync(&self, out: &Outbox) {
+    /// Called when the stream is up.
+    pub(super) async fn resync_on_start(&self, out: &Outbox) {
+        if self.resynced_on_start.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        match self.cfg.mode {
+            Mode::Autonomous => {
+                out.send(o::request_resource_resync(&self.source())).await;
+            }
+            Mode::Managed => self.answer_resource_resync(out).await,
+        }
+    }
+
+    /// Managed: every copy's `request-update`, then `request-synced-resource-list`.
+    pub(super) async fn answer_resource_resync(&self, out: &Outbox) {
+        let items = self.send_request_updates(out).await;
+        out.send(o::request_synced_list(&self.source(), &set_checksum(items)))
+            .await;
+    }
+
+    /// Managed: `response-synced-resource` → `request-update` for that resource.
+    pub(super) async fn answer_synced_resource(&self, ev: &Event, out: &Outbox) {
+        let name = ev.data["name"].as_str().unwrap_or_default();
+        let pns = ev.data["namespace"].as_str().unwrap_or_default();
+        let uid = ev.data["uid"].as_str().unwrap_or_default();
+        let project = ev.data["kind"] == "AppProject";
+        let copy = if project {
+            self.proj_copies
+                .lock()
+                .expect("poisoned")
+                .get(name)
+                .cloned()
+        } else {
+            self.copies.lock().expect("poisoned").get(name).cloned()
+        };
+        let sum = copy.as_ref().map(spec_checksum).unwrap_or_default();
+        let src = self.source();
+        out.send(if project {
+            o::request_update_project(&src, name, pns, uid, &sum)
+        } else {
+            o::request_update(&src, name, pns, uid, &sum)
+        })
+        .await;
+    }
+
+    /// Managed: a `request-update` per copy the principal gave us (Applications, AppProjects);
+    /// returns the `Kind/Name/UID` set items (UID: the principal's, from the source-uid annotation).
+    pub(super) async fn send_request_updates(&self, out: &Outbox) -> Vec<String> {
         let copies: Vec<Value> = self
             .copies
             .lock()
@@ -40,6 +111,7 @@ impl Inner {
             .cloned()
             .collect();
         for p in &projects {
+            items.push(set_item("AppProject", o::name(p), o::source_uid(p)));
             out.send(o::request_update_project(
                 &src,
                 o::name(p),
@@ -49,7 +121,38 @@ impl Inner {
             ))
             .await;
         }
-        out.send(o::request_synced_list(&src, &set_checksum(items)))
-            .await;
+        items
+    }
+
+    /// Autonomous: `request-synced-resource-list` from the principal (the replica).
+    pub(super) async fn answer_synced_list(
+        &self,
+        ev: &Event,
+        out: &Outbox,
+    ) -> Result<(), HandleError> {
+        let theirs = read_checksum(&ev.data).map_err(HandleError::Permanent)?;
+        let ns = self.cfg.namespace.clone();
+        let mut mine = Vec::new();
+        for kind in [Kind::Application, Kind::AppProject] {
+            let k = if kind == Kind::Application {
+                "Application"
+            } else {
+                "AppProject"
+            };
+            for x in self.store.list(kind, Some(&ns)).await? {
+                if !o::ignored(&x) {
+                    mine.push((k, o::name(&x).to_string(), o::uid(&x).to_string()));
+                }
+            }
+        }
+        if set_checksum(mine.iter().map(|(k, n, u)| set_item(k, n, u))) == theirs {
+            return Ok(());
+        }
+        tracing::info!("resync: resource sets differ; sending the synced resources");
+        let src = self.source();
+        for (k, n, u) in &mine {
+            out.send(response_synced(&src, k, n, &ns, u)).await;
+        }
+        Ok(())
     }
 }

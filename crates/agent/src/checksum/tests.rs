@@ -106,3 +106,39 @@ fn received_checksums_are_read_as_go_bytes() {
     let err = read_checksum(&json!({"checksum": 5})).unwrap_err();
     assert!(err.contains("base64 string or null"), "{err}");
 }
+
+#[test]
+fn resync_events_are_sorted_by_the_kind_they_name() {
+    let ru = |kind: &str| request_update("agent", kind, "guestbook", "argocd", "u", "");
+    assert_eq!(resync_kind(&ru("Application")), ResyncKind::Handled);
+    assert_eq!(resync_kind(&ru("AppProject")), ResyncKind::Handled);
+    assert_eq!(
+        resync_kind(&ru("Repository")),
+        ResyncKind::NotSynchronised("Repository".into())
+    );
+    assert_eq!(
+        resync_kind(&response_synced(
+            "p",
+            "GPGKey",
+            "argocd-gpg-keys-cm",
+            "argocd",
+            "u"
+        )),
+        ResyncKind::NotSynchronised("GPGKey".into())
+    );
+    match resync_kind(&ru("Deployment")) {
+        ResyncKind::Unknown(m) => {
+            assert!(m.contains("\"Deployment\"") && m.contains("GPGKey"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // requests without a kind are not sorted
+    assert_eq!(
+        resync_kind(&request_synced_list("a", "")),
+        ResyncKind::Handled
+    );
+    assert_eq!(
+        resync_kind(&request_resource_resync("a")),
+        ResyncKind::Handled
+    );
+}

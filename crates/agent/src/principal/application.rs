@@ -5,13 +5,13 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::Mode;
-use crate::checksum::{set_checksum, set_item, spec_checksum};
+use crate::checksum::spec_checksum;
 use crate::event::{Event, EventType, Target};
 use crate::objects::{self as o, SOURCE_UID};
 use crate::session::{HandleError, Outbox};
 use crate::store::{Kind, StoreError};
 
-use super::{AgentState, Inner, SOURCE, View};
+use super::{AgentState, Inner, View};
 
 impl Inner {
     /// Writes `want` (hub form) over the hub object; retries conflicts a few times.
@@ -188,19 +188,7 @@ impl Inner {
                 Ok(())
             }
             (Mode::Managed, EventType::RequestSyncedResourceList) => {
-                let list = self.store.list(Kind::Application, Some(agent)).await?;
-                let list: Vec<Value> = list.into_iter().filter(|h| !o::ignored(h)).collect();
-                let sum = set_checksum(
-                    list.iter()
-                        .map(|h| set_item("Application", o::name(h), o::uid(h))),
-                );
-                if sum != ev.data["checksum"].as_str().unwrap_or_default() {
-                    for h in &list {
-                        out.send(o::response_synced(SOURCE, o::name(h), agent, o::uid(h)))
-                            .await;
-                    }
-                }
-                Ok(())
+                self.answer_synced_list(a, &ev, out).await
             }
             (Mode::Managed, EventType::Delete) => {
                 // the agent deleted its copy of an Application marked for deletion on the hub:
@@ -237,28 +225,8 @@ impl Inner {
                 self.finish_hub_deletion(agent, &name).await?;
                 Ok(())
             }
-            (Mode::Autonomous, EventType::ResponseSyncedResource) => {
-                let name = ev.data["name"].as_str().unwrap_or_default();
-                if self
-                    .store
-                    .get(Kind::Application, agent, name)
-                    .await?
-                    .is_none()
-                {
-                    let ns = ev.data["namespace"].as_str().unwrap_or_default();
-                    out.send(o::request_update(
-                        SOURCE,
-                        name,
-                        ns,
-                        ev.data["uid"].as_str().unwrap_or_default(),
-                        "",
-                    ))
-                    .await;
-                }
-                Ok(())
-            }
             (Mode::Autonomous, EventType::RequestResourceResync) => {
-                self.replica_resync(a, out).await;
+                self.send_request_updates(a, out).await;
                 Ok(())
             }
             (Mode::Managed, EventType::RequestResourceResync) => Ok(()),

@@ -93,6 +93,9 @@ struct AgentState {
     locks: o::KeyedLocks,
     /// managed: AppProjects the agent has, by name -> hash of the agent form sent
     projects: Mutex<HashMap<String, String>>,
+    /// this principal process has resynced with the agent (the peer's `resyncStatus`): the resync
+    /// requests go out on the first stream only
+    resynced: AtomicBool,
 }
 
 struct Inner {
@@ -304,6 +307,7 @@ impl Inner {
             connected: AtomicBool::new(false),
             locks: o::KeyedLocks::default(),
             projects: Mutex::new(HashMap::new()),
+            resynced: AtomicBool::new(false),
         });
         g.insert(name.to_string(), a.clone());
         a

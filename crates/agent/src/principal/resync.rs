@@ -1,23 +1,69 @@
-//! Resync for autonomous agents (the principal is the replica).
+//! Resync, as the peer's principal does it (principal/server.go `handleResyncOnConnect`,
+//! internal/resync/resync.go):
+//!
+//! * on the first stream of an agent in this principal process (the peer's `resyncStatus`):
+//!   managed → the current AppProjects, then `request-resource-resync` (the agent answers with a
+//!   `request-update` per resource); autonomous → a `request-update` per hub copy (the principal is
+//!   the replica), then `request-synced-resource-list` with the set checksum;
+//! * on a later stream: managed → the current AppProjects only; autonomous → nothing;
+//! * `request-resource-resync` from an autonomous agent → a `request-update` per hub copy;
+//! * `response-synced-resource` from an autonomous agent → `request-update` for that resource
+//!   (peer: `ProcessIncomingSyncedResource`): an Application with the checksum of our copy, none
+//!   when we lack it; an AppProject only when the hub lacks `<agent>-<name>` (the hub form is
+//!   lossy, a checksum could never match).
+//!
+//! Every resync request received is ACKed by the session (src/session.rs).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use crate::checksum::{set_checksum, set_item, spec_checksum};
+use crate::Mode;
+use crate::checksum::{read_checksum, response_synced, set_checksum, set_item, spec_checksum};
+use crate::event::Event;
 use crate::objects as o;
-use crate::session::Outbox;
+use crate::session::{HandleError, Outbox};
 use crate::store::Kind;
 
 use super::{AgentState, Inner, SOURCE};
 
 impl Inner {
+    /// Called when an agent's stream is up.
+    pub(super) async fn resync_on_connect(&self, a: &Arc<AgentState>, out: &Outbox) {
+        let mode = *a.mode.lock().expect("poisoned");
+        let first = !a.resynced.swap(true, Ordering::SeqCst);
+        match mode {
+            Mode::Managed => {
+                // the agent may have missed AppProject changes while it was away
+                self.sync_projects(a);
+                if first {
+                    out.send(o::request_resource_resync(SOURCE)).await;
+                }
+            }
+            Mode::Autonomous if first => self.replica_resync(a, out).await,
+            Mode::Autonomous => {}
+        }
+    }
+
     /// Autonomous agents: the principal is the replica; ask the agent for what differs.
     pub(super) async fn replica_resync(&self, a: &Arc<AgentState>, out: &Outbox) {
+        let items = self.send_request_updates(a, out).await;
+        out.send(o::request_synced_list(SOURCE, &set_checksum(items)))
+            .await;
+    }
+
+    /// A `request-update` per hub copy of an autonomous agent's resources (Applications in the
+    /// agent's namespace, AppProjects `<agent>-<name>`); returns the `Kind/Name/UID` set items.
+    pub(super) async fn send_request_updates(
+        &self,
+        a: &Arc<AgentState>,
+        out: &Outbox,
+    ) -> Vec<String> {
         let agent = a.name.clone();
         let list = match self.store.list(Kind::Application, Some(&agent)).await {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!(agent, error = %e, "resync: listing hub applications failed");
-                return;
+                return Vec::new();
             }
         };
         let mut items = Vec::new();
@@ -27,23 +73,18 @@ impl Inner {
                 continue;
             }
             let agent_form = self.to_agent_form(&agent, h);
+            let sum = spec_checksum(&agent_form);
             {
                 let mut views = a.views.lock().expect("poisoned");
                 let v = views.entry(o::name(h).to_string()).or_default();
-                v.spec = spec_checksum(&agent_form);
+                v.spec = sum.clone();
                 v.op = o::op_hash(h);
                 v.status = o::status_hash(h);
                 v.copy = Some(h.clone());
             }
             items.push(set_item("Application", o::name(h), &suid));
-            out.send(o::request_update(
-                SOURCE,
-                o::name(h),
-                &agent,
-                &suid,
-                &spec_checksum(&agent_form),
-            ))
-            .await;
+            out.send(o::request_update(SOURCE, o::name(h), &agent, &suid, &sum))
+                .await;
         }
         // AppProjects copied from this agent: the agent answers `delete` (gone) or `spec-update`
         // (the hub form is lossy, so no checksum is sent: the agent always re-sends the spec)
@@ -60,6 +101,9 @@ impl Inner {
                 let Some(orig) = o::name(&p).strip_prefix(&prefix) else {
                     continue;
                 };
+                // the agent's own name and UID, so the set equals the agent's (the peer's
+                // principal keys it by the hub name, which never matches its agent's set)
+                items.push(set_item("AppProject", orig, o::source_uid(&p)));
                 out.send(o::request_update_project(
                     SOURCE,
                     orig,
@@ -70,7 +114,105 @@ impl Inner {
                 .await;
             }
         }
-        out.send(o::request_synced_list(SOURCE, &set_checksum(items)))
+        items
+    }
+
+    /// Managed: `request-synced-resource-list` (peer: `ProcessSyncedResourceListRequest`). The set
+    /// is what this principal gives the agent, every kind: its Applications and the AppProjects
+    /// sent to it (`Kind/Name/UID`, the hub UIDs the agent holds as source-uid). On a mismatch,
+    /// one `response-synced-resource` per resource; the agent asks for the ones it lacks.
+    pub(super) async fn answer_synced_list(
+        &self,
+        a: &Arc<AgentState>,
+        ev: &Event,
+        out: &Outbox,
+    ) -> Result<(), HandleError> {
+        let agent = a.name.as_str();
+        let theirs = read_checksum(&ev.data).map_err(HandleError::Permanent)?;
+        let apps: Vec<_> = self
+            .store
+            .list(Kind::Application, Some(agent))
+            .await?
+            .into_iter()
+            .filter(|h| !o::ignored(h))
+            .collect();
+        let projects: Vec<(String, String)> = {
+            let given: Vec<String> = a
+                .projects
+                .lock()
+                .expect("poisoned")
+                .keys()
+                .cloned()
+                .collect();
+            let hub = self.projects.lock().expect("poisoned");
+            given
+                .into_iter()
+                .filter_map(|n| hub.get(&n).map(|p| (n, o::uid(p).to_string())))
+                .collect()
+        };
+        let items = apps
+            .iter()
+            .map(|h| set_item("Application", o::name(h), o::uid(h)))
+            .chain(projects.iter().map(|(n, u)| set_item("AppProject", n, u)));
+        if set_checksum(items) == theirs {
+            return Ok(());
+        }
+        tracing::info!(
+            agent,
+            "resync: resource sets differ; sending the synced resources"
+        );
+        for h in &apps {
+            out.send(response_synced(
+                SOURCE,
+                "Application",
+                o::name(h),
+                agent,
+                o::uid(h),
+            ))
             .await;
+        }
+        for (n, u) in &projects {
+            out.send(response_synced(
+                SOURCE,
+                "AppProject",
+                n,
+                &self.cfg.namespace,
+                u,
+            ))
+            .await;
+        }
+        Ok(())
+    }
+
+    /// Autonomous: `response-synced-resource` → `request-update` for that resource.
+    pub(super) async fn answer_synced_resource(
+        &self,
+        a: &Arc<AgentState>,
+        ev: &Event,
+        out: &Outbox,
+    ) -> Result<(), HandleError> {
+        let agent = a.name.as_str();
+        let name = ev.data["name"].as_str().unwrap_or_default();
+        let ns = ev.data["namespace"].as_str().unwrap_or_default();
+        let uid = ev.data["uid"].as_str().unwrap_or_default();
+        if ev.data["kind"] == "AppProject" {
+            let hub_name = format!("{agent}-{name}");
+            let hub = self
+                .store
+                .get(Kind::AppProject, &self.cfg.namespace, &hub_name)
+                .await?;
+            if hub.is_none() {
+                out.send(o::request_update_project(SOURCE, name, ns, uid, ""))
+                    .await;
+            }
+            return Ok(());
+        }
+        let sum = match self.store.get(Kind::Application, agent, name).await? {
+            Some(h) => spec_checksum(&self.to_agent_form(agent, &h)),
+            None => String::new(),
+        };
+        out.send(o::request_update(SOURCE, name, ns, uid, &sum))
+            .await;
+        Ok(())
     }
 }

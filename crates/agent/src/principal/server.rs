@@ -28,15 +28,27 @@ pub(super) struct SessionHandler {
 #[async_trait]
 impl Handler for SessionHandler {
     async fn handle(&self, ev: Event, out: &Outbox) -> Result<(), HandleError> {
-        self.inner.handle_event(&self.agent, ev, out).await
+        match crate::checksum::resync_kind(&ev) {
+            crate::checksum::ResyncKind::Handled
+                if ev.ty == crate::event::EventType::ResponseSyncedResource
+                    && *self.agent.mode.lock().expect("poisoned") == Mode::Autonomous =>
+            {
+                self.inner
+                    .answer_synced_resource(&self.agent, &ev, out)
+                    .await
+            }
+            crate::checksum::ResyncKind::Handled => {
+                self.inner.handle_event(&self.agent, ev, out).await
+            }
+            crate::checksum::ResyncKind::NotSynchronised(kind) => {
+                tracing::warn!(kind, name = %ev.data["name"], r#type = ev.ty.short(), "resync of a kind argocd-pull does not synchronise; acknowledged, nothing changed");
+                Ok(())
+            }
+            crate::checksum::ResyncKind::Unknown(msg) => Err(HandleError::Permanent(msg)),
+        }
     }
     async fn on_connect(&self, out: &Outbox) {
-        let mode = *self.agent.mode.lock().expect("poisoned");
-        match mode {
-            Mode::Autonomous => self.inner.replica_resync(&self.agent, out).await,
-            // push the AppProjects the agent may lack (it resyncs the rest itself)
-            Mode::Managed => self.inner.sync_projects(&self.agent),
-        }
+        self.inner.resync_on_connect(&self.agent, out).await
     }
 }
 

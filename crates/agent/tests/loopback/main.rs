@@ -9,3 +9,4 @@ mod ops;
 mod projects;
 mod rejections;
 mod restarts;
+mod resync;

@@ -1,0 +1,198 @@
+//! Resync after restarts, counted on the wire (the principal's `events_sent` by type): with
+//! nothing changed nothing is resent; a copy changed while the agent was down is resent alone.
+
+use argocd_pull_agent::Mode;
+use argocd_pull_agent::local::LocalPki;
+use argocd_pull_agent::metrics::Metrics;
+use argocd_pull_agent::principal::Principal;
+use argocd_pull_agent::store::{Kind, MemStore, Store};
+use serde_json::json;
+
+use crate::harness::*;
+
+/// Object events the principal put on the wire, and its `response-synced-resource` answers.
+fn object_events(p: &Principal) -> [u64; 4] {
+    let m = p.metrics();
+    [
+        "create",
+        "spec-update",
+        "delete",
+        "response-synced-resource",
+    ]
+    .map(|t| Metrics::total(&m.events_sent, t))
+}
+
+fn acks_sent(p: &Principal) -> u64 {
+    Metrics::total(&p.metrics().events_sent, "processed")
+}
+
+/// Two managed apps and an AppProject delivered and settled (the set checksum covers both kinds).
+async fn settled_pair(pki: &LocalPki, hub: &MemStore, spoke: &MemStore) -> Principal {
+    let p = principal(pki, hub, "127.0.0.1:0").await;
+    let a = agent(pki, &p, "c1", Mode::Managed, spoke).await;
+    put(hub, app("c1", "one", "v1")).await;
+    put(hub, app("c1", "two", "v1")).await;
+    hub.create(
+        Kind::AppProject,
+        json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
+            "metadata": {"name": "team", "namespace": "argocd"},
+            "spec": {"sourceRepos": ["*"], "destinations": [{"name": "c1", "server": "*", "namespace": "*"}]}
+        }),
+    )
+    .await
+    .unwrap();
+    wait_for(spoke, "argocd", "one", "created", |o| o.is_some()).await;
+    wait_for(spoke, "argocd", "two", "created", |o| o.is_some()).await;
+    wait_for_kind(spoke, Kind::AppProject, "argocd", "team", "created", |o| {
+        o.is_some()
+    })
+    .await;
+    wait_idle(|| p.agent_idle("c1") && a.idle()).await;
+    a.shutdown().await;
+    p
+}
+
+#[tokio::test]
+async fn managed_agent_restart_with_nothing_changed_resends_nothing() {
+    let pki = LocalPki::new().unwrap();
+    let (hub, spoke) = (MemStore::new(), MemStore::new());
+    let p = settled_pair(&pki, &hub, &spoke).await;
+    let (before, acks) = (object_events(&p), acks_sent(&p));
+    let a = agent(&pki, &p, "c1", Mode::Managed, &spoke).await;
+    // the restarted agent sends 3 request-updates (2 apps, 1 project) and 1
+    // request-synced-resource-list; the principal ACKs each after handling it, so anything it
+    // resends is queued by then
+    wait_idle(|| acks_sent(&p) >= acks + 4 && p.agent_idle("c1") && a.idle()).await;
+    assert_eq!(
+        object_events(&p),
+        before,
+        "[create, spec-update, delete] resent"
+    );
+    a.shutdown().await;
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn managed_principal_restart_with_nothing_changed_resends_nothing() {
+    let pki = LocalPki::new().unwrap();
+    let (hub, spoke) = (MemStore::new(), MemStore::new());
+    let p = principal(&pki, &hub, "127.0.0.1:0").await;
+    let addr = p.local_addr().to_string();
+    let a = agent(&pki, &p, "c1", Mode::Managed, &spoke).await;
+    put(&hub, app("c1", "one", "v1")).await;
+    wait_for(&spoke, "argocd", "one", "created", |o| o.is_some()).await;
+    wait_idle(|| p.agent_idle("c1") && a.idle()).await;
+    let n = a.connections();
+    p.shutdown().await;
+    let p2 = principal(&pki, &hub, &addr).await;
+    tokio::time::timeout(T, a.wait_connected(n))
+        .await
+        .expect("agent reconnects");
+    // first stream of this principal: request-resource-resync → the agent's request-update and
+    // request-synced-resource-list, each ACKed after handling
+    wait_idle(|| acks_sent(&p2) >= 2 && p2.agent_idle("c1") && a.idle()).await;
+    assert_eq!(
+        object_events(&p2),
+        [0, 0, 0, 0],
+        "[create, spec-update, delete, response-synced-resource] resent"
+    );
+    assert_eq!(
+        Metrics::total(&p2.metrics().events_sent, "request-resource-resync"),
+        1,
+        "the principal asks once, on the first stream"
+    );
+    a.shutdown().await;
+    p2.shutdown().await;
+}
+
+#[tokio::test]
+async fn managed_agent_restart_resends_exactly_the_changed_copy() {
+    let pki = LocalPki::new().unwrap();
+    let (hub, spoke) = (MemStore::new(), MemStore::new());
+    let p = settled_pair(&pki, &hub, &spoke).await;
+    // edited while the agent was down: the restarted agent's request-update carries its checksum
+    patch(
+        &spoke,
+        "argocd",
+        "two",
+        json!({"spec": {"source": {"path": "edited"}}}),
+    )
+    .await;
+    let ([create, spec, delete, synced], acks) = (object_events(&p), acks_sent(&p));
+    let a = agent(&pki, &p, "c1", Mode::Managed, &spoke).await;
+    wait_for(&spoke, "argocd", "two", "reverted", |o| {
+        o.is_some_and(|o| o["spec"]["source"]["path"] == "v1")
+    })
+    .await;
+    wait_idle(|| acks_sent(&p) >= acks + 4 && p.agent_idle("c1") && a.idle()).await;
+    assert_eq!(
+        object_events(&p),
+        [create, spec + 1, delete, synced],
+        "one spec-update, for the changed copy only"
+    );
+    assert_eq!(
+        spoke_path(&spoke, "one").await,
+        "v1",
+        "the unchanged copy is untouched"
+    );
+    a.shutdown().await;
+    p.shutdown().await;
+}
+
+async fn spoke_path(spoke: &MemStore, name: &str) -> String {
+    wait_for(spoke, "argocd", name, "present", |o| o.is_some())
+        .await
+        .unwrap()["spec"]["source"]["path"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Object events an agent put on the wire.
+fn agent_object_events(a: &argocd_pull_agent::agent::Agent) -> [u64; 3] {
+    let m = a.metrics();
+    ["create", "spec-update", "delete"].map(|t| Metrics::total(&m.events_sent, t))
+}
+
+#[tokio::test]
+async fn autonomous_principal_restart_with_nothing_changed_resends_nothing() {
+    let pki = LocalPki::new().unwrap();
+    let (hub, spoke) = (MemStore::new(), MemStore::new());
+    let p = principal(&pki, &hub, "127.0.0.1:0").await;
+    let addr = p.local_addr().to_string();
+    let a = agent(&pki, &p, "au", Mode::Autonomous, &spoke).await;
+    put(&spoke, app("argocd", "one", "v1")).await;
+    put(&spoke, app("argocd", "two", "v1")).await;
+    wait_for(&hub, "au", "one", "created", |o| o.is_some()).await;
+    wait_for(&hub, "au", "two", "created", |o| o.is_some()).await;
+    wait_idle(|| p.agent_idle("au") && a.idle()).await;
+    let before = agent_object_events(&a);
+    let acks = Metrics::total(&a.metrics().events_sent, "processed");
+    let n = a.connections();
+    p.shutdown().await;
+    let p2 = principal(&pki, &hub, &addr).await;
+    tokio::time::timeout(T, a.wait_connected(n))
+        .await
+        .expect("agent reconnects");
+    // first stream of this principal: 2 request-updates and 1 request-synced-resource-list,
+    // each ACKed by the agent after handling
+    wait_idle(|| {
+        Metrics::total(&a.metrics().events_sent, "processed") >= acks + 3
+            && p2.agent_idle("au")
+            && a.idle()
+    })
+    .await;
+    assert_eq!(
+        agent_object_events(&a),
+        before,
+        "[create, spec-update, delete] resent by the agent"
+    );
+    assert_eq!(
+        Metrics::total(&a.metrics().events_sent, "response-synced-resource"),
+        0,
+        "the sets match"
+    );
+    a.shutdown().await;
+    p2.shutdown().await;
+}
