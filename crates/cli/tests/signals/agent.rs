@@ -62,6 +62,8 @@ fn principal_and_agent_exit_0_within_10s_on_sigterm_and_sigint_whatever_the_conn
     let principal = Proc::spawn(
         "principal",
         &[
+            // every level: the secrets check below reads all of it
+            "--log-level=trace".into(),
             "principal".into(),
             "--listen-host=127.0.0.1".into(),
             format!("--listen-port={}", grpc.port()),
@@ -76,13 +78,12 @@ fn principal_and_agent_exit_0_within_10s_on_sigterm_and_sigint_whatever_the_conn
         Some(&kubeconfig),
     );
     principal.wait_for_line("principal listening");
-    let agent = Proc::spawn(
-        "agent",
-        &agent_args(&pki, grpc, free_port()),
-        Some(&kubeconfig),
-    );
+    let mut args = vec!["--log-level=trace".to_string()];
+    args.extend(agent_args(&pki, grpc, free_port()));
+    let agent = Proc::spawn("agent", &args, Some(&kubeconfig));
     // the principal logs each agent that opens its event stream
     principal.wait_for_line("agent subscribed");
+    let (principal_log, agent_log) = (principal.log.clone(), agent.log.clone());
     let (st, took) = principal.stop("INT");
     assert_eq!(
         st.code(),
@@ -93,6 +94,38 @@ fn principal_and_agent_exit_0_within_10s_on_sigterm_and_sigint_whatever_the_conn
     let (st, took) = agent.stop("TERM");
     assert_eq!(st.code(), Some(0), "agent that lost its principal: {st:?}");
     eprintln!("agent that lost its principal stopped in {took:?}");
+
+    // No secret in any log line, at trace level: not the private keys, not a JWT (the agent
+    // logs in with mTLS and gets access/refresh tokens), not an Authorization header.
+    let key_lines: Vec<String> = ["jwt.key", "principal.key", "edge.key", "ca.key"]
+        .iter()
+        .filter_map(|k| std::fs::read_to_string(pki.join(k)).ok())
+        .flat_map(|pem| {
+            pem.lines()
+                .filter(|l| !l.starts_with("-----") && l.len() >= 40)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(!key_lines.is_empty(), "the PKI has private keys");
+    for (who, log) in [("principal", principal_log), ("agent", agent_log)] {
+        let log = log.lock().unwrap();
+        assert!(log.len() > 20, "{who} logged at trace level");
+        for line in log.iter() {
+            for needle in ["PRIVATE KEY", "eyJhbGci", "Bearer ", "authorization: "] {
+                assert!(
+                    !line.contains(needle),
+                    "{who} logged a secret ({needle:?}): {line}"
+                );
+            }
+            for k in &key_lines {
+                assert!(
+                    !line.contains(&k[..40]),
+                    "{who} logged key material: {line}"
+                );
+            }
+        }
+    }
 
     drop(hub);
     let _ = std::fs::remove_dir_all(&dir);

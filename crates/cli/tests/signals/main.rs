@@ -10,7 +10,7 @@ mod controller;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_argocd-pull");
@@ -32,6 +32,8 @@ pub(crate) struct Proc {
     name: &'static str,
     child: Child,
     lines: mpsc::Receiver<String>,
+    /// Every line the process wrote (stdout and stderr).
+    pub(crate) log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Proc {
@@ -50,19 +52,27 @@ impl Proc {
             .spawn()
             .unwrap_or_else(|e| panic!("spawning {name}: {e}"));
         let (tx, lines) = mpsc::channel();
+        let log: Arc<Mutex<Vec<String>>> = Arc::default();
         for out in [
             Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
             Box::new(child.stderr.take().unwrap()),
         ] {
             let tx = tx.clone();
+            let log = log.clone();
             std::thread::spawn(move || {
                 for l in BufReader::new(out).lines().map_while(Result::ok) {
+                    log.lock().unwrap().push(l.clone());
                     eprintln!("[{name}] {l}");
                     let _ = tx.send(l);
                 }
             });
         }
-        Proc { name, child, lines }
+        Proc {
+            name,
+            child,
+            lines,
+            log,
+        }
     }
 
     /// Waits for an output line containing `needle` (the processes' logs are the events).
