@@ -38,13 +38,14 @@ fn is_ack_of(i: &Inbound, sent: &Event) -> bool {
 }
 
 #[tokio::test]
-#[ignore = "gap: version — our agent checks the principal's Version for same major.minor and sends its own VERSION; a peer principal (\"99.9.9-unreleased\" or its release string) demands string equality"]
 async fn our_agent_logs_in_to_a_peer_principal_of_the_peer_version() {
     let pki = LocalPki::new().expect("pki");
     let pp = peer_principal(&pki, PEER_VERSION).await;
     let store = MemStore::new();
-    let a = our_agent(&pki, &pp, "agent-pv", Mode::Managed, &store).await;
+    // `argocd-pull agent --report-version 99.9.9-unreleased` against a peer principal
+    let a = our_agent_reporting(&pki, &pp, "agent-pv", Mode::Managed, &store, PEER_VERSION).await;
     pp.wait_streams(1).await;
+    assert_eq!(pp.auth_requests()[0].version, PEER_VERSION);
     a.shutdown().await;
     pp.shutdown().await;
 }

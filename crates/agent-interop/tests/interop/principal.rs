@@ -38,18 +38,38 @@ fn local_copy(hub: &Value, local_uid: &str, rv: &str) -> Value {
 }
 
 #[tokio::test]
-#[ignore = "gap: version — our principal accepts same major.minor of its VERSION; a peer agent sends \"99.9.9-unreleased\" (or its release string) and the peer's principal demands string equality"]
 async fn peer_agent_with_the_peer_version_string_logs_in() {
     init();
     let pki = LocalPki::new().expect("pki");
     let hub = MemStore::new();
-    let p = our_principal(&pki, &hub).await;
+    // `argocd-pull principal --report-version 99.9.9-unreleased` in a fleet of peer agents
+    let p = our_principal_reporting(&pki, &hub, PEER_VERSION).await;
     let mut cfg = peer_agent_cfg(&pki, &p, "agent-v", "managed");
     cfg.version = PEER_VERSION.into();
     let login = peer_agent::login(&cfg)
         .await
         .unwrap_or_else(|s| panic!("refused: {s:?}"));
     assert_eq!(login.auth.version, PEER_VERSION);
+    assert_eq!(login.principal_version, PEER_VERSION);
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_peer_agent_of_another_version_is_refused_as_the_peer_principal_does() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    // same major.minor is not enough: the peer demands string equality
+    let mut cfg = peer_agent_cfg(&pki, &p, "agent-vm", "managed");
+    cfg.version = format!("{}-other", argocd_pull_agent::VERSION);
+    let st = peer_agent::login(&cfg).await.err().expect("refused");
+    assert_eq!(st.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(st.message(), "version mismatch");
+    cfg.version = String::new();
+    let st = peer_agent::login(&cfg).await.err().expect("refused");
+    assert_eq!(st.code(), tonic::Code::InvalidArgument);
+    assert_eq!(st.message(), "agent version is required");
     p.shutdown().await;
 }
 

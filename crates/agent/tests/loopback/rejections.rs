@@ -29,6 +29,7 @@ async fn auth(ch: Channel, mode: &str) -> Result<String, tonic::Status> {
         .authenticate(AuthRequest {
             method: "mtls".into(),
             mode: mode.into(),
+            version: argocd_pull_agent::VERSION.into(),
             ..Default::default()
         })
         .await
