@@ -94,9 +94,15 @@ fn update_gauges(ctx: &SessionCtx) {
 
 /// Encodes, enforces the size limit, counts.
 fn to_wire_checked(ctx: &SessionCtx, ev: &Event) -> Result<eventstreamapi::Event, usize> {
-    let mut e = ev.clone();
-    e.sent_at = Some(crate::event::now_rfc3339());
-    let w = e.to_wire();
+    // the peer's event writer stamps `sentat` on queued events only; fire-and-forget ones (ACKs,
+    // heartbeats) go out as built — an ACK keeps the `sentat` of the event it acknowledges
+    let w = if ev.target.is_fire_and_forget() {
+        ev.to_wire()
+    } else {
+        let mut e = ev.clone();
+        e.sent_at = Some(crate::event::now_rfc3339());
+        e.to_wire()
+    };
     let n = w.encoded_len();
     if n > ctx.max_event_size {
         Err(n)
@@ -285,19 +291,12 @@ where
                 }
                 continue;
             }
-            EventType::Ping => {
-                let mut p = Event::request(
-                    &ctx.source,
-                    EventType::Pong,
-                    crate::event::Target::Heartbeat,
-                    serde_json::Value::Null,
-                );
-                p.resource_id = ev.resource_id.clone();
-                p.event_id = ev.event_id.clone();
-                out.send(p).await;
+            EventType::Ping | EventType::Pong => {
+                // as the peer (principal/event.go processHeartbeatEvent, then the ACK of every
+                // processed event): a heartbeat is ACKed with `processed`, never answered `pong`
+                out.send(ev.ack(&ctx.source)).await;
                 continue;
             }
-            EventType::Pong => continue,
             _ => {}
         }
         let permit = match sem.clone().acquire_owned().await {

@@ -448,3 +448,58 @@ async fn managed_appproject_from_the_peer_principal_is_applied() {
     a.shutdown().await;
     pp.shutdown().await;
 }
+
+#[tokio::test]
+async fn ping_from_the_peer_principal_is_acked_and_never_answered_pong() {
+    let pki = LocalPki::new().expect("pki");
+    let pp = peer_principal(&pki, OURS).await;
+    let store = MemStore::new();
+    let a = our_agent(&pki, &pp, "agent-hb", Mode::Managed, &store).await;
+    pp.wait_streams(1).await;
+    let ping = pp.emitter.heartbeat("ping", &emitter::new_uuid());
+    pp.send(&ping).await;
+    let ack = pp.expect("ACK of the ping", |i| is_ack_of(i, &ping)).await;
+    assert_eq!(ack.event.typ, ty("processed"));
+    assert!(
+        ack.event.ext("sentat").is_none(),
+        "a fire-and-forget ACK of an event without sentat carries none"
+    );
+    assert!(
+        !pp.seen
+            .lock()
+            .expect("lock")
+            .iter()
+            .any(|i| i.event.typ == ty("pong")),
+        "the peer never answers pong: {}",
+        pp.describe()
+    );
+    a.shutdown().await;
+    pp.shutdown().await;
+}
+
+#[tokio::test]
+async fn acks_of_our_agent_carry_the_extensions_of_the_acknowledged_event() {
+    let pki = LocalPki::new().expect("pki");
+    let pp = peer_principal(&pki, OURS).await;
+    let store = MemStore::new();
+    let a = our_agent(&pki, &pp, "agent-ax", Mode::Managed, &store).await;
+    pp.wait_streams(1).await;
+    let uid = "6d1a7e0b-8d2f-4c3e-9a61-0f2b3c4d5e6f";
+    let ev = emitter::sent(
+        principal_event(
+            &pp,
+            "create",
+            "application",
+            &hub_app("agent-ax", "guestbook", uid, "10", "guestbook"),
+        ),
+        "2026-11-25T08:00:00Z",
+    );
+    pp.send(&ev).await;
+    let ack = pp.expect("ACK of the create", |i| is_ack_of(i, &ev)).await;
+    assert_eq!(
+        ack.event.extensions, ev.extensions,
+        "the peer's ProcessedEvent copies every extension, sentat included"
+    );
+    a.shutdown().await;
+    pp.shutdown().await;
+}

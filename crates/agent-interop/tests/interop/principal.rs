@@ -306,7 +306,6 @@ pub fn without_sentat(e: &Event) -> std::collections::BTreeMap<String, sdk::Valu
 }
 
 #[tokio::test]
-#[ignore = "gap: ack sentat — our ACK stamps its own sentat; the peer's ProcessedEvent copies the acknowledged event's extensions (sentat included) and, being fire-and-forget, gets no sentat of its own"]
 async fn acks_carry_the_sentat_of_the_acknowledged_event() {
     init();
     let pki = LocalPki::new().expect("pki");
@@ -407,7 +406,6 @@ async fn bad_payload_from_the_peer_agent_is_refused_and_nothing_is_written() {
 }
 
 #[tokio::test]
-#[ignore = "gap: heartbeat — the peer principal ACKs a `ping` (dataschema heartbeat) with `processed` and never sends `pong`; ours answers `pong`"]
 async fn heartbeat_ping_is_acked_like_the_peer_principal_does() {
     init();
     let pki = LocalPki::new().expect("pki");

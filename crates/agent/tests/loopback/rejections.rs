@@ -213,5 +213,6 @@ async fn malformed_and_oversized_events_get_error_events_and_the_stream_survives
     )
     .await
     .unwrap();
-    next_type(&mut inbound, EventType::Pong).await;
+    // a ping is ACKed with `processed` (the peer's rule), not answered with `pong`
+    next_type(&mut inbound, EventType::Processed).await;
 }
