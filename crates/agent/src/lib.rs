@@ -9,6 +9,7 @@ pub mod queue;
 pub mod session;
 pub mod store;
 pub mod tls;
+pub mod validate;
 
 /// Agent mode of operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]

@@ -320,6 +320,24 @@ where
                     t0.elapsed().as_secs_f64(),
                 )
             };
+            if crate::validate::applies(&ev)
+                && let Err(e) = crate::validate::check(&ev)
+            {
+                // refused before any handler runs: nothing is written
+                tracing::warn!(r#type = ty.short(), target = target.as_str(), resource = %rid, error = %e, "invalid payload refused");
+                ctx2.metrics.error_reply("invalid");
+                processed("failure");
+                out.send(Event::error_reply_for(
+                    &ctx2.source,
+                    &rid,
+                    &eid,
+                    &ev.subject,
+                    "invalid",
+                    &e,
+                ))
+                .await;
+                return;
+            }
             let ack = if is_change {
                 Some(ev.ack(&ctx2.source))
             } else {

@@ -373,7 +373,6 @@ async fn autonomous_agent_requests_a_resource_resync_on_connect() {
 }
 
 #[tokio::test]
-#[ignore = "gap: bad input — a payload that is not an Application (spec not an object) is written locally; and the refusal must be readable as the ACK of the bad event (ce_uri eventProcessed) for the peer principal"]
 async fn bad_payload_from_the_peer_principal_is_refused_and_nothing_is_written() {
     let pki = LocalPki::new().expect("pki");
     let pp = peer_principal(&pki, OURS).await;

@@ -359,7 +359,6 @@ async fn golden_bytes_of_an_autonomous_create_are_accepted() {
 }
 
 #[tokio::test]
-#[ignore = "gap: bad input — a payload that is not an Application (spec not an object) is written to the hub; and the refusal must be readable as the ACK of the bad event (ce_uri eventProcessed), else the peer agent resends it forever"]
 async fn bad_payload_from_the_peer_agent_is_refused_and_nothing_is_written() {
     init();
     let pki = LocalPki::new().expect("pki");
