@@ -280,7 +280,9 @@ where
                 }
                 continue;
             }
-            EventType::Error => {
+            // an `error` answering one of our events (dataschema eventProcessed); the peer's own
+            // `error` events (ErrorEvent, dataschema of the object's target) go to the handler
+            EventType::Error if ev.target == crate::event::Target::EventProcessed => {
                 if let Answered::Acked(orig) = ctx.queue.answer(&ev.resource_id, &ev.event_id) {
                     tracing::error!(r#type = orig.ty.short(), subject = %orig.subject, answer = %ev.data, "peer rejected event; not retried");
                     ctx.metrics.failed("peer-error");
@@ -338,7 +340,8 @@ where
                 .await;
                 return;
             }
-            let ack = if is_change {
+            // the peer ACKs every event it processed; an `error` event is processed like an object
+            let ack = if is_change || ty == EventType::Error {
                 Some(ev.ack(&ctx2.source))
             } else {
                 None

@@ -9,4 +9,5 @@ mod agent;
 mod bad_input;
 mod common;
 mod golden;
+mod peer_events;
 mod principal;
