@@ -9,6 +9,7 @@ pub mod queue;
 pub mod session;
 pub mod store;
 pub mod tls;
+pub mod validate;
 
 /// Agent mode of operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -52,13 +53,3 @@ pub const DEFAULT_MAX_EVENT_SIZE: usize = 4 * 1024 * 1024;
 pub const DEFAULT_QUEUE_CAPACITY: usize = 10_000;
 /// Default number of received events processed concurrently per stream.
 pub const DEFAULT_CONCURRENCY: usize = 64;
-
-/// Compatible versions: same major.minor (instead of the peer's exact match).
-pub fn version_compatible(other: &str) -> bool {
-    fn mm(v: &str) -> Option<(String, String)> {
-        let v = v.trim_start_matches('v');
-        let mut it = v.split('.');
-        Some((it.next()?.to_string(), it.next()?.to_string()))
-    }
-    mm(other).is_some() && mm(other) == mm(VERSION)
-}

@@ -94,9 +94,15 @@ fn update_gauges(ctx: &SessionCtx) {
 
 /// Encodes, enforces the size limit, counts.
 fn to_wire_checked(ctx: &SessionCtx, ev: &Event) -> Result<eventstreamapi::Event, usize> {
-    let mut e = ev.clone();
-    e.sent_at = Some(crate::event::now_rfc3339());
-    let w = e.to_wire();
+    // the peer's event writer stamps `sentat` on queued events only; fire-and-forget ones (ACKs,
+    // heartbeats) go out as built — an ACK keeps the `sentat` of the event it acknowledges
+    let w = if ev.target.is_fire_and_forget() {
+        ev.to_wire()
+    } else {
+        let mut e = ev.clone();
+        e.sent_at = Some(crate::event::now_rfc3339());
+        e.to_wire()
+    };
     let n = w.encoded_len();
     if n > ctx.max_event_size {
         Err(n)
@@ -274,7 +280,9 @@ where
                 }
                 continue;
             }
-            EventType::Error => {
+            // an `error` answering one of our events (dataschema eventProcessed); the peer's own
+            // `error` events (ErrorEvent, dataschema of the object's target) go to the handler
+            EventType::Error if ev.target == crate::event::Target::EventProcessed => {
                 if let Answered::Acked(orig) = ctx.queue.answer(&ev.resource_id, &ev.event_id) {
                     tracing::error!(r#type = orig.ty.short(), subject = %orig.subject, answer = %ev.data, "peer rejected event; not retried");
                     ctx.metrics.failed("peer-error");
@@ -285,19 +293,12 @@ where
                 }
                 continue;
             }
-            EventType::Ping => {
-                let mut p = Event::request(
-                    &ctx.source,
-                    EventType::Pong,
-                    crate::event::Target::Heartbeat,
-                    serde_json::Value::Null,
-                );
-                p.resource_id = ev.resource_id.clone();
-                p.event_id = ev.event_id.clone();
-                out.send(p).await;
+            EventType::Ping | EventType::Pong => {
+                // as the peer (principal/event.go processHeartbeatEvent, then the ACK of every
+                // processed event): a heartbeat is ACKed with `processed`, never answered `pong`
+                out.send(ev.ack(&ctx.source)).await;
                 continue;
             }
-            EventType::Pong => continue,
             _ => {}
         }
         let permit = match sem.clone().acquire_owned().await {
@@ -324,7 +325,26 @@ where
                     t0.elapsed().as_secs_f64(),
                 )
             };
-            let ack = if is_change {
+            if crate::validate::applies(&ev)
+                && let Err(e) = crate::validate::check(&ev)
+            {
+                // refused before any handler runs: nothing is written
+                tracing::warn!(r#type = ty.short(), target = target.as_str(), resource = %rid, error = %e, "invalid payload refused");
+                ctx2.metrics.error_reply("invalid");
+                processed("failure");
+                out.send(Event::error_reply_for(
+                    &ctx2.source,
+                    &rid,
+                    &eid,
+                    &ev.subject,
+                    "invalid",
+                    &e,
+                ))
+                .await;
+                return;
+            }
+            // the peer ACKs every event it processed; an `error` event is processed like an object
+            let ack = if is_change || ty == EventType::Error {
                 Some(ev.ack(&ctx2.source))
             } else {
                 None

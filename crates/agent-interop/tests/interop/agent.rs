@@ -38,13 +38,14 @@ fn is_ack_of(i: &Inbound, sent: &Event) -> bool {
 }
 
 #[tokio::test]
-#[ignore = "gap: version — our agent checks the principal's Version for same major.minor and sends its own VERSION; a peer principal (\"99.9.9-unreleased\" or its release string) demands string equality"]
 async fn our_agent_logs_in_to_a_peer_principal_of_the_peer_version() {
     let pki = LocalPki::new().expect("pki");
     let pp = peer_principal(&pki, PEER_VERSION).await;
     let store = MemStore::new();
-    let a = our_agent(&pki, &pp, "agent-pv", Mode::Managed, &store).await;
+    // `argocd-pull agent --report-version 99.9.9-unreleased` against a peer principal
+    let a = our_agent_reporting(&pki, &pp, "agent-pv", Mode::Managed, &store, PEER_VERSION).await;
     pp.wait_streams(1).await;
+    assert_eq!(pp.auth_requests()[0].version, PEER_VERSION);
     a.shutdown().await;
     pp.shutdown().await;
 }
@@ -370,7 +371,6 @@ async fn autonomous_agent_requests_a_resource_resync_on_connect() {
 }
 
 #[tokio::test]
-#[ignore = "gap: bad input — a payload that is not an Application (spec not an object) is written locally; and the refusal must be readable as the ACK of the bad event (ce_uri eventProcessed) for the peer principal"]
 async fn bad_payload_from_the_peer_principal_is_refused_and_nothing_is_written() {
     let pki = LocalPki::new().expect("pki");
     let pp = peer_principal(&pki, OURS).await;
@@ -442,6 +442,61 @@ async fn managed_appproject_from_the_peer_principal_is_applied() {
     .expect("present");
     assert_eq!(p["spec"]["sourceRepos"], json!(["*"]));
     let _ = T;
+    a.shutdown().await;
+    pp.shutdown().await;
+}
+
+#[tokio::test]
+async fn ping_from_the_peer_principal_is_acked_and_never_answered_pong() {
+    let pki = LocalPki::new().expect("pki");
+    let pp = peer_principal(&pki, OURS).await;
+    let store = MemStore::new();
+    let a = our_agent(&pki, &pp, "agent-hb", Mode::Managed, &store).await;
+    pp.wait_streams(1).await;
+    let ping = pp.emitter.heartbeat("ping", &emitter::new_uuid());
+    pp.send(&ping).await;
+    let ack = pp.expect("ACK of the ping", |i| is_ack_of(i, &ping)).await;
+    assert_eq!(ack.event.typ, ty("processed"));
+    assert!(
+        ack.event.ext("sentat").is_none(),
+        "a fire-and-forget ACK of an event without sentat carries none"
+    );
+    assert!(
+        !pp.seen
+            .lock()
+            .expect("lock")
+            .iter()
+            .any(|i| i.event.typ == ty("pong")),
+        "the peer never answers pong: {}",
+        pp.describe()
+    );
+    a.shutdown().await;
+    pp.shutdown().await;
+}
+
+#[tokio::test]
+async fn acks_of_our_agent_carry_the_extensions_of_the_acknowledged_event() {
+    let pki = LocalPki::new().expect("pki");
+    let pp = peer_principal(&pki, OURS).await;
+    let store = MemStore::new();
+    let a = our_agent(&pki, &pp, "agent-ax", Mode::Managed, &store).await;
+    pp.wait_streams(1).await;
+    let uid = "6d1a7e0b-8d2f-4c3e-9a61-0f2b3c4d5e6f";
+    let ev = emitter::sent(
+        principal_event(
+            &pp,
+            "create",
+            "application",
+            &hub_app("agent-ax", "guestbook", uid, "10", "guestbook"),
+        ),
+        "2026-11-25T08:00:00Z",
+    );
+    pp.send(&ev).await;
+    let ack = pp.expect("ACK of the create", |i| is_ack_of(i, &ev)).await;
+    assert_eq!(
+        ack.event.extensions, ev.extensions,
+        "the peer's ProcessedEvent copies every extension, sentat included"
+    );
     a.shutdown().await;
     pp.shutdown().await;
 }

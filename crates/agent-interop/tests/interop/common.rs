@@ -28,12 +28,18 @@ pub fn tls(m: &TlsMaterial) -> Tls {
 
 /// OUR principal over a MemStore hub.
 pub async fn our_principal(pki: &LocalPki, hub: &MemStore) -> Principal {
+    our_principal_reporting(pki, hub, argocd_pull_agent::VERSION).await
+}
+
+/// OUR principal reporting `version` (`--report-version`) over a MemStore hub.
+pub async fn our_principal_reporting(pki: &LocalPki, hub: &MemStore, version: &str) -> Principal {
     init();
-    let cfg = PrincipalConfig::new(
+    let mut cfg = PrincipalConfig::new(
         "127.0.0.1:0".parse().expect("addr"),
         pki.principal.clone(),
         throwaway_jwt_key(),
     );
+    cfg.version = version.into();
     Principal::start(cfg, Arc::new(hub.clone()), Metrics::new("argocd_principal"))
         .await
         .expect("principal starts")
@@ -89,8 +95,21 @@ pub async fn our_agent(
     mode: Mode,
     store: &MemStore,
 ) -> Agent {
+    our_agent_reporting(pki, pp, name, mode, store, argocd_pull_agent::VERSION).await
+}
+
+/// OUR agent reporting `version` (`--report-version`) at login.
+pub async fn our_agent_reporting(
+    pki: &LocalPki,
+    pp: &PeerPrincipal,
+    name: &str,
+    mode: Mode,
+    store: &MemStore,
+    version: &str,
+) -> Agent {
     init();
     let mut c = AgentConfig::new(pp.addr, pki.agent(name).expect("agent cert"), mode);
+    c.version = version.into();
     c.reconnect_max = Duration::from_millis(500);
     Agent::start(c, Arc::new(store.clone()), Metrics::new("argocd_agent"))
         .await

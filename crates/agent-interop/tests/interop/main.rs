@@ -6,7 +6,9 @@
 //! Tests marked `#[ignore = "gap: …"]` describe the peer's behaviour where ours still differs;
 //! they are listed in the team log and get un-ignored as the gaps close.
 mod agent;
+mod bad_input;
 mod common;
 mod golden;
+mod peer_events;
 mod principal;
 mod resync;

@@ -131,6 +131,8 @@ impl Inner {
             None
         };
         let ns = self.cfg.namespace.clone();
+        crate::validate::supported(&ev).map_err(HandleError::Permanent)?;
+        crate::validate::request_update_kind(&ev).map_err(HandleError::Permanent)?;
         if ev.target == Target::AppProject || ev.data["kind"] == "AppProject" {
             return self.handle_project_event(ev).await;
         }

@@ -9,7 +9,6 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::VERSION;
 use crate::proto::authapi::{self, authentication_client::AuthenticationClient};
 use crate::proto::eventstreamapi::event_stream_client::EventStreamClient;
 use crate::proto::versionapi::{self, version_client::VersionClient};
@@ -63,16 +62,6 @@ impl Inner {
             ))
             .await
             .map_err(|e| anyhow::anyhow!("connecting to {}: {e:?}", self.cfg.principal))?;
-        let v = VersionClient::new(channel.clone())
-            .version(versionapi::VersionRequest {})
-            .await?
-            .into_inner();
-        if !crate::version_compatible(&v.version) {
-            anyhow::bail!(
-                "principal version {} is not compatible with agent version {VERSION}",
-                v.version
-            );
-        }
         let mut auth = AuthenticationClient::new(channel.clone());
         let mut resp = None;
         if let Some(r) = refresh.as_ref() {
@@ -90,16 +79,31 @@ impl Inner {
                     method: "mtls".into(),
                     credentials: Default::default(),
                     mode: self.cfg.mode.as_str().into(),
-                    version: VERSION.into(),
+                    version: self.cfg.version.clone(),
                     agent_namespace: self.cfg.namespace.clone(),
                 })
                 .await
                 .map_err(|s| {
-                    anyhow::anyhow!("authentication rejected: {} ({:?})", s.message(), s.code())
+                    if s.code() == tonic::Code::FailedPrecondition {
+                        anyhow::anyhow!(
+                            "version mismatch with principal: {} (this agent reports {:?}; set --report-version / ARGOCD_AGENT_REPORT_VERSION to the principal's version string)",
+                            s.message(),
+                            self.cfg.version
+                        )
+                    } else {
+                        anyhow::anyhow!("authentication rejected: {} ({:?})", s.message(), s.code())
+                    }
                 })?
                 .into_inner(),
         };
         *refresh = Some(resp.refresh_token.clone());
+        // as the peer agent (pkg/client/remote.go): the principal judges the version at login
+        // (string equality, FailedPrecondition "version mismatch"); Version is only logged
+        let v = VersionClient::new(channel.clone())
+            .version(versionapi::VersionRequest {})
+            .await?
+            .into_inner();
+        tracing::info!(principal_version = v.version, "connected to principal");
         let mut es = EventStreamClient::new(channel)
             .max_decoding_message_size(self.cfg.max_event_size.saturating_mul(2).max(4096))
             .max_encoding_message_size(self.cfg.max_event_size.saturating_mul(2).max(4096))

@@ -39,6 +39,8 @@ pub struct AgentConfig {
     pub mode: Mode,
     /// Local Argo CD namespace.
     pub namespace: String,
+    /// Version string sent at login (a peer principal demands string equality with its own).
+    pub version: String,
     pub max_event_size: usize,
     pub queue_capacity: usize,
     pub concurrency: usize,
@@ -58,6 +60,7 @@ impl AgentConfig {
             allow_tls12: false,
             mode,
             namespace: "argocd".into(),
+            version: crate::VERSION.into(),
             max_event_size: crate::DEFAULT_MAX_EVENT_SIZE,
             queue_capacity: crate::DEFAULT_QUEUE_CAPACITY,
             concurrency: crate::DEFAULT_CONCURRENCY,

@@ -110,6 +110,10 @@ pub struct AgentArgs {
     /// Send queue capacity (events).
     #[arg(long = "queue-capacity", env = "ARGOCD_AGENT_QUEUE_CAPACITY", default_value_t = crate::DEFAULT_QUEUE_CAPACITY)]
     pub queue_capacity: usize,
+    /// Version string sent at login; the principal demands it equal to its own (the peer's rule).
+    /// Set it to the argocd-agent release of a mixed fleet (e.g. `0.5.0`) to join a peer principal.
+    #[arg(long = "report-version", env = "ARGOCD_AGENT_REPORT_VERSION", default_value = crate::VERSION)]
+    pub report_version: String,
     /// Use compression while sending data to the principal.
     #[arg(
         long = "enable-compression",
@@ -276,6 +280,7 @@ async fn run(
     cfg.namespace = args.namespace.clone();
     cfg.max_event_size = max_event_size;
     cfg.queue_capacity = args.queue_capacity;
+    cfg.version = args.report_version.clone();
     cfg.compression = args.compression;
     if !args.keepalive.is_zero() {
         cfg.keepalive_interval = args.keepalive;

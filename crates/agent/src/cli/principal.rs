@@ -155,6 +155,10 @@ pub struct PrincipalArgs {
     /// Per-agent send queue capacity (events); beyond it resources are deferred, never dropped.
     #[arg(long = "queue-capacity", env = "ARGOCD_PRINCIPAL_QUEUE_CAPACITY", default_value_t = crate::DEFAULT_QUEUE_CAPACITY)]
     pub queue_capacity: usize,
+    /// Version string reported to agents and required of them (the peer's rule: string equality).
+    /// Set it to the argocd-agent release of a mixed fleet (e.g. `0.5.0`) so its agents log in.
+    #[arg(long = "report-version", env = "ARGOCD_PRINCIPAL_REPORT_VERSION", default_value = crate::VERSION)]
+    pub report_version: String,
     /// gzip-compress sent events.
     #[arg(
         long = "enable-compression",
@@ -360,6 +364,7 @@ async fn run(
     cfg.namespace = m.namespace;
     cfg.max_event_size = max_event_size;
     cfg.queue_capacity = args.queue_capacity;
+    cfg.version = args.report_version.clone();
     cfg.concurrency = args.event_processors.unwrap_or(args.concurrency).max(1);
     cfg.compression = args.compression;
     cfg.keepalive_min_interval = args.keepalive_min_interval;

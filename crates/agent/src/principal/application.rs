@@ -101,6 +101,8 @@ impl Inner {
         };
         let mode = *a.mode.lock().expect("poisoned");
         let agent = a.name.as_str();
+        crate::validate::supported(&ev).map_err(HandleError::Permanent)?;
+        crate::validate::request_update_kind(&ev).map_err(HandleError::Permanent)?;
         if ev.target == Target::AppProject || ev.data["kind"] == "AppProject" {
             return self.handle_project_event(a, mode, ev).await;
         }
@@ -230,12 +232,61 @@ impl Inner {
                 Ok(())
             }
             (Mode::Managed, EventType::RequestResourceResync) => Ok(()),
+            (Mode::Managed, EventType::Error) => self.agent_error(agent, &ev.data).await,
             (_, t) => Err(HandleError::Permanent(format!(
                 "event type {} is not valid from a {} agent",
                 t.short(),
                 mode.as_str()
             ))),
         }
+    }
+
+    /// The peer's handling of an agent's `error` event (principal/event.go, `event.Error`): the
+    /// hub Application named by `ErrorData` gets Health `Degraded` and one `AgentError`
+    /// condition as its whole status, and its pending operation is dropped (`UpdateStatus`).
+    async fn agent_error(&self, agent: &str, data: &Value) -> Result<(), HandleError> {
+        let name = match data.get("resourceName") {
+            Some(Value::String(n)) if !n.is_empty() => n.clone(),
+            _ => {
+                return Err(HandleError::Permanent(
+                    "error event payload must be ErrorData with a non-empty resourceName".into(),
+                ));
+            }
+        };
+        let msg = match data.get("message") {
+            None | Some(Value::Null) => "",
+            Some(Value::String(m)) => m.as_str(),
+            Some(_) => {
+                return Err(HandleError::Permanent(
+                    "ErrorData.message must be a string".into(),
+                ));
+            }
+        };
+        let Some(h) = self.store.get(Kind::Application, agent, &name).await? else {
+            return Err(HandleError::Permanent(format!(
+                "agent {agent} reported an error for Application {name:?}, which does not exist on the hub"
+            )));
+        };
+        let mut n = h.clone();
+        n["status"] = serde_json::json!({
+            "health": {"status": "Degraded"},
+            "conditions": [{
+                "type": "AgentError",
+                "message": format!("Error occurred on cluster managed by agent {agent}: {msg}"),
+            }],
+        });
+        n.as_object_mut().map(|m| m.remove("operation"));
+        if n != h {
+            self.store.replace(Kind::Application, n).await?;
+            self.metrics.hub_write("Application", "updated");
+        }
+        tracing::warn!(
+            agent,
+            application = name,
+            message = msg,
+            "agent reported an error; hub Application marked Degraded"
+        );
+        Ok(())
     }
 
     /// Removes the Argo CD finalizers of a hub Application that is marked for deletion. Returns

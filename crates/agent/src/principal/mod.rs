@@ -43,6 +43,8 @@ pub struct PrincipalConfig {
     pub jwt_key_pem: String,
     /// The principal's own namespace (reported to agents).
     pub namespace: String,
+    /// Version string reported to agents and required of them (string equality, as the peer).
+    pub version: String,
     pub max_event_size: usize,
     pub queue_capacity: usize,
     pub concurrency: usize,
@@ -60,6 +62,7 @@ impl PrincipalConfig {
             identity_regex: tls::DEFAULT_IDENTITY_REGEX.into(),
             jwt_key_pem,
             namespace: "argocd".into(),
+            version: crate::VERSION.into(),
             max_event_size: crate::DEFAULT_MAX_EVENT_SIZE,
             queue_capacity: crate::DEFAULT_QUEUE_CAPACITY,
             concurrency: crate::DEFAULT_CONCURRENCY,

@@ -10,13 +10,13 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
+use crate::Mode;
 use crate::event::Event;
 use crate::proto::authapi::{self, authentication_server::Authentication};
 use crate::proto::eventstreamapi::{self, event_stream_server::EventStream};
 use crate::proto::versionapi::{self, version_server::Version};
 use crate::session::{self, HandleError, Handler, Outbox, SessionCtx};
 use crate::tls::{self};
-use crate::{Mode, VERSION, version_compatible};
 
 use super::{AgentState, Inner, SOURCE};
 
@@ -80,7 +80,7 @@ impl Version for Svc {
         _r: Request<versionapi::VersionRequest>,
     ) -> Result<Response<versionapi::VersionResponse>, Status> {
         Ok(Response::new(versionapi::VersionResponse {
-            version: VERSION.into(),
+            version: self.inner.cfg.version.clone(),
         }))
     }
 }
@@ -107,13 +107,6 @@ impl Authentication for Svc {
                 r.mode
             )));
         };
-        if !r.version.is_empty() && !version_compatible(&r.version) {
-            self.inner.metrics.auth_failure("version");
-            return Err(Status::failed_precondition(format!(
-                "agent version {} is not compatible with principal version {VERSION} (major.minor must match)",
-                r.version
-            )));
-        }
         if let Some(claimed) = r.credentials.get("clientID").filter(|c| !c.is_empty())
             && *claimed != agent
         {
@@ -121,6 +114,22 @@ impl Authentication for Svc {
             return Err(Status::permission_denied(format!(
                 "client ID {claimed:?} does not match the certificate identity {agent:?}"
             )));
+        }
+        // the peer's rule (principal/apis/auth/auth.go): a version is required and must equal ours
+        if r.version.is_empty() {
+            self.inner.metrics.auth_failure("version");
+            tracing::warn!(agent, "agent did not provide version information");
+            return Err(Status::invalid_argument("agent version is required"));
+        }
+        if r.version != self.inner.cfg.version {
+            self.inner.metrics.auth_failure("version");
+            tracing::warn!(
+                agent,
+                agent_version = r.version,
+                principal_version = self.inner.cfg.version,
+                "version mismatch: rejecting connection (set --report-version / ARGOCD_PRINCIPAL_REPORT_VERSION on the principal or ARGOCD_AGENT_REPORT_VERSION on the agent so they are equal)"
+            );
+            return Err(Status::failed_precondition("version mismatch"));
         }
         let (access, refresh) = self
             .inner
@@ -135,7 +144,7 @@ impl Authentication for Svc {
         Ok(Response::new(authapi::AuthResponse {
             access_token: access,
             refresh_token: refresh,
-            version: VERSION.into(),
+            version: self.inner.cfg.version.clone(),
             principal_namespace: self.inner.cfg.namespace.clone(),
         }))
     }
@@ -168,7 +177,7 @@ impl Authentication for Svc {
         Ok(Response::new(authapi::AuthResponse {
             access_token: access,
             refresh_token: refresh,
-            version: VERSION.into(),
+            version: self.inner.cfg.version.clone(),
             principal_namespace: self.inner.cfg.namespace.clone(),
         }))
     }

@@ -72,6 +72,8 @@ async fn admin_endpoints_answer_on_both_sides_and_shutdown_is_graceful() {
         format!("--root-ca-path={}", f("ca.crt").display()),
         "--tls-min-version=tls1.3".into(),
         "--queue-capacity=1000".into(),
+        // both sides report a peer release's version: they log in only if both flags apply
+        "--report-version=0.5.0".into(),
         format!("--metrics-port={}", aadmin.port()),
         format!("--healthz-port={}", ahealth.port()),
     ])
@@ -99,6 +101,7 @@ async fn admin_endpoints_answer_on_both_sides_and_shutdown_is_graceful() {
         format!("--jwt-key={}", f("jwt.key").display()),
         "--namespace=argocd".into(),
         "--queue-capacity=1000".into(),
+        "--report-version=0.5.0".into(),
         "--event-processors=8".into(),
         format!("--metrics-port={}", padmin.port()),
         format!("--healthz-port={}", phealth.port()),

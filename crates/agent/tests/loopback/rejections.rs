@@ -29,6 +29,7 @@ async fn auth(ch: Channel, mode: &str) -> Result<String, tonic::Status> {
         .authenticate(AuthRequest {
             method: "mtls".into(),
             mode: mode.into(),
+            version: argocd_pull_agent::VERSION.into(),
             ..Default::default()
         })
         .await
@@ -212,5 +213,6 @@ async fn malformed_and_oversized_events_get_error_events_and_the_stream_survives
     )
     .await
     .unwrap();
-    next_type(&mut inbound, EventType::Pong).await;
+    // a ping is ACKed with `processed` (the peer's rule), not answered with `pong`
+    next_type(&mut inbound, EventType::Processed).await;
 }
