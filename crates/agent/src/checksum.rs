@@ -149,11 +149,11 @@ pub fn request_resource_resync(source: &str) -> Event {
 pub enum ResyncKind {
     /// Not a per-resource resync event, or an Application/AppProject one: handle it.
     Handled,
-    /// `Repository` (Secret) or `GPGKey` (ConfigMap): the peer resyncs them, argocd-pull does not
-    /// synchronise them; acknowledged and left alone (never mistaken for an Application).
-    NotSynchronised(String),
-    /// Any other kind: the peer fails with "unknown kind"; refused with this message.
-    Unknown(String),
+    /// Refused with this message (an `error` reply, which the peer takes as the end of the
+    /// event): `Repository` (Secret) and `GPGKey` (ConfigMap), which the peer resyncs and
+    /// argocd-pull does not synchronise — never mistaken for a same-named Application — and any
+    /// other kind (the peer fails with "unknown kind").
+    Refused(String),
 }
 
 /// Sorts a received resync event by the kind in its payload (`request-update`,
@@ -170,9 +170,12 @@ pub fn resync_kind(ev: &Event) -> ResyncKind {
     }
     match ev.data["kind"].as_str().unwrap_or_default() {
         "Application" | "AppProject" => ResyncKind::Handled,
-        k @ ("Repository" | "GPGKey") => ResyncKind::NotSynchronised(k.to_string()),
-        k => ResyncKind::Unknown(format!(
-            "{} names kind {k:?}; resync knows Application, AppProject, Repository and GPGKey",
+        k @ ("Repository" | "GPGKey") => ResyncKind::Refused(format!(
+            "{} for kind {k} is not supported: argocd-pull does not sync repositories or GPG keys; nothing was changed",
+            ev.ty.short()
+        )),
+        k => ResyncKind::Refused(format!(
+            "{} names unknown resource kind {k:?} (want Application, AppProject, Repository or GPGKey); nothing was changed",
             ev.ty.short()
         )),
     }

@@ -95,24 +95,6 @@ pub fn check(ev: &Event) -> Result<(), String> {
     Ok(())
 }
 
-/// The `kind` of a `request-update` (`RequestUpdate.kind`) must be one this side syncs: the
-/// peer dispatches on it (internal/resync/resync.go), so a `Repository` or `GPGKey` request must
-/// never be taken for a same-named Application. `Err` names the kind and why nothing was done.
-pub fn request_update_kind(ev: &Event) -> Result<(), String> {
-    if ev.ty != crate::event::EventType::RequestUpdate {
-        return Ok(());
-    }
-    match ev.data.get("kind").and_then(Value::as_str).unwrap_or("") {
-        "" | "Application" | "AppProject" => Ok(()),
-        k @ ("Repository" | "GPGKey") => Err(format!(
-            "request-update for kind {k} is not supported: argocd-pull does not sync repositories or GPG keys; nothing was changed"
-        )),
-        k => Err(format!(
-            "request-update names unknown resource kind {k:?} (want Application, AppProject, Repository or GPGKey); nothing was changed"
-        )),
-    }
-}
-
 /// Events of the peer's protocol that this project decodes but does not act on (resource and
 /// Redis proxies, container logs, terminals, cluster cache info, ApplicationSets, repositories,
 /// GPG keys): `Err` is the message of the `error` reply. The peer ACKs an event once processed;

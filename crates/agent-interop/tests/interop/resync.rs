@@ -398,7 +398,8 @@ async fn principal_request_update_for_a_repository_never_touches_a_same_named_ap
         sent.push(ru);
     }
     for (i, e) in sent.iter().enumerate() {
-        expect_ack(&mut s, e, &format!("ACK of request-update #{i}")).await;
+        // the end of the event for the peer: an `error` reply (not supported), never a delete
+        expect_ack(&mut s, e, &format!("reply to request-update #{i}")).await;
     }
     hub.create(Kind::Application, app("agent-rp", "marker", "m"))
         .await

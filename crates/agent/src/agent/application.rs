@@ -132,7 +132,6 @@ impl Inner {
         };
         let ns = self.cfg.namespace.clone();
         crate::validate::supported(&ev).map_err(HandleError::Permanent)?;
-        crate::validate::request_update_kind(&ev).map_err(HandleError::Permanent)?;
         if ev.target == Target::AppProject || ev.data["kind"] == "AppProject" {
             return self.handle_project_event(ev).await;
         }

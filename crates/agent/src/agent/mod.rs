@@ -325,11 +325,7 @@ impl Handler for SessionHandler {
                 Ok(())
             }
             crate::checksum::ResyncKind::Handled => self.inner.handle_event(ev, out).await,
-            crate::checksum::ResyncKind::NotSynchronised(kind) => {
-                tracing::warn!(kind, name = %ev.data["name"], r#type = ev.ty.short(), "resync of a kind argocd-pull does not synchronise; acknowledged, nothing changed");
-                Ok(())
-            }
-            crate::checksum::ResyncKind::Unknown(msg) => Err(HandleError::Permanent(msg)),
+            crate::checksum::ResyncKind::Refused(msg) => Err(HandleError::Permanent(msg)),
         }
     }
     async fn on_connect(&self, out: &Outbox) {

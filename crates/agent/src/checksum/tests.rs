@@ -112,22 +112,22 @@ fn resync_events_are_sorted_by_the_kind_they_name() {
     let ru = |kind: &str| request_update("agent", kind, "guestbook", "argocd", "u", "");
     assert_eq!(resync_kind(&ru("Application")), ResyncKind::Handled);
     assert_eq!(resync_kind(&ru("AppProject")), ResyncKind::Handled);
-    assert_eq!(
-        resync_kind(&ru("Repository")),
-        ResyncKind::NotSynchronised("Repository".into())
-    );
-    assert_eq!(
-        resync_kind(&response_synced(
-            "p",
-            "GPGKey",
-            "argocd-gpg-keys-cm",
-            "argocd",
-            "u"
-        )),
-        ResyncKind::NotSynchronised("GPGKey".into())
-    );
+    match resync_kind(&ru("Repository")) {
+        ResyncKind::Refused(m) => assert!(m.contains("kind Repository is not supported"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    match resync_kind(&response_synced(
+        "p",
+        "GPGKey",
+        "argocd-gpg-keys-cm",
+        "argocd",
+        "u",
+    )) {
+        ResyncKind::Refused(m) => assert!(m.contains("kind GPGKey is not supported"), "{m}"),
+        other => panic!("{other:?}"),
+    }
     match resync_kind(&ru("Deployment")) {
-        ResyncKind::Unknown(m) => {
+        ResyncKind::Refused(m) => {
             assert!(m.contains("\"Deployment\"") && m.contains("GPGKey"), "{m}")
         }
         other => panic!("{other:?}"),

@@ -102,7 +102,6 @@ impl Inner {
         let mode = *a.mode.lock().expect("poisoned");
         let agent = a.name.as_str();
         crate::validate::supported(&ev).map_err(HandleError::Permanent)?;
-        crate::validate::request_update_kind(&ev).map_err(HandleError::Permanent)?;
         if ev.target == Target::AppProject || ev.data["kind"] == "AppProject" {
             return self.handle_project_event(a, mode, ev).await;
         }
