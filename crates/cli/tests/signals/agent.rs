@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use crate::{Proc, free_port, run, temp_dir};
+use crate::{Proc, demo_hub, free_port, run, temp_dir};
 
 fn agent_args(pki: &Path, server: SocketAddr, healthz: u16) -> Vec<String> {
     let f = |n: &str| pki.join(n).display().to_string();
@@ -30,18 +30,7 @@ fn principal_and_agent_exit_0_within_10s_on_sigterm_and_sigint_whatever_the_conn
     run(&["pki", "--dir", pki.to_str().unwrap(), "--agent", "edge"]);
 
     // a Kubernetes API for both components
-    let hub = Proc::spawn(
-        "hub",
-        &[
-            "demo".into(),
-            "--clusters=1".into(),
-            "--apps=1".into(),
-            "--keep-running".into(),
-            format!("--kubeconfig-out={}", kubeconfig.display()),
-        ],
-        None,
-    );
-    hub.wait_for_line("kubeconfig");
+    let hub = demo_hub(&kubeconfig);
 
     // 1. an agent that cannot reach its principal (nothing listens there)
     let nowhere: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();

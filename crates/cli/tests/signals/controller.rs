@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use crate::{Proc, free_port, temp_dir};
+use crate::{Proc, demo_hub, free_port, temp_dir};
 
 const REPORT_CRD: &str = "multiclusterapplicationsetreports.apps.open-cluster-management.io";
 
@@ -13,18 +13,7 @@ const REPORT_CRD: &str = "multiclusterapplicationsetreports.apps.open-cluster-ma
 fn controller_with_a_missing_crd_reports_it_once_and_exits_0_on_sigterm() {
     let dir = temp_dir("controller-crd");
     let kubeconfig = dir.join("hub.kubeconfig");
-    let hub = Proc::spawn(
-        "hub",
-        &[
-            "demo".into(),
-            "--clusters=1".into(),
-            "--apps=1".into(),
-            "--keep-running".into(),
-            format!("--kubeconfig-out={}", kubeconfig.display()),
-        ],
-        None,
-    );
-    hub.wait_for_line("kubeconfig");
+    let hub = demo_hub(&kubeconfig);
     crate::kubectl_delete_crd(&kubeconfig, REPORT_CRD);
 
     let ctl = Proc::spawn(

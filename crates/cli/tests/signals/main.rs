@@ -165,3 +165,21 @@ pub(crate) fn kubectl_delete_crd(kubeconfig: &Path, name: &str) {
             .unwrap_or_else(|e| panic!("deleting CRD {name}: {e}"));
     });
 }
+
+/// `argocd-pull demo --keep-running` (an embedded hub with one simulated cluster), once it has
+/// written its kubeconfig to `kubeconfig`.
+pub(crate) fn demo_hub(kubeconfig: &Path) -> Proc {
+    let hub = Proc::spawn(
+        "hub",
+        &[
+            "demo".into(),
+            "--clusters=1".into(),
+            "--apps=1".into(),
+            "--keep-running".into(),
+            format!("--kubeconfig-out={}", kubeconfig.display()),
+        ],
+        None,
+    );
+    hub.wait_for_line("kubeconfig");
+    hub
+}
