@@ -181,100 +181,10 @@ pub fn resync_kind(ev: &Event) -> ResyncKind {
     }
 }
 
-/// Go `json.Marshal` bytes of a decoded-JSON value (maps sorted by key).
+/// Go `json.Marshal` bytes of a decoded-JSON value (what the peer hashes: a Go map, so keys
+/// sorted).
 pub fn go_json(v: &Value) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256);
-    write_go(v, &mut out);
-    out
-}
-
-fn write_go(v: &Value, out: &mut Vec<u8>) {
-    match v {
-        Value::Null => out.extend_from_slice(b"null"),
-        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-        Value::Number(n) => write_number(n, out),
-        Value::String(s) => write_string(s, out),
-        Value::Array(a) => {
-            out.push(b'[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_go(x, out);
-            }
-            out.push(b']');
-        }
-        Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            out.push(b'{');
-            for (i, k) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_string(k, out);
-                out.push(b':');
-                write_go(&m[k.as_str()], out);
-            }
-            out.push(b'}');
-        }
-    }
-}
-
-/// Integers (Kubernetes' unstructured decoding keeps what fits an int64) as written; the rest as
-/// Go's float64 encoding.
-fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) {
-    if let Some(i) = n.as_i64() {
-        out.extend_from_slice(i.to_string().as_bytes());
-        return;
-    }
-    let f = n.as_f64().unwrap_or(0.0);
-    let a = f.abs();
-    if a != 0.0 && !(1e-6..1e21).contains(&a) {
-        // Go: 'e' format, then "e-07" → "e-7"; Rust's `{:e}` has no padding and no '+'
-        let s = format!("{f:e}");
-        match s.split_once('e') {
-            Some((m, e)) if !e.starts_with('-') => {
-                out.extend_from_slice(format!("{m}e+{e}").as_bytes())
-            }
-            _ => out.extend_from_slice(s.as_bytes()),
-        }
-    } else {
-        // shortest round-trip digits, no exponent, no trailing ".0" — as Go's 'f', -1
-        out.extend_from_slice(format!("{f}").as_bytes());
-    }
-}
-
-fn write_string(s: &str, out: &mut Vec<u8>) {
-    out.push(b'"');
-    let bytes = s.as_bytes();
-    let mut start = 0;
-    for (i, c) in s.char_indices() {
-        let esc: Option<&str> = match c {
-            '"' => Some("\\\""),
-            '\\' => Some("\\\\"),
-            '\n' => Some("\\n"),
-            '\r' => Some("\\r"),
-            '\t' => Some("\\t"),
-            '\u{8}' => Some("\\b"),
-            '\u{c}' => Some("\\f"),
-            '<' => Some("\\u003c"),
-            '>' => Some("\\u003e"),
-            '&' => Some("\\u0026"),
-            '\u{2028}' => Some("\\u2028"),
-            '\u{2029}' => Some("\\u2029"),
-            c if (c as u32) < 0x20 => None,
-            _ => continue,
-        };
-        out.extend_from_slice(&bytes[start..i]);
-        match esc {
-            Some(e) => out.extend_from_slice(e.as_bytes()),
-            None => out.extend_from_slice(format!("\\u{:04x}", c as u32).as_bytes()),
-        }
-        start = i + c.len_utf8();
-    }
-    out.extend_from_slice(&bytes[start..]);
-    out.push(b'"');
+    crate::event::gojson::to_vec_sorted(v)
 }
 
 #[cfg(test)]

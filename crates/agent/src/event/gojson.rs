@@ -1,7 +1,11 @@
 //! JSON bytes as Go's `encoding/json` writes them (what the peer's `SetData(ApplicationJSON, obj)`
-//! puts on the wire): compact, keys in the order given, and `<`, `>`, `&`, U+2028, U+2029 escaped
-//! as `\u003c`, `\u003e`, `\u0026`, `\u2028`, `\u2029`. Other escapes (`\"`, `\\`, `\b`, `\f`, `\n`,
-//! `\r`, `\t`, `\u00xx`) are the same in serde_json and Go.
+//! puts on the wire, and what its resync checksums hash): compact, keys in the order given (or
+//! sorted, as Go writes a map: [`to_vec_sorted`]), and `<`, `>`, `&`, U+2028, U+2029 escaped as
+//! `\u003c`, `\u003e`, `\u0026`, `\u2028`, `\u2029`. Other escapes (`\"`, `\\`, `\b`, `\f`,
+//! `\n`, `\r`, `\t`, `\u00xx`) are the same in serde_json and Go. Numbers as Kubernetes'
+//! unstructured decoding leaves them for Go: integers that fit an int64 as written, every other
+//! number a float64 in Go's format (`strconv.FormatFloat(f, 'f', -1, 64)`, exponent form below
+//! 1e-6 or from 1e21).
 
 use std::io;
 
@@ -32,10 +36,70 @@ impl serde_json::ser::Formatter for GoFormatter {
         }
         w.write_all(&fragment.as_bytes()[start..])
     }
+
+    /// Beyond int64 a Go unstructured number is a float64.
+    fn write_u64<W: ?Sized + io::Write>(&mut self, w: &mut W, value: u64) -> io::Result<()> {
+        match i64::try_from(value) {
+            Ok(i) => w.write_all(i.to_string().as_bytes()),
+            Err(_) => self.write_f64(w, value as f64),
+        }
+    }
+
+    fn write_f64<W: ?Sized + io::Write>(&mut self, w: &mut W, f: f64) -> io::Result<()> {
+        let a = f.abs();
+        if a != 0.0 && !(1e-6..1e21).contains(&a) {
+            // Go: 'e' format with a signed exponent ("1e+21", "1e-07" → "1e-7" as Rust writes it)
+            let s = format!("{f:e}");
+            match s.split_once('e') {
+                Some((m, e)) if !e.starts_with('-') => write!(w, "{m}e+{e}"),
+                _ => w.write_all(s.as_bytes()),
+            }
+        } else {
+            // shortest round-trip digits, no exponent, no trailing ".0" — as Go's 'f', -1
+            write!(w, "{f}")
+        }
+    }
 }
 
-/// Encodes `v` as Go's `json.Marshal` would.
+/// A value serialised with every object's keys sorted (Go's order for a map).
+struct Sorted<'a>(&'a Value);
+
+impl Serialize for Sorted<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self.0 {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                let mut map = s.serialize_map(Some(keys.len()))?;
+                for k in keys {
+                    map.serialize_entry(k, &Sorted(&m[k.as_str()]))?;
+                }
+                map.end()
+            }
+            Value::Array(a) => {
+                let mut seq = s.serialize_seq(Some(a.len()))?;
+                for x in a {
+                    seq.serialize_element(&Sorted(x))?;
+                }
+                seq.end()
+            }
+            other => other.serialize(s),
+        }
+    }
+}
+
+/// Encodes `v` as Go's `json.Marshal` of a struct would (keys in the order given).
 pub fn to_vec(v: &Value) -> Vec<u8> {
+    write(v)
+}
+
+/// Encodes `v` as Go's `json.Marshal` of a `map[string]any` would (keys sorted).
+pub fn to_vec_sorted(v: &Value) -> Vec<u8> {
+    write(&Sorted(v))
+}
+
+fn write(v: &impl Serialize) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     let mut ser = serde_json::Serializer::with_formatter(&mut out, GoFormatter);
     v.serialize(&mut ser)
