@@ -44,6 +44,7 @@ pub mod pki;
 pub use local::{LocalDeployment, start_local, start_local_stores};
 pub mod objects;
 pub mod principal;
+pub mod project_match;
 
 /// This implementation's protocol version (reported by `versionapi.Version`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

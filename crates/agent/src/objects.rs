@@ -240,46 +240,15 @@ pub fn project_stub(name: &str, ns: &str, uid: &str) -> Value {
     json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject", "metadata": {"name": name, "namespace": ns, "uid": uid}})
 }
 
-/// Glob match as Argo CD's destinations use it: `*` any run, `?` one character.
-pub fn glob_match(pattern: &str, s: &str) -> bool {
-    fn go(p: &[u8], s: &[u8]) -> bool {
-        match (p.first(), s.first()) {
-            (None, None) => true,
-            (Some(b'*'), _) => go(&p[1..], s) || (!s.is_empty() && go(p, &s[1..])),
-            (Some(b'?'), Some(_)) => go(&p[1..], &s[1..]),
-            (Some(a), Some(b)) if a == b => go(&p[1..], &s[1..]),
-            _ => false,
-        }
-    }
-    go(pattern.as_bytes(), s.as_bytes())
-}
-
-/// Managed mode: the agent-specific form of a hub AppProject, or `None` when no destination's
-/// `name` matches the agent (glob). Matching destinations are rewritten to the in-cluster
-/// destination (`name: in-cluster`, `server: https://kubernetes.default.svc`, namespace kept), the
-/// others are dropped, and `sourceNamespaces` is removed (Applications live in the agent's own
-/// namespace). Metadata (uid, resourceVersion) is kept: it makes the event ids.
+/// Managed mode: the agent-specific form of a hub AppProject, or `None` when the project does not
+/// select the agent (destinations, deny patterns and `sourceNamespaces`, as argocd-agent: see
+/// [`crate::project_match`]). Metadata (uid, resourceVersion) is kept: it makes the event ids.
 pub fn project_for_agent(p: &Value, agent: &str) -> Option<Value> {
-    let dests = p["spec"]["destinations"].as_array()?;
-    let matched: Vec<Value> = dests
-        .iter()
-        .filter(|d| d["name"].as_str().is_some_and(|n| glob_match(n, agent)))
-        .map(|d| {
-            let mut n = json!({"name": "in-cluster", "server": IN_CLUSTER_SERVER});
-            if let Some(ns) = d.get("namespace").filter(|v| !v.is_null()) {
-                n["namespace"] = ns.clone();
-            }
-            n
-        })
-        .collect();
-    if matched.is_empty() {
+    use crate::project_match as pm;
+    if !pm::agent_matches(agent, p, false) {
         return None;
     }
-    let mut out = p.clone();
-    out["spec"]["destinations"] = Value::Array(matched);
-    if let Some(spec) = out["spec"].as_object_mut() {
-        spec.remove("sourceNamespaces");
-    }
+    let mut out = pm::agent_specific(p, agent, false, crate::Mode::Managed);
     if let Some(m) = out.as_object_mut() {
         m.remove("status");
     }
@@ -337,31 +306,6 @@ pub fn request_update_project(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn glob_matches_like_argocd_destinations() {
-        assert!(glob_match("*", "cluster-a"));
-        assert!(glob_match("cluster-*", "cluster-a"));
-        assert!(glob_match("cluster-?", "cluster-a"));
-        assert!(!glob_match("cluster-?", "cluster-ab"));
-        assert!(!glob_match("other", "cluster-a"));
-        assert!(glob_match("cluster-a", "cluster-a"));
-    }
-
-    #[test]
-    fn project_for_agent_keeps_matching_destinations_only_rewritten_in_cluster() {
-        let p = json!({"metadata": {"name": "p", "namespace": "argocd", "uid": "u"},
-            "spec": {"sourceNamespaces": ["x"], "destinations": [
-                {"name": "cluster-*", "namespace": "guestbook", "server": "https://c1"},
-                {"name": "other", "namespace": "o"}]}});
-        let f = project_for_agent(&p, "cluster-a").unwrap();
-        assert_eq!(
-            f["spec"]["destinations"],
-            json!([{"name": "in-cluster", "server": IN_CLUSTER_SERVER, "namespace": "guestbook"}])
-        );
-        assert!(f["spec"].get("sourceNamespaces").is_none());
-        assert!(project_for_agent(&p, "zzz").is_none());
-    }
 
     #[test]
     fn project_from_agent_is_prefixed_and_points_at_the_agent() {

@@ -8,6 +8,12 @@ use serde_json::{Value, json};
 use crate::harness::*;
 
 fn project(name: &str, dest_names: &[&str]) -> Value {
+    with_sources(name, dest_names, dest_names)
+}
+
+/// A project with explicit `sourceNamespaces` (argocd-agent sends a managed agent only the
+/// projects whose destinations *and* source namespaces match its name).
+fn with_sources(name: &str, dest_names: &[&str], sources: &[&str]) -> Value {
     let dests: Vec<Value> = dest_names
         .iter()
         .map(|n| json!({"name": n, "server": "https://remote.example", "namespace": "guestbook"}))
@@ -15,7 +21,7 @@ fn project(name: &str, dest_names: &[&str]) -> Value {
     json!({
         "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
         "metadata": {"name": name, "namespace": "argocd", "labels": {"team": "a"}},
-        "spec": {"sourceRepos": ["*"], "destinations": dests, "sourceNamespaces": ["cluster-a"]}
+        "spec": {"sourceRepos": ["*"], "destinations": dests, "sourceNamespaces": sources}
     })
 }
 
@@ -52,6 +58,20 @@ async fn managed_projects_follow_destinations_update_and_delete() {
         .create(Kind::AppProject, project("only-b", &["other-b"]))
         .await
         .unwrap();
+    // destinations match both, but a deny pattern excludes b, and a project whose source
+    // namespaces do not name the agent reaches nobody
+    hub.create(
+        Kind::AppProject,
+        with_sources("not-b", &["*", "!other-*"], &["*"]),
+    )
+    .await
+    .unwrap();
+    hub.create(
+        Kind::AppProject,
+        with_sources("no-source", &["*"], &["elsewhere", "/^x-/"]),
+    )
+    .await
+    .unwrap();
 
     let l = wait_project(
         &spoke_a,
@@ -131,6 +151,28 @@ async fn managed_projects_follow_destinations_update_and_delete() {
             .is_none(),
         "a project is only sent to agents its destinations match"
     );
+    assert!(
+        spoke_a
+            .get(Kind::AppProject, "argocd", "not-b")
+            .await
+            .unwrap()
+            .is_some(),
+        "a deny pattern for other agents does not exclude this one"
+    );
+    for (spoke, name) in [
+        (&spoke_b, "not-b"),
+        (&spoke_a, "no-source"),
+        (&spoke_b, "no-source"),
+    ] {
+        assert!(
+            spoke
+                .get(Kind::AppProject, "argocd", name)
+                .await
+                .unwrap()
+                .is_none(),
+            "{name} must not reach this agent (deny pattern / source namespaces)"
+        );
+    }
     a.shutdown().await;
     b.shutdown().await;
     p.shutdown().await;

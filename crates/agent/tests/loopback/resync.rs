@@ -37,7 +37,7 @@ async fn settled_pair(pki: &LocalPki, hub: &MemStore, spoke: &MemStore) -> Princ
         json!({
             "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
             "metadata": {"name": "team", "namespace": "argocd"},
-            "spec": {"sourceRepos": ["*"], "destinations": [{"name": "c1", "server": "*", "namespace": "*"}]}
+            "spec": {"sourceRepos": ["*"], "destinations": [{"name": "c1", "server": "*", "namespace": "*"}], "sourceNamespaces": ["c1"]}
         }),
     )
     .await
