@@ -45,6 +45,7 @@ pub use local::{LocalDeployment, start_local, start_local_stores};
 pub mod objects;
 pub mod principal;
 pub mod project_match;
+pub mod repository;
 
 /// This implementation's protocol version (reported by `versionapi.Version`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

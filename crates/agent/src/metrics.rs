@@ -122,6 +122,9 @@ pub struct PeerMetrics {
     pub app_projects_created: PlainCounter,
     pub app_projects_updated: PlainCounter,
     pub app_projects_deleted: PlainCounter,
+    pub repositories_created: PlainCounter,
+    pub repositories_updated: PlainCounter,
+    pub repositories_deleted: PlainCounter,
     // agent only
     pub propagation_latency: Family<Labels, Histogram, fn() -> Histogram>,
     pub connection_status: Gauge,
@@ -148,6 +151,9 @@ impl PeerMetrics {
             app_projects_created: Default::default(),
             app_projects_updated: Default::default(),
             app_projects_deleted: Default::default(),
+            repositories_created: Default::default(),
+            repositories_updated: Default::default(),
+            repositories_deleted: Default::default(),
             propagation_latency: Family::new_with_constructor(go_histogram),
             connection_status: Default::default(),
             connection_start_timestamp: Default::default(),
@@ -220,6 +226,21 @@ impl PeerMetrics {
                         "principal_app_projects_deleted",
                         "The total number of app project deleted on the control plane",
                         &m.app_projects_deleted,
+                    ),
+                    (
+                        "principal_repositories_created",
+                        "The total number of repositories created on the control plane",
+                        &m.repositories_created,
+                    ),
+                    (
+                        "principal_repositories_updated",
+                        "The total number of repositories updated on the control plane",
+                        &m.repositories_updated,
+                    ),
+                    (
+                        "principal_repositories_deleted",
+                        "The total number of repositories deleted on the control plane",
+                        &m.repositories_deleted,
                     ),
                     (
                         "principal_events_received",
@@ -581,9 +602,10 @@ impl Metrics {
         self.peer.connection_status.set(0);
     }
 
-    /// A resource written on the principal's side by an event from an agent
-    /// (`principal_{applications,app_projects}_{created,updated,deleted}`). `kind`:
-    /// `Application` or `AppProject`; `op`: `created`, `updated`, `deleted`.
+    /// A resource written on the principal's side by an event from an agent, or a repository
+    /// Secret seen changing on the hub
+    /// (`principal_{applications,app_projects,repositories}_{created,updated,deleted}`). `kind`:
+    /// `Application`, `AppProject` or `Repository`; `op`: `created`, `updated`, `deleted`.
     pub fn hub_write(&self, kind: &str, op: &str) {
         let p = &self.peer;
         let c = match (kind, op) {
@@ -593,6 +615,9 @@ impl Metrics {
             ("AppProject", "created") => &p.app_projects_created,
             ("AppProject", "updated") => &p.app_projects_updated,
             ("AppProject", "deleted") => &p.app_projects_deleted,
+            ("Repository", "created") => &p.repositories_created,
+            ("Repository", "updated") => &p.repositories_updated,
+            ("Repository", "deleted") => &p.repositories_deleted,
             _ => return,
         };
         c.inc();
@@ -740,8 +765,18 @@ mod tests {
             ("AppProject", "created"),
             ("AppProject", "updated"),
             ("AppProject", "deleted"),
+            ("Repository", "created"),
+            ("Repository", "updated"),
+            ("Repository", "deleted"),
         ] {
             m.hub_write(k, op);
+        }
+        for op in ["created", "updated", "deleted"] {
+            assert!(
+                m.encode()
+                    .contains(&format!("principal_repositories_{op} 1\n")),
+                "principal_repositories_{op}"
+            );
         }
         let body = m.encode();
         check(&body, PRINCIPAL_DASHBOARD);

@@ -198,15 +198,19 @@ pub const IN_CLUSTER_SERVER: &str = "https://kubernetes.default.svc";
 pub fn qkey(target: Target, name: &str) -> String {
     match target {
         Target::AppProject => format!("appproject/{name}"),
+        Target::Repository => format!("repository/{name}"),
         _ => name.to_string(),
     }
 }
 
 /// Reverse of [`qkey`].
 pub fn parse_qkey(key: &str) -> (Target, &str) {
-    match key.strip_prefix("appproject/") {
-        Some(n) => (Target::AppProject, n),
-        None => (Target::Application, key),
+    if let Some(n) = key.strip_prefix("appproject/") {
+        (Target::AppProject, n)
+    } else if let Some(n) = key.strip_prefix("repository/") {
+        (Target::Repository, n)
+    } else {
+        (Target::Application, key)
     }
 }
 

@@ -1,4 +1,4 @@
-//! Backends: where Applications and AppProjects live.
+//! Backends: where Applications, AppProjects and repository Secrets live.
 //!
 //! Objects are handled as full JSON (`serde_json::Value`) so no unknown field of a foreign object
 //! is ever dropped: writes replace only the fields this crate owns on top of the current object.
@@ -22,6 +22,8 @@ use tokio::sync::broadcast;
 pub enum Kind {
     Application,
     AppProject,
+    /// Core v1 Secrets (the repository and repo-creds Secrets of Argo CD).
+    Secret,
 }
 
 impl Kind {
@@ -29,24 +31,34 @@ impl Kind {
         match self {
             Kind::Application => "Application",
             Kind::AppProject => "AppProject",
+            Kind::Secret => "Secret",
+        }
+    }
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Kind::Application | Kind::AppProject => "argoproj.io/v1alpha1",
+            Kind::Secret => "v1",
         }
     }
     pub fn plural(self) -> &'static str {
         match self {
             Kind::Application => "applications",
             Kind::AppProject => "appprojects",
+            Kind::Secret => "secrets",
         }
     }
     pub fn api_resource(self) -> ApiResource {
-        ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("argoproj.io", "v1alpha1", self.as_str()),
-            self.plural(),
-        )
+        let gvk = match self {
+            Kind::Secret => GroupVersionKind::gvk("", "v1", self.as_str()),
+            _ => GroupVersionKind::gvk("argoproj.io", "v1alpha1", self.as_str()),
+        };
+        ApiResource::from_gvk_with_plural(&gvk, self.plural())
     }
     pub fn parse(s: &str) -> Option<Kind> {
         match s {
             "Application" => Some(Kind::Application),
             "AppProject" => Some(Kind::AppProject),
+            "Secret" => Some(Kind::Secret),
             _ => None,
         }
     }
@@ -155,7 +167,7 @@ fn to_value(o: &DynamicObject) -> Value {
 }
 
 fn from_value(kind: Kind, mut v: Value) -> StoreResult<DynamicObject> {
-    v["apiVersion"] = json!("argoproj.io/v1alpha1");
+    v["apiVersion"] = json!(kind.api_version());
     v["kind"] = json!(kind.as_str());
     serde_json::from_value(v).map_err(|e| StoreError::Invalid(e.to_string()))
 }
@@ -384,7 +396,7 @@ impl MemStore {
         }
         g.rv += 1;
         obj["metadata"]["resourceVersion"] = json!(g.rv.to_string());
-        obj["apiVersion"] = json!("argoproj.io/v1alpha1");
+        obj["apiVersion"] = json!(kind.api_version());
         obj["kind"] = json!(kind.as_str());
         g.objects.insert(key, obj.clone());
         let _ = self.tx.send((kind, StoreEvent::Applied(obj.clone())));

@@ -14,13 +14,17 @@ use crate::event::{Event, Target};
 /// Whether `ev` carries an object that must be validated (object events of targets
 /// `application` and `appproject`).
 pub fn applies(ev: &Event) -> bool {
-    matches!(ev.target, Target::Application | Target::AppProject) && ev.ty.is_resource_change()
+    matches!(
+        ev.target,
+        Target::Application | Target::AppProject | Target::Repository
+    ) && ev.ty.is_resource_change()
 }
 
 /// Checks the payload of an object event; `Err` names the field, what is wrong and the fix.
 pub fn check(ev: &Event) -> Result<(), String> {
     let kind = match ev.target {
         Target::AppProject => "AppProject",
+        Target::Repository => "Secret",
         _ => "Application",
     };
     let obj = ev.data.as_object().ok_or_else(|| {
@@ -68,6 +72,29 @@ pub fn check(ev: &Event) -> Result<(), String> {
             ev.subject
         ));
     }
+    if ev.target == Target::Repository {
+        field(&ev.data, "type", Want::String)?;
+        if let Some(data) = field(&ev.data, "data", Want::Object)? {
+            for (k, v) in data.as_object().into_iter().flatten() {
+                match v.as_str() {
+                    Some(s) if is_base64(s) => {}
+                    // the value is never quoted: it is a credential
+                    Some(_) => {
+                        return Err(format!(
+                            "data.{k} is not standard base64 (a Go []byte); send the bytes base64-encoded"
+                        ));
+                    }
+                    None => {
+                        return Err(format!(
+                            "data.{k} must be a base64 string (a Go []byte), got {}",
+                            ty(v)
+                        ));
+                    }
+                }
+            }
+        }
+        return Ok(());
+    }
     let spec = field(&ev.data, "spec", Want::Object)?;
     field(&ev.data, "status", Want::Object)?;
     field(&ev.data, "operation", Want::Object)?;
@@ -96,8 +123,7 @@ pub fn check(ev: &Event) -> Result<(), String> {
 }
 
 /// Events of the peer's protocol that this project decodes but does not act on (resource and
-/// Redis proxies, container logs, terminals, cluster cache info, ApplicationSets, repositories,
-/// GPG keys): `Err` is the message of the `error` reply. The peer ACKs an event once processed;
+/// Redis proxies, container logs, terminals, cluster cache info, ApplicationSets, GPG keys): `Err` is the message of the `error` reply. The peer ACKs an event once processed;
 /// we cannot process these, so they are refused by name — never dropped, never ACKed as done.
 pub fn supported(ev: &Event) -> Result<(), String> {
     let what = match ev.target {
@@ -107,7 +133,6 @@ pub fn supported(ev: &Event) -> Result<(), String> {
         Target::Terminal => "web terminals",
         Target::ClusterCacheInfoUpdate => "cluster cache info",
         Target::ApplicationSet => "ApplicationSets",
-        Target::Repository => "repositories",
         Target::GpgKey => "GPG keys",
         _ => return Ok(()),
     };
@@ -116,6 +141,11 @@ pub fn supported(ev: &Event) -> Result<(), String> {
         ev.ty.short(),
         ev.target.as_str()
     ))
+}
+
+fn is_base64(s: &str) -> bool {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.decode(s).is_ok()
 }
 
 #[derive(Clone, Copy)]

@@ -447,6 +447,46 @@ async fn managed_appproject_from_the_peer_principal_is_applied() {
 }
 
 #[tokio::test]
+async fn managed_repository_from_the_peer_principal_is_applied_and_acked() {
+    let pki = LocalPki::new().expect("pki");
+    let pp = peer_principal(&pki, OURS).await;
+    let store = MemStore::new();
+    let a = our_agent(&pki, &pp, "agent-mr", Mode::Managed, &store).await;
+    pp.wait_streams(1).await;
+    // a corev1.Secret as the peer principal's informer holds it: no apiVersion/kind
+    let b64 = |x: &str| base64::engine::general_purpose::STANDARD.encode(x);
+    let secret = json!({
+        "metadata": {"name": "repo-m", "namespace": "argocd",
+            "uid": "5e6f7a8b-0000-4000-8000-00000000000a", "resourceVersion": "31",
+            "labels": {"argocd.argoproj.io/secret-type": "repository"}},
+        "data": {"project": b64("team-a"), "password": b64("pw")},
+        "type": "Opaque"});
+    let ev = principal_event(&pp, "create", "repository", &secret);
+    pp.send(&ev).await;
+    let got = wait_for(&store, Kind::Secret, "argocd", "repo-m", "created", |o| {
+        o.is_some()
+    })
+    .await
+    .expect("present");
+    assert_eq!(
+        got["metadata"]["annotations"]["argocd.argoproj.io/source-uid"],
+        "5e6f7a8b-0000-4000-8000-00000000000a"
+    );
+    assert_eq!(got["data"]["password"], b64("pw"));
+    pp.expect("ACK of the repository create", |i| is_ack_of(i, &ev))
+        .await;
+    // delete from the principal removes it
+    let del = principal_event(&pp, "delete", "repository", &secret);
+    pp.send(&del).await;
+    wait_for(&store, Kind::Secret, "argocd", "repo-m", "deleted", |o| {
+        o.is_none()
+    })
+    .await;
+    a.shutdown().await;
+    pp.shutdown().await;
+}
+
+#[tokio::test]
 async fn ping_from_the_peer_principal_is_acked_and_never_answered_pong() {
     let pki = LocalPki::new().expect("pki");
     let pp = peer_principal(&pki, OURS).await;

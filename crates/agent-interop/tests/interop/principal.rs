@@ -5,6 +5,7 @@ use argocd_pull_agent::store::{Kind, MemStore, Store};
 use argocd_pull_agent_interop::emitter::{self, ty};
 use argocd_pull_agent_interop::peer_agent::{self, PEER_VERSION, PeerStream};
 use argocd_pull_agent_interop::sdk::{self, Event};
+use base64::Engine;
 use prost::Message;
 use serde_json::{Value, json};
 
@@ -544,6 +545,45 @@ async fn managed_appproject_reaches_the_peer_agent() {
         })
         .await;
     assert_eq!(e.json().expect("json")["metadata"]["name"], "team-a");
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn managed_repository_of_a_matching_project_reaches_the_peer_agent() {
+    init();
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal(&pki, &hub).await;
+    let (_l, mut s) = peer_agent(&pki, &p, "agent-rq", "managed").await;
+    hub.create(Kind::AppProject, project("argocd", "team-r", "agent-rq"))
+        .await
+        .expect("create");
+    let b64 = |x: &str| base64::engine::general_purpose::STANDARD.encode(x);
+    let secret = hub
+        .create(
+            Kind::Secret,
+            json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "repo-r", "namespace": "argocd",
+                    "labels": {"argocd.argoproj.io/secret-type": "repository"}},
+                "type": "Opaque",
+                "data": {"project": b64("team-r"), "url": b64("https://git.example/r.git")}}),
+        )
+        .await
+        .expect("create");
+    let e = s
+        .expect("repository create", |e| {
+            e.dataschema == "repository" && e.typ == ty("create")
+        })
+        .await;
+    // what the peer agent's `ev.Repository()` decodes into a corev1.Secret
+    let d = e.json().expect("json");
+    assert_eq!(d["metadata"]["name"], "repo-r");
+    assert_eq!(d["metadata"]["uid"], secret["metadata"]["uid"]);
+    assert_eq!(d["data"]["project"], b64("team-r"));
+    assert_eq!(e.subject, "argocd/repo-r");
+    let (rid, eid) = ids(&secret);
+    assert_eq!(e.ext("resourceid"), Some(rid.as_str()));
+    assert_eq!(e.ext("eventid"), Some(eid.as_str()));
     p.shutdown().await;
 }
 

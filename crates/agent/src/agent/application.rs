@@ -135,6 +135,16 @@ impl Inner {
         if ev.target == Target::AppProject || ev.data["kind"] == "AppProject" {
             return self.handle_project_event(ev).await;
         }
+        if ev.target == Target::Repository {
+            return self.handle_repo_event(ev).await;
+        }
+        if ev.data["kind"] == crate::repository::KIND {
+            return Err(HandleError::Permanent(format!(
+                "{} for kind {} is not valid for an agent: repositories flow from the principal; nothing was changed",
+                ev.ty.short(),
+                crate::repository::KIND
+            )));
+        }
         if ev.ty.is_resource_change() && ev.target != Target::Application {
             return Err(HandleError::Permanent(format!(
                 "unsupported target {:?}",

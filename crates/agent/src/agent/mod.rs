@@ -4,6 +4,7 @@
 mod application;
 mod appproject;
 mod connect;
+mod repository;
 mod resync;
 mod watch;
 
@@ -95,6 +96,8 @@ struct Inner {
     proj_sent: Mutex<HashMap<String, String>>,
     /// local AppProjects by name (kept by the local project watcher)
     proj_cache: Mutex<HashMap<String, Value>>,
+    /// managed: repository Secrets the principal gave us (local form) by name
+    repo_copies: Mutex<HashMap<String, Value>>,
     /// managed: Applications the principal marked for deletion (deletionTimestamp) that we are
     /// deleting locally; `delete` is reported once the local object is gone
     deleting: Mutex<std::collections::HashSet<String>>,
@@ -134,6 +137,7 @@ impl Agent {
             proj_copies: Mutex::new(HashMap::new()),
             proj_sent: Mutex::new(HashMap::new()),
             proj_cache: Mutex::new(HashMap::new()),
+            repo_copies: Mutex::new(HashMap::new()),
             deleting: Mutex::new(Default::default()),
             resynced_on_start: AtomicBool::new(false),
         });
@@ -172,6 +176,20 @@ impl Agent {
                 }
                 Err(e) => tracing::warn!(error = %e, "listing local AppProjects failed"),
             }
+            match inner.store.list(Kind::Secret, Some(&cfg.namespace)).await {
+                Ok(list) => {
+                    for r in list.iter().filter(|r| {
+                        crate::repository::is_repo_secret(r) && !o::source_uid(r).is_empty()
+                    }) {
+                        inner
+                            .repo_copies
+                            .lock()
+                            .expect("poisoned")
+                            .insert(o::name(r).to_string(), crate::repository::strip_local(r));
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "listing local repository Secrets failed"),
+            }
         }
         let mut tasks = Vec::new();
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
@@ -184,6 +202,14 @@ impl Agent {
         }));
         let _ = tokio::time::timeout(Duration::from_secs(30), ready_rx).await;
         let _ = tokio::time::timeout(Duration::from_secs(30), pready_rx).await;
+        if cfg.mode == Mode::Managed {
+            let (rready_tx, rready_rx) = tokio::sync::oneshot::channel();
+            let w = inner.clone();
+            tasks.push(tokio::spawn(
+                async move { w.watch_local_repos(rready_tx).await },
+            ));
+            let _ = tokio::time::timeout(Duration::from_secs(30), rready_rx).await;
+        }
         let c = inner.clone();
         tasks.push(tokio::spawn(
             async move { c.connect_loop(client_tls).await },
@@ -250,6 +276,9 @@ impl Inner {
     fn regenerate(&self, key: &str) -> Vec<Event> {
         let src = self.source();
         let (target, name) = o::parse_qkey(key);
+        if target == Target::Repository {
+            return vec![]; // agents never send repositories
+        }
         if target == Target::AppProject {
             if self.cfg.mode != Mode::Autonomous {
                 return vec![];

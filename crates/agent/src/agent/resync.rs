@@ -1,6 +1,8 @@
 //! Resync, as the peer's agent does it (agent/connection.go `resyncOnStart`, agent/inbound.go
 //! `processIncomingResourceResyncEvent`, internal/resync/resync.go):
 //!
+//! * repository Secrets take part in the managed resync like AppProjects (kind `Repository`,
+//!   checksum of `.data`);
 //! * on the first stream of this process only (the peer's `resyncedOnStart`): autonomous →
 //!   `request-resource-resync` (the principal, the replica, answers with a `request-update` per
 //!   resource); managed → a `request-update` per principal copy with its spec checksum, then
@@ -60,6 +62,26 @@ impl Inner {
         let pns = ev.data["namespace"].as_str().unwrap_or_default();
         let uid = ev.data["uid"].as_str().unwrap_or_default();
         let project = ev.data["kind"] == "AppProject";
+        if ev.data["kind"] == crate::repository::KIND {
+            let sum = self
+                .repo_copies
+                .lock()
+                .expect("poisoned")
+                .get(name)
+                .map(spec_checksum)
+                .unwrap_or_default();
+            let src = self.source();
+            out.send(crate::checksum::request_update(
+                &src,
+                crate::repository::KIND,
+                name,
+                pns,
+                uid,
+                &sum,
+            ))
+            .await;
+            return;
+        }
         let copy = if project {
             self.proj_copies
                 .lock()
@@ -118,6 +140,22 @@ impl Inner {
                 &self.cfg.namespace,
                 o::source_uid(p),
                 &spec_checksum(p),
+            ))
+            .await;
+        }
+        for r in &self.repo_copies_list() {
+            items.push(set_item(
+                crate::repository::KIND,
+                o::name(r),
+                o::source_uid(r),
+            ));
+            out.send(crate::checksum::request_update(
+                &src,
+                crate::repository::KIND,
+                o::name(r),
+                &self.cfg.namespace,
+                o::source_uid(r),
+                &spec_checksum(r),
             ))
             .await;
         }

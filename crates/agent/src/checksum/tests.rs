@@ -112,10 +112,7 @@ fn resync_events_are_sorted_by_the_kind_they_name() {
     let ru = |kind: &str| request_update("agent", kind, "guestbook", "argocd", "u", "");
     assert_eq!(resync_kind(&ru("Application")), ResyncKind::Handled);
     assert_eq!(resync_kind(&ru("AppProject")), ResyncKind::Handled);
-    match resync_kind(&ru("Repository")) {
-        ResyncKind::Refused(m) => assert!(m.contains("kind Repository is not supported"), "{m}"),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(resync_kind(&ru("Repository")), ResyncKind::Handled);
     match resync_kind(&response_synced(
         "p",
         "GPGKey",

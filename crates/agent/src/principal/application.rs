@@ -105,6 +105,15 @@ impl Inner {
         if ev.target == Target::AppProject || ev.data["kind"] == "AppProject" {
             return self.handle_project_event(a, mode, ev).await;
         }
+        if ev.data["kind"] == crate::repository::KIND && ev.ty == EventType::RequestUpdate {
+            return self.handle_repo_request_update(a, mode, ev).await;
+        }
+        if ev.target == Target::Repository {
+            return Err(HandleError::Permanent(format!(
+                "event {} for target \"repository\" is not valid from an agent: repositories flow from the principal to managed agents only; nothing was done",
+                ev.ty.short()
+            )));
+        }
         if ev.target != Target::Application && ev.ty.is_resource_change() {
             return Err(HandleError::Permanent(format!(
                 "unsupported target {:?} for {}",

@@ -78,40 +78,92 @@ impl Inner {
     }
 
     pub(super) async fn watch_projects(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
+        self.watch_by_name(Kind::AppProject, |_| true, |i| &i.projects, ready)
+            .await
+    }
+
+    /// Hub repository / repo-creds Secrets in the principal's namespace.
+    pub(super) async fn watch_repos(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
+        self.watch_by_name(
+            Kind::Secret,
+            crate::repository::is_repo_secret,
+            |i| &i.repos,
+            ready,
+        )
+        .await
+    }
+
+    /// Keeps `map(self)` (name -> object) equal to the `kind` objects of the principal's namespace
+    /// that `select` accepts, and re-syncs every managed agent's AppProjects and repositories on
+    /// each change.
+    async fn watch_by_name(
+        self: Arc<Self>,
+        kind: Kind,
+        select: fn(&Value) -> bool,
+        map: fn(&Inner) -> &std::sync::Mutex<HashMap<String, Value>>,
+        ready: tokio::sync::oneshot::Sender<()>,
+    ) {
         let mut ready = Some(ready);
         let ns = self.cfg.namespace.clone();
         loop {
-            let mut s = self.store.watch(Kind::AppProject, Some(&ns));
+            let mut s = self.store.watch(kind, Some(&ns));
             while let Some(ev) = s.next().await {
                 match ev {
                     Ok(StoreEvent::Restarted(list)) => {
-                        *self.projects.lock().expect("poisoned") = list
+                        *map(&self).lock().expect("poisoned") = list
                             .into_iter()
+                            .filter(&select)
                             .map(|p| (o::name(&p).to_string(), p))
                             .collect();
                         self.sync_projects_all();
                     }
                     Ok(StoreEvent::Applied(p)) => {
-                        self.projects
-                            .lock()
-                            .expect("poisoned")
-                            .insert(o::name(&p).to_string(), p);
+                        let op = {
+                            let mut m = map(&self).lock().expect("poisoned");
+                            let name = o::name(&p).to_string();
+                            if select(&p) {
+                                match m.insert(name, p) {
+                                    None => "created",
+                                    Some(_) => "updated",
+                                }
+                            } else if m.remove(&name).is_some() {
+                                "deleted"
+                            } else {
+                                continue;
+                            }
+                        };
+                        self.count_hub_change(kind, op);
                         self.sync_projects_all();
                     }
                     Ok(StoreEvent::Deleted(p)) => {
-                        self.projects.lock().expect("poisoned").remove(o::name(&p));
-                        self.sync_projects_all();
+                        let gone = map(&self)
+                            .lock()
+                            .expect("poisoned")
+                            .remove(o::name(&p))
+                            .is_some();
+                        if gone {
+                            self.count_hub_change(kind, "deleted");
+                            self.sync_projects_all();
+                        }
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "hub AppProject watch error");
+                        tracing::warn!(error = %e, kind = kind.as_str(), "hub watch error");
                     }
                 }
-                // ready after the first list, or the first error (no AppProject CRD on the hub)
+                // ready after the first list, or the first error (no CRD on the hub)
                 if let Some(r) = ready.take() {
                     let _ = r.send(());
                 }
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// `principal_repositories_{created,updated,deleted}` count hub repository Secret changes, as
+    /// the peer's informer callbacks do.
+    fn count_hub_change(&self, kind: Kind, op: &str) {
+        if kind == Kind::Secret {
+            self.metrics.hub_write(crate::repository::KIND, op);
         }
     }
 
@@ -128,8 +180,8 @@ impl Inner {
         }
     }
 
-    /// Managed agents: sends the AppProjects matched by `.spec.destinations` (create / update) and
-    /// deletes the ones no longer matched or gone.
+    /// Managed agents: sends the AppProjects that select the agent (create / update) and deletes
+    /// the ones no longer matched or gone; then the repositories of those projects.
     pub(super) fn sync_projects(&self, a: &AgentState) {
         if *a.mode.lock().expect("poisoned") != Mode::Managed {
             return;
@@ -142,17 +194,39 @@ impl Inner {
             .filter(|p| !o::ignored(p))
             .filter_map(|p| o::project_for_agent(p, &a.name))
             .collect();
-        let mut views = a.projects.lock().expect("poisoned");
+        let ns = self.cfg.namespace.clone();
+        self.sync_set(
+            a,
+            Target::AppProject,
+            want,
+            &a.projects,
+            o::project_hash,
+            |n| o::project_stub(n, &ns, ""),
+        );
+        self.sync_repos(a);
+    }
+
+    /// Brings what a managed agent has of one target (`views`: name -> hash of the form sent) to
+    /// `want` (the agent forms): `create` for new names, `spec-update` for changed ones, `delete`
+    /// for names no longer wanted.
+    pub(super) fn sync_set(
+        &self,
+        a: &AgentState,
+        target: Target,
+        want: Vec<Value>,
+        views: &std::sync::Mutex<HashMap<String, String>>,
+        hash: fn(&Value) -> String,
+        stub: impl Fn(&str) -> Value,
+    ) {
+        let mut views = views.lock().expect("poisoned");
         let mut keep = std::collections::HashSet::new();
         for f in &want {
             let name = o::name(f).to_string();
-            let h = o::project_hash(f);
+            let h = hash(f);
             keep.insert(name.clone());
             match views.get(&name) {
-                None => self.push_target(a, EventType::Create, Target::AppProject, f),
-                Some(old) if *old != h => {
-                    self.push_target(a, EventType::SpecUpdate, Target::AppProject, f)
-                }
+                None => self.push_target(a, EventType::Create, target, f),
+                Some(old) if *old != h => self.push_target(a, EventType::SpecUpdate, target, f),
                 _ => continue,
             }
             views.insert(name, h);
@@ -164,12 +238,7 @@ impl Inner {
             .collect();
         for n in gone {
             views.remove(&n);
-            self.push_target(
-                a,
-                EventType::Delete,
-                Target::AppProject,
-                &o::project_stub(&n, &self.cfg.namespace, ""),
-            );
+            self.push_target(a, EventType::Delete, target, &stub(&n));
         }
     }
 

@@ -3,6 +3,7 @@
 mod application;
 mod appproject;
 mod hub;
+mod repository;
 mod resync;
 mod server;
 
@@ -96,6 +97,8 @@ struct AgentState {
     locks: o::KeyedLocks,
     /// managed: AppProjects the agent has, by name -> hash of the agent form sent
     projects: Mutex<HashMap<String, String>>,
+    /// managed: repository Secrets the agent has, by name -> hash of the form sent
+    repos: Mutex<HashMap<String, String>>,
     /// this principal process has resynced with the agent (the peer's `resyncStatus`): the resync
     /// requests go out on the first stream only
     resynced: AtomicBool,
@@ -112,6 +115,8 @@ struct Inner {
     cache: Mutex<HashMap<String, HashMap<String, Value>>>,
     /// hub AppProjects in the principal's namespace by name (kept by the project watcher)
     projects: Mutex<HashMap<String, Value>>,
+    /// hub repository / repo-creds Secrets in the principal's namespace by name
+    repos: Mutex<HashMap<String, Value>>,
 }
 
 /// A running principal.
@@ -144,6 +149,7 @@ impl Principal {
             agents: Mutex::new(HashMap::new()),
             cache: Mutex::new(HashMap::new()),
             projects: Mutex::new(HashMap::new()),
+            repos: Mutex::new(HashMap::new()),
         });
         let mut tasks = Vec::new();
         // hub watchers (Applications, AppProjects)
@@ -155,8 +161,12 @@ impl Principal {
         tasks.push(tokio::spawn(
             async move { w.watch_projects(pready_tx).await },
         ));
+        let (rready_tx, rready_rx) = tokio::sync::oneshot::channel();
+        let w = inner.clone();
+        tasks.push(tokio::spawn(async move { w.watch_repos(rready_tx).await }));
         let _ = tokio::time::timeout(Duration::from_secs(30), ready_rx).await;
         let _ = tokio::time::timeout(Duration::from_secs(30), pready_rx).await;
+        let _ = tokio::time::timeout(Duration::from_secs(30), rready_rx).await;
 
         let m = metrics.clone();
         let incoming = tls::serve_tls(
@@ -288,6 +298,7 @@ impl Inner {
                 *m = mode;
                 a.views.lock().expect("poisoned").clear();
                 a.projects.lock().expect("poisoned").clear();
+                a.repos.lock().expect("poisoned").clear();
             }
             return a.clone();
         }
@@ -310,6 +321,7 @@ impl Inner {
             connected: AtomicBool::new(false),
             locks: o::KeyedLocks::default(),
             projects: Mutex::new(HashMap::new()),
+            repos: Mutex::new(HashMap::new()),
             resynced: AtomicBool::new(false),
         });
         g.insert(name.to_string(), a.clone());
@@ -331,6 +343,12 @@ impl Inner {
             return vec![];
         };
         let mode = *a.mode.lock().expect("poisoned");
+        if let (Target::Repository, rname) = o::parse_qkey(name) {
+            return match mode {
+                Mode::Managed => self.regenerate_repo(agent, rname),
+                Mode::Autonomous => vec![],
+            };
+        }
         if let (Target::AppProject, pname) = o::parse_qkey(name) {
             if mode != Mode::Managed {
                 return vec![];

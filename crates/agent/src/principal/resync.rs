@@ -2,7 +2,7 @@
 //! internal/resync/resync.go):
 //!
 //! * on the first stream of an agent in this principal process (the peer's `resyncStatus`):
-//!   managed → the current AppProjects, then `request-resource-resync` (the agent answers with a
+//!   managed → the current AppProjects and their repository Secrets, then `request-resource-resync` (the agent answers with a
 //!   `request-update` per resource); autonomous → a `request-update` per hub copy (the principal is
 //!   the replica), then `request-synced-resource-list` with the set checksum;
 //! * on a later stream: managed → the current AppProjects only; autonomous → nothing;
@@ -150,10 +150,23 @@ impl Inner {
                 .filter_map(|n| hub.get(&n).map(|p| (n, o::uid(p).to_string())))
                 .collect()
         };
+        let repos: Vec<(String, String)> = {
+            let given: Vec<String> = a.repos.lock().expect("poisoned").keys().cloned().collect();
+            let hub = self.repos.lock().expect("poisoned");
+            given
+                .into_iter()
+                .filter_map(|n| hub.get(&n).map(|r| (n, o::uid(r).to_string())))
+                .collect()
+        };
         let items = apps
             .iter()
             .map(|h| set_item("Application", o::name(h), o::uid(h)))
-            .chain(projects.iter().map(|(n, u)| set_item("AppProject", n, u)));
+            .chain(projects.iter().map(|(n, u)| set_item("AppProject", n, u)))
+            .chain(
+                repos
+                    .iter()
+                    .map(|(n, u)| set_item(crate::repository::KIND, n, u)),
+            );
         if set_checksum(items) == theirs {
             return Ok(());
         }
@@ -181,6 +194,16 @@ impl Inner {
             ))
             .await;
         }
+        for (n, u) in &repos {
+            out.send(response_synced(
+                SOURCE,
+                crate::repository::KIND,
+                n,
+                &self.cfg.namespace,
+                u,
+            ))
+            .await;
+        }
         Ok(())
     }
 
@@ -195,6 +218,12 @@ impl Inner {
         let name = ev.data["name"].as_str().unwrap_or_default();
         let ns = ev.data["namespace"].as_str().unwrap_or_default();
         let uid = ev.data["uid"].as_str().unwrap_or_default();
+        if ev.data["kind"] == crate::repository::KIND {
+            return Err(HandleError::Permanent(format!(
+                "response-synced-resource for kind {} is not valid from an autonomous agent: repositories flow from the principal to managed agents only; nothing was changed",
+                crate::repository::KIND
+            )));
+        }
         if ev.data["kind"] == "AppProject" {
             let hub_name = format!("{agent}-{name}");
             let hub = self

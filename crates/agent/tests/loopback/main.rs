@@ -8,5 +8,6 @@ mod managed;
 mod ops;
 mod projects;
 mod rejections;
+mod repos;
 mod restarts;
 mod resync;

@@ -40,7 +40,15 @@ fn default_render_is_a_namespaced_hardened_agent() {
     assert_eq!(role["metadata"]["namespace"], "argocd");
     let g = grants(role);
     assert!(g.contains(&("argoproj.io".into(), "appprojects".into(), "update".into())));
-    assert!(g.iter().all(|(grp, _, _)| grp == "argoproj.io"), "{g:?}");
+    assert!(
+        g.contains(&("".into(), "secrets".into(), "create".into())),
+        "repository Secrets"
+    );
+    assert!(
+        g.iter()
+            .all(|(grp, r, _)| grp == "argoproj.io" || r == "secrets"),
+        "{g:?}"
+    );
 }
 
 #[test]

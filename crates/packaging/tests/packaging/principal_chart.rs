@@ -16,6 +16,8 @@ fn default_render_is_a_hardened_principal_reading_the_peers_secrets() {
         ("ClusterRole", "argocd-pull-principal"),
         ("ClusterRoleBinding", "argocd-pull-principal"),
         ("Deployment", "argocd-pull-principal"),
+        ("Role", "argocd-pull-principal-repositories"),
+        ("RoleBinding", "argocd-pull-principal-repositories"),
         ("Service", "argocd-pull-principal"),
         ("Service", "argocd-pull-principal-metrics"),
         ("ServiceAccount", "argocd-pull-principal"),
@@ -75,7 +77,17 @@ fn default_render_is_a_hardened_principal_reading_the_peers_secrets() {
     assert!(g.contains(&("".into(), "namespaces".into(), "create".into())));
     assert!(
         !g.iter().any(|(_, r, _)| r == "secrets"),
-        "TLS is mounted, not read: {g:?}"
+        "TLS is mounted, not read; no secret is readable cluster-wide: {g:?}"
+    );
+    // repository Secrets are read in the principal's own namespace only, never written
+    let repos = objs.get("Role", "argocd-pull-principal-repositories");
+    assert_eq!(repos["metadata"]["namespace"], "argocd");
+    let g = grants(repos);
+    assert!(g.contains(&("".into(), "secrets".into(), "watch".into())));
+    assert!(
+        g.iter()
+            .all(|(_, r, v)| r == "secrets" && ["get", "list", "watch"].contains(&v.as_str())),
+        "{g:?}"
     );
 }
 
