@@ -30,6 +30,32 @@ pub fn is_repo_secret(v: &Value) -> bool {
         && v["data"].is_object()
 }
 
+/// The label naming the agent a cluster secret belongs to (peer:
+/// internal/argocd/cluster `LabelKeyClusterAgentMapping`).
+pub const AGENT_NAME_LABEL: &str = "argocd-agent.argoproj-labs.io/agent-name";
+
+/// The agent an Argo CD cluster secret is mapped to (`secret-type: cluster` and a non-empty
+/// agent-name label), if any.
+pub fn cluster_agent(v: &Value) -> Option<&str> {
+    let labels = &v["metadata"]["labels"];
+    (labels[SECRET_TYPE_LABEL].as_str() == Some("cluster"))
+        .then(|| labels[AGENT_NAME_LABEL].as_str())
+        .flatten()
+        .filter(|a| !a.is_empty())
+}
+
+/// The cluster name of a cluster secret (`data.name`, base64).
+pub fn cluster_name(v: &Value) -> Option<String> {
+    let b = B64.decode(v["data"]["name"].as_str()?).ok()?;
+    String::from_utf8(b).ok().filter(|n| !n.is_empty())
+}
+
+/// The Secrets of the principal's namespace the principal keeps: repository / repo-creds
+/// Secrets and agent cluster secrets.
+pub fn is_watched(v: &Value) -> bool {
+    is_repo_secret(v) || cluster_agent(v).is_some()
+}
+
 /// The AppProject a repository Secret is scoped to (`data.project`, base64), if any.
 pub fn project_of(v: &Value) -> Option<String> {
     let b = B64.decode(v["data"]["project"].as_str()?).ok()?;
@@ -148,6 +174,18 @@ mod tests {
             Some("team")
         );
         assert_eq!(project_of(&secret("repository", None)), None);
+    }
+
+    #[test]
+    fn cluster_secrets_map_agents_to_cluster_names() {
+        let s = json!({"metadata": {"labels": {SECRET_TYPE_LABEL: "cluster", AGENT_NAME_LABEL: "agent-a"}},
+            "data": {"name": B64.encode("prod-eu")}});
+        assert_eq!(cluster_agent(&s), Some("agent-a"));
+        assert_eq!(cluster_name(&s).as_deref(), Some("prod-eu"));
+        assert!(is_watched(&s));
+        let unmapped = json!({"metadata": {"labels": {SECRET_TYPE_LABEL: "cluster"}}});
+        assert_eq!(cluster_agent(&unmapped), None);
+        assert!(!is_watched(&unmapped));
     }
 
     #[test]

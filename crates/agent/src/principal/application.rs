@@ -57,7 +57,10 @@ impl Inner {
         )))
     }
 
-    /// Hub form of an autonomous agent's application: namespace = agent, project prefixed.
+    /// Hub form of an autonomous agent's application, as the peer's `processApplicationEvent`:
+    /// namespace = agent, project prefixed, destination = the agent's mapped cluster by name
+    /// (server dropped), child Applications in `status.resources` in the agent's namespace;
+    /// ownerReferences are never copied.
     pub(super) fn to_hub_form(&self, agent: &str, obj: &Value) -> Value {
         let mut h = serde_json::json!({
             "apiVersion": "argoproj.io/v1alpha1",
@@ -68,9 +71,20 @@ impl Inner {
         if let Some(p) = obj["spec"]["project"].as_str() {
             h["spec"]["project"] = Value::String(format!("{agent}-{p}"));
         }
+        if let Some(d) = h["spec"]["destination"].as_object_mut() {
+            d.remove("server");
+            d.insert("name".into(), Value::String(self.cluster_name(agent)));
+        }
         for k in ["status", "operation"] {
             if let Some(v) = obj.get(k).filter(|v| !v.is_null()) {
                 h[k] = v.clone();
+            }
+        }
+        if let Some(rs) = h["status"]["resources"].as_array_mut() {
+            for r in rs {
+                if r["group"] == "argoproj.io" && r["kind"] == "Application" {
+                    r["namespace"] = Value::String(agent.to_string());
+                }
             }
         }
         o::set_annotation(&mut h, SOURCE_UID, o::uid(obj));

@@ -82,15 +82,28 @@ impl Inner {
             .await
     }
 
-    /// Hub repository / repo-creds Secrets in the principal's namespace.
-    pub(super) async fn watch_repos(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
+    /// Hub repository / repo-creds Secrets and agent cluster secrets of the principal's namespace.
+    pub(super) async fn watch_secrets(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
         self.watch_by_name(
             Kind::Secret,
-            crate::repository::is_repo_secret,
-            |i| &i.repos,
+            crate::repository::is_watched,
+            |i| &i.secrets,
             ready,
         )
         .await
+    }
+
+    /// The Argo CD cluster an agent is mapped to: `data.name` of the cluster secret labelled
+    /// with the agent's name (peer: internal/argocd/cluster `Manager.Mapping`); the agent's own
+    /// name when there is none (the name `argocd-agentctl agent create` gives the cluster).
+    pub(super) fn cluster_name(&self, agent: &str) -> String {
+        self.secrets
+            .lock()
+            .expect("poisoned")
+            .values()
+            .find(|s| crate::repository::cluster_agent(s) == Some(agent))
+            .and_then(crate::repository::cluster_name)
+            .unwrap_or_else(|| agent.to_string())
     }
 
     /// Keeps `map(self)` (name -> object) equal to the `kind` objects of the principal's namespace
@@ -118,31 +131,28 @@ impl Inner {
                         self.sync_projects_all();
                     }
                     Ok(StoreEvent::Applied(p)) => {
-                        let op = {
+                        let name = o::name(&p).to_string();
+                        let selected = select(&p);
+                        let old = {
                             let mut m = map(&self).lock().expect("poisoned");
-                            let name = o::name(&p).to_string();
-                            if select(&p) {
-                                match m.insert(name, p) {
-                                    None => "created",
-                                    Some(_) => "updated",
-                                }
-                            } else if m.remove(&name).is_some() {
-                                "deleted"
+                            if selected {
+                                m.insert(name, p.clone())
                             } else {
-                                continue;
+                                m.remove(&name)
                             }
                         };
-                        self.count_hub_change(kind, op);
+                        match (selected, old) {
+                            (true, None) => self.count_hub_change(&p, "created"),
+                            (true, Some(_)) => self.count_hub_change(&p, "updated"),
+                            (false, Some(old)) => self.count_hub_change(&old, "deleted"),
+                            (false, None) => continue,
+                        }
                         self.sync_projects_all();
                     }
                     Ok(StoreEvent::Deleted(p)) => {
-                        let gone = map(&self)
-                            .lock()
-                            .expect("poisoned")
-                            .remove(o::name(&p))
-                            .is_some();
-                        if gone {
-                            self.count_hub_change(kind, "deleted");
+                        let old = map(&self).lock().expect("poisoned").remove(o::name(&p));
+                        if let Some(old) = old {
+                            self.count_hub_change(&old, "deleted");
                             self.sync_projects_all();
                         }
                     }
@@ -161,8 +171,8 @@ impl Inner {
 
     /// `principal_repositories_{created,updated,deleted}` count hub repository Secret changes, as
     /// the peer's informer callbacks do.
-    fn count_hub_change(&self, kind: Kind, op: &str) {
-        if kind == Kind::Secret {
+    fn count_hub_change(&self, obj: &Value, op: &str) {
+        if crate::repository::is_repo_secret(obj) {
             self.metrics.hub_write(crate::repository::KIND, op);
         }
     }

@@ -115,8 +115,9 @@ struct Inner {
     cache: Mutex<HashMap<String, HashMap<String, Value>>>,
     /// hub AppProjects in the principal's namespace by name (kept by the project watcher)
     projects: Mutex<HashMap<String, Value>>,
-    /// hub repository / repo-creds Secrets in the principal's namespace by name
-    repos: Mutex<HashMap<String, Value>>,
+    /// hub Secrets of the principal's namespace that matter to agents, by name: repository /
+    /// repo-creds Secrets and agent cluster secrets (see `crate::repository::is_watched`)
+    secrets: Mutex<HashMap<String, Value>>,
 }
 
 /// A running principal.
@@ -149,7 +150,7 @@ impl Principal {
             agents: Mutex::new(HashMap::new()),
             cache: Mutex::new(HashMap::new()),
             projects: Mutex::new(HashMap::new()),
-            repos: Mutex::new(HashMap::new()),
+            secrets: Mutex::new(HashMap::new()),
         });
         let mut tasks = Vec::new();
         // hub watchers (Applications, AppProjects)
@@ -163,7 +164,9 @@ impl Principal {
         ));
         let (rready_tx, rready_rx) = tokio::sync::oneshot::channel();
         let w = inner.clone();
-        tasks.push(tokio::spawn(async move { w.watch_repos(rready_tx).await }));
+        tasks.push(tokio::spawn(
+            async move { w.watch_secrets(rready_tx).await },
+        ));
         let _ = tokio::time::timeout(Duration::from_secs(30), ready_rx).await;
         let _ = tokio::time::timeout(Duration::from_secs(30), pready_rx).await;
         let _ = tokio::time::timeout(Duration::from_secs(30), rready_rx).await;

@@ -24,11 +24,11 @@ impl Inner {
     /// The wire forms of the repository Secrets a managed agent should have.
     fn repos_for(&self, agent: &str) -> Vec<Value> {
         let projects = self.projects.lock().expect("poisoned");
-        self.repos
+        self.secrets
             .lock()
             .expect("poisoned")
             .values()
-            .filter(|r| !o::ignored(r))
+            .filter(|r| repo::is_repo_secret(r) && !o::ignored(r))
             .filter(|r| {
                 repo::project_of(r)
                     .and_then(|p| projects.get(&p))

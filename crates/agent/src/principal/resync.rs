@@ -152,7 +152,7 @@ impl Inner {
         };
         let repos: Vec<(String, String)> = {
             let given: Vec<String> = a.repos.lock().expect("poisoned").keys().cloned().collect();
-            let hub = self.repos.lock().expect("poisoned");
+            let hub = self.secrets.lock().expect("poisoned");
             given
                 .into_iter()
                 .filter_map(|n| hub.get(&n).map(|r| (n, o::uid(r).to_string())))

@@ -23,6 +23,11 @@ async fn autonomous_create_update_delete_and_operations() {
         h["metadata"]["annotations"]["argocd.argoproj.io/source-uid"],
         l["metadata"]["uid"]
     );
+    assert_eq!(
+        h["spec"]["destination"],
+        json!({"name": "auto-1", "namespace": "guestbook"}),
+        "the hub copy targets the agent's cluster by name (no cluster secret: the agent name)"
+    );
 
     patch(
         &spoke,
@@ -126,4 +131,46 @@ async fn autonomous_delete_race_agent_delete_during_hub_edit() {
             "no resurrection"
         );
     }
+}
+
+#[tokio::test]
+async fn autonomous_hub_copy_targets_the_mapped_cluster_and_child_apps_in_the_agent_namespace() {
+    use base64::Engine;
+    let pki = LocalPki::new().unwrap();
+    let (hub, spoke) = (MemStore::new(), MemStore::new());
+    // the agent's cluster secret, as `argocd-agentctl agent create` writes it
+    hub.create(
+        Kind::Secret,
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "cluster-auto-2", "namespace": "argocd",
+                "labels": {"argocd.argoproj.io/secret-type": "cluster",
+                           "argocd-agent.argoproj-labs.io/agent-name": "auto-2"}},
+            "data": {"name": base64::engine::general_purpose::STANDARD.encode("edge-paris")}}),
+    )
+    .await
+    .unwrap();
+    let p = principal(&pki, &hub, "127.0.0.1:0").await;
+    let a = agent(&pki, &p, "auto-2", Mode::Autonomous, &spoke).await;
+    let mut parent = app("argocd", "parent", "apps");
+    parent["status"] = json!({"resources": [
+        {"group": "argoproj.io", "kind": "Application", "namespace": "argocd", "name": "child"},
+        {"group": "apps", "kind": "Deployment", "namespace": "web", "name": "web"}]});
+    put(&spoke, parent).await;
+    let h = wait_for(&hub, "auto-2", "parent", "created on hub", |o| {
+        o.is_some_and(|o| o["status"]["resources"].is_array())
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        h["spec"]["destination"],
+        json!({"name": "edge-paris", "namespace": "guestbook"})
+    );
+    assert_eq!(
+        h["status"]["resources"],
+        json!([{"group": "argoproj.io", "kind": "Application", "namespace": "auto-2", "name": "child"},
+               {"group": "apps", "kind": "Deployment", "namespace": "web", "name": "web"}]),
+        "child Applications point at their hub copies (app-of-apps in the UI)"
+    );
+    a.shutdown().await;
+    p.shutdown().await;
 }

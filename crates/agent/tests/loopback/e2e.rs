@@ -32,10 +32,21 @@ async fn wait_kube(
     what: &str,
     pred: impl Fn(Option<&Value>) -> bool,
 ) -> Option<Value> {
-    let mut w = s.watch(Kind::Application, Some(ns));
+    wait_kind(s, Kind::Application, ns, name, what, pred).await
+}
+
+async fn wait_kind(
+    s: &KubeStore,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    what: &str,
+    pred: impl Fn(Option<&Value>) -> bool,
+) -> Option<Value> {
+    let mut w = s.watch(kind, Some(ns));
     let r = tokio::time::timeout(E2E_TIMEOUT, async {
         loop {
-            let cur = s.get(Kind::Application, ns, name).await.unwrap();
+            let cur = s.get(kind, ns, name).await.unwrap();
             if pred(cur.as_ref()) {
                 return cur;
             }
@@ -49,20 +60,166 @@ async fn wait_kube(
         }
     })
     .await;
-    r.unwrap_or_else(|_| panic!("timed out waiting for {ns}/{name}: {what}"))
+    r.unwrap_or_else(|_| panic!("timed out waiting for {kind:?} {ns}/{name}: {what}"))
+}
+
+/// The real-cluster kubeconfigs, or `None` after printing why the test is skipped.
+fn real_env(test: &str) -> Option<(String, String)> {
+    match (
+        std::env::var("ARGOCD_PULL_E2E_HUB_KUBECONFIG"),
+        std::env::var("ARGOCD_PULL_E2E_MANAGED_KUBECONFIG"),
+    ) {
+        (Ok(h), Ok(m)) => Some((h, m)),
+        _ => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIP: {test} needs ARGOCD_PULL_E2E_HUB_KUBECONFIG and \
+                 ARGOCD_PULL_E2E_MANAGED_KUBECONFIG (Argo CD CRDs installed on both)"
+            );
+            None
+        }
+    }
+}
+
+#[tokio::test]
+async fn real_clusters_autonomous_round_trip() {
+    let Some((hub_kc, managed_kc)) = real_env("real_clusters_autonomous_round_trip") else {
+        return;
+    };
+    autonomous_round_trip(&hub_kc, &managed_kc).await;
+}
+
+#[tokio::test]
+async fn autonomous_round_trip_through_kubeconfigs_of_served_embedded_hubs() {
+    let (_dir, _servers, paths) = served_embedded_hubs().await;
+    autonomous_round_trip(&paths[0], &paths[1]).await;
+}
+
+/// An autonomous agent in front of the managed cluster (its own namespace there, so it never
+/// sees another test's Applications): its Application and AppProject appear on the hub (in
+/// namespace `<agent>`, project `<agent>-<name>`), its status follows, a hub edit is reverted,
+/// and its deletion removes the hub copy.
+async fn autonomous_round_trip(hub_kc: &str, managed_kc: &str) {
+    use argocd_pull_agent::agent::{Agent, AgentConfig};
+    use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
+    use argocd_pull_agent::metrics::Metrics;
+    use argocd_pull_agent::principal::{Principal, PrincipalConfig};
+    use std::sync::Arc;
+    init();
+    let (hub_c, managed_c) = (client(hub_kc).await, client(managed_kc).await);
+    let (hub, managed) = (
+        KubeStore::new(hub_c.clone()),
+        KubeStore::new(managed_c.clone()),
+    );
+    let agent = format!("e2e-au-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    hub.ensure_namespace("argocd").await.unwrap();
+    managed.ensure_namespace(&agent).await.unwrap();
+    let pki = LocalPki::new().unwrap();
+    let p = Principal::start(
+        PrincipalConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            pki.principal.clone(),
+            throwaway_jwt_key(),
+        ),
+        Arc::new(hub.clone()),
+        Metrics::new("argocd_principal"),
+    )
+    .await
+    .unwrap();
+    let mut c = AgentConfig::new(p.local_addr(), pki.agent(&agent).unwrap(), Mode::Autonomous);
+    c.namespace = agent.clone();
+    let a = Agent::start(c, Arc::new(managed.clone()), Metrics::new("argocd_agent"))
+        .await
+        .unwrap();
+    tokio::time::timeout(E2E_TIMEOUT, a.wait_connected(0))
+        .await
+        .expect("agent connects");
+
+    let name = "e2e-podinfo";
+    let mut app_obj = app(&agent, name, "podinfo");
+    app_obj.as_object_mut().unwrap().remove("unknownTopLevel");
+    managed.create(Kind::Application, app_obj).await.unwrap();
+    managed
+        .create(
+            Kind::AppProject,
+            json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
+                "metadata": {"name": "team", "namespace": agent},
+                "spec": {"sourceRepos": ["*"],
+                         "destinations": [{"server": "https://kubernetes.default.svc", "namespace": "*"}]}}),
+        )
+        .await
+        .unwrap();
+    let h = wait_kube(&hub, &agent, name, "copied to the hub", |o| o.is_some())
+        .await
+        .unwrap();
+    assert_eq!(h["spec"]["source"]["path"], "podinfo");
+    let hp = wait_kind(
+        &hub,
+        Kind::AppProject,
+        "argocd",
+        &format!("{agent}-team"),
+        "project copied to the hub",
+        |o| o.is_some(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(hp["spec"]["sourceNamespaces"], json!([agent]));
+
+    // status from the agent's cluster reaches the hub copy
+    managed
+        .merge_patch(
+            Kind::Application,
+            &agent,
+            name,
+            json!({"status": {"sync": {"status": "Synced"}, "health": {"status": "Healthy"}}}),
+        )
+        .await
+        .unwrap();
+    wait_kube(&hub, &agent, name, "status on the hub", |o| {
+        o.is_some_and(|o| o["status"]["health"]["status"] == "Healthy")
+    })
+    .await;
+
+    // the agent is the source of truth: a hub edit of the spec is reverted
+    hub.merge_patch(
+        Kind::Application,
+        &agent,
+        name,
+        json!({"spec": {"source": {"path": "edited-on-hub"}}}),
+    )
+    .await
+    .unwrap();
+    wait_kube(&hub, &agent, name, "hub edit reverted", |o| {
+        o.is_some_and(|o| o["spec"]["source"]["path"] == "podinfo")
+    })
+    .await;
+
+    // deleted on the agent's cluster: gone on the hub
+    managed
+        .delete(Kind::Application, &agent, name)
+        .await
+        .unwrap();
+    managed
+        .delete(Kind::AppProject, &agent, "team")
+        .await
+        .unwrap();
+    wait_kube(&hub, &agent, name, "hub copy deleted", |o| o.is_none()).await;
+    wait_kind(
+        &hub,
+        Kind::AppProject,
+        "argocd",
+        &format!("{agent}-team"),
+        "hub project deleted",
+        |o| o.is_none(),
+    )
+    .await;
+    a.shutdown().await;
+    p.shutdown().await;
 }
 
 #[tokio::test]
 async fn real_clusters_managed_round_trip() {
-    let (Ok(hub_kc), Ok(managed_kc)) = (
-        std::env::var("ARGOCD_PULL_E2E_HUB_KUBECONFIG"),
-        std::env::var("ARGOCD_PULL_E2E_MANAGED_KUBECONFIG"),
-    ) else {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIP: real_clusters_managed_round_trip needs ARGOCD_PULL_E2E_HUB_KUBECONFIG and \
-             ARGOCD_PULL_E2E_MANAGED_KUBECONFIG (Argo CD CRDs installed on both)"
-        );
+    let Some((hub_kc, managed_kc)) = real_env("real_clusters_managed_round_trip") else {
         return;
     };
     round_trip(&hub_kc, &managed_kc).await;
@@ -72,6 +229,19 @@ async fn real_clusters_managed_round_trip() {
 /// files (checks the e2e path itself without real clusters).
 #[tokio::test]
 async fn round_trip_through_kubeconfigs_of_served_embedded_hubs() {
+    let (_dir, _servers, paths) = served_embedded_hubs().await;
+    round_trip(&paths[0], &paths[1]).await;
+}
+
+type Served = (
+    tempfile::TempDir,
+    Vec<(argocd_pull_hub::Hub, argocd_pull_hub::HubServer)>,
+    Vec<String>,
+);
+
+/// Two embedded hubs ("hub", "managed") with the Argo CD CRDs, served over HTTP, and their
+/// kubeconfig paths.
+async fn served_embedded_hubs() -> Served {
     let dir = tempfile::tempdir().unwrap();
     let mut servers = Vec::new();
     let mut paths = Vec::new();
@@ -89,7 +259,7 @@ async fn round_trip_through_kubeconfigs_of_served_embedded_hubs() {
         paths.push(p.to_string_lossy().to_string());
         servers.push((h, srv));
     }
-    round_trip(&paths[0], &paths[1]).await;
+    (dir, servers, paths)
 }
 
 async fn round_trip(hub_kc: &str, managed_kc: &str) {
@@ -153,6 +323,74 @@ async fn round_trip(hub_kc: &str, managed_kc: &str) {
     })
     .await
     .expect("status reaches the hub");
+
+    // an AppProject selecting the agent and a repository Secret of that project reach the
+    // managed cluster; the project's deletion takes both away
+    hub.ensure_namespace("argocd").await.unwrap();
+    let proj = format!("{agent}-team");
+    let repo = format!("{agent}-repo");
+    hub.create(
+        Kind::AppProject,
+        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
+            "metadata": {"name": proj, "namespace": "argocd"},
+            "spec": {"sourceRepos": ["*"], "destinations": [{"name": agent, "namespace": "*"}],
+                     "sourceNamespaces": [agent]}}),
+    )
+    .await
+    .unwrap();
+    let b64 = |x: &str| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, x);
+    hub.create(
+        Kind::Secret,
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": repo, "namespace": "argocd",
+                         "labels": {"argocd.argoproj.io/secret-type": "repository"}},
+            "type": "Opaque",
+            "data": {"project": b64(&proj), "url": b64("https://git.example/e2e.git")}}),
+    )
+    .await
+    .unwrap();
+    let lp = wait_kind(
+        &managed,
+        Kind::AppProject,
+        "argocd",
+        &proj,
+        "project delivered",
+        |o| o.is_some(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(lp["spec"]["destinations"][0]["name"], "in-cluster");
+    let ls = wait_kind(
+        &managed,
+        Kind::Secret,
+        "argocd",
+        &repo,
+        "repository delivered",
+        |o| o.is_some(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ls["data"]["url"], b64("https://git.example/e2e.git"));
+    hub.delete(Kind::AppProject, "argocd", &proj).await.unwrap();
+    wait_kind(
+        &managed,
+        Kind::Secret,
+        "argocd",
+        &repo,
+        "repository removed",
+        |o| o.is_none(),
+    )
+    .await;
+    wait_kind(
+        &managed,
+        Kind::AppProject,
+        "argocd",
+        &proj,
+        "project removed",
+        |o| o.is_none(),
+    )
+    .await;
+    hub.delete(Kind::Secret, "argocd", &repo).await.unwrap();
 
     // delete on the hub: gone on both sides (finalizers, if any, are handled by the agent flow)
     hub.delete(Kind::Application, &agent, name).await.unwrap();
