@@ -7,6 +7,9 @@ use crate::event::{Event, Target};
 
 /// Annotation holding the source-of-truth object's UID on the replica.
 pub const SOURCE_UID: &str = "argocd.argoproj.io/source-uid";
+/// Argo CD's refresh trigger (`normal` / `hard`), set by the UI's Refresh button and removed by
+/// the application controller once refreshed.
+pub const REFRESH: &str = "argocd.argoproj.io/refresh";
 /// Resources with this label set to `true` are not synchronised.
 pub const IGNORE_LABEL: &str = "argocd-agent.argoproj-labs.io/ignore-sync";
 
@@ -24,6 +27,10 @@ pub fn annotation<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
 }
 pub fn ignored(v: &Value) -> bool {
     v["metadata"]["labels"][IGNORE_LABEL].as_str() == Some("true")
+}
+/// The refresh annotation's value, `""` when absent.
+pub fn refresh(v: &Value) -> &str {
+    annotation(v, REFRESH).unwrap_or_default()
 }
 pub fn source_uid(v: &Value) -> &str {
     annotation(v, SOURCE_UID).unwrap_or_default()

@@ -77,8 +77,9 @@ pub(super) fn status_payload(obj: &Value) -> Value {
     p
 }
 
+/// What a managed agent reports: status, operation, and whether a refresh is pending.
 pub(super) fn status_report_hash(obj: &Value) -> String {
-    crate::checksum::hash_value(&json!([obj["status"], obj["operation"]]))
+    crate::checksum::hash_value(&json!([obj["status"], obj["operation"], o::refresh(obj)]))
 }
 
 impl Inner {
@@ -202,6 +203,30 @@ impl Inner {
                         &ns,
                         ev.name(),
                         json!({"status": {"operationState": {"phase": "Terminating"}}}),
+                    )
+                    .await
+                {
+                    Err(StoreError::NotFound) => Err(HandleError::Permanent(format!(
+                        "application {} not found",
+                        ev.name()
+                    ))),
+                    r => r.map(|_| ()).map_err(Into::into),
+                }
+            }
+            (Mode::Autonomous, EventType::SpecUpdate) => {
+                // the principal forwards what the hub may trigger on an autonomous agent's
+                // application: the refresh annotation (the spec stays the agent's)
+                let r = o::refresh(&ev.data);
+                if r.is_empty() {
+                    return Ok(());
+                }
+                match self
+                    .store
+                    .merge_patch(
+                        Kind::Application,
+                        &ns,
+                        ev.name(),
+                        json!({"metadata": {"annotations": {o::REFRESH: r}}}),
                     )
                     .await
                 {

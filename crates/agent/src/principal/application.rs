@@ -37,7 +37,15 @@ impl Inner {
                     self.metrics.hub_write(kind.as_str(), "created");
                 }),
                 Some(cur) => {
-                    let n = o::overlay(&cur, want, with_status, with_status);
+                    let mut n = o::overlay(&cur, want, with_status, with_status);
+                    // an autonomous agent's copy is the truth for the refresh trigger too: once
+                    // its Argo CD has refreshed (annotation gone there), it goes here
+                    if kind == Kind::Application
+                        && o::annotation(want, o::REFRESH).is_none()
+                        && let Some(a) = n["metadata"]["annotations"].as_object_mut()
+                    {
+                        a.remove(o::REFRESH);
+                    }
                     if n == cur {
                         Ok(())
                     } else {
@@ -148,6 +156,20 @@ impl Inner {
                         n.as_object_mut().map(|m| m.remove("status"));
                     }
                 }
+                // the refresh trigger follows the agent's copy (peer: `UpdateStatus`): removed on
+                // the hub once the managed cluster's Argo CD has refreshed, added when set there
+                match (
+                    o::refresh(&h).is_empty(),
+                    o::annotation(&ev.data, o::REFRESH),
+                ) {
+                    (false, None) => {
+                        if let Some(m) = n["metadata"]["annotations"].as_object_mut() {
+                            m.remove(o::REFRESH);
+                        }
+                    }
+                    (true, Some(r)) => o::set_annotation(&mut n, o::REFRESH, r),
+                    _ => {}
+                }
                 // the agent finished the operation the hub asked for: clear it on the hub
                 let agent_op = ev.data.get("operation").filter(|v| !v.is_null());
                 if agent_op.is_none()
@@ -203,8 +225,8 @@ impl Inner {
                                 spec,
                                 op: o::op_hash(&h),
                                 status: o::status_hash(&h),
-                                copy: None,
-                                deleting: false,
+                                refresh: o::refresh(&h).to_string(),
+                                ..Default::default()
                             },
                         );
                     }

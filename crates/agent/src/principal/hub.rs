@@ -282,16 +282,21 @@ impl Inner {
                                 spec,
                                 op,
                                 status: st,
-                                copy: None,
-                                deleting: false,
+                                refresh: o::refresh(h).to_string(),
+                                ..Default::default()
                             },
                         );
                     }
                     Some(v) => {
-                        if v.spec != spec {
+                        // a refresh requested on the hub (the UI's Refresh button) travels with
+                        // the spec; its removal comes back with the agent's status
+                        let refresh = o::refresh(h);
+                        let new_refresh = !refresh.is_empty() && v.refresh != refresh;
+                        if v.spec != spec || new_refresh {
                             self.push(&a, EventType::SpecUpdate, &o::without_operation(h));
                             v.spec = spec;
                         }
+                        v.refresh = refresh.to_string();
                         if !op.is_empty() && v.op != op {
                             self.push(&a, EventType::SetOperation, h);
                         }
@@ -316,6 +321,17 @@ impl Inner {
                     // hub edits of an autonomous agent's application are reverted
                     self.spawn_revert(&a, name.clone(), false);
                 }
+                // a refresh requested on the hub goes to the agent (peer: a spec-update, which its
+                // autonomous agent applies as `UpdateOperation`); the agent's next report clears it
+                let refresh = o::refresh(h);
+                if !refresh.is_empty() && v.refresh != refresh {
+                    self.push(
+                        &a,
+                        EventType::SpecUpdate,
+                        &o::without_operation(&self.to_agent_form(ns, h)),
+                    );
+                }
+                v.refresh = refresh.to_string();
                 let op = o::op_hash(h);
                 if !op.is_empty() && v.op != op {
                     self.push(&a, EventType::SetOperation, &self.to_agent_form(ns, h));

@@ -84,6 +84,8 @@ struct View {
     copy: Option<Value>,
     /// managed: the hub object's deletionTimestamp was sent to the agent
     deleting: bool,
+    /// the refresh annotation (`argocd.argoproj.io/refresh`) last forwarded to the agent
+    refresh: String,
 }
 
 struct AgentState {

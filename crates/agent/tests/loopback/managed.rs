@@ -1,7 +1,7 @@
 use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
 use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::store::MemStore;
+use argocd_pull_agent::store::{Kind, MemStore};
 use argocd_pull_agent::store::Store;
 use serde_json::json;
 
@@ -216,4 +216,66 @@ async fn managed_delete_race_hub_delete_during_local_edit() {
             "status of a deleted app does not resurrect it"
         );
     }
+}
+
+/// The UI's Refresh button sets `argocd.argoproj.io/refresh` on the hub Application; the managed
+/// cluster's copy gets it, and once that cluster's Argo CD has refreshed (annotation removed
+/// there) the hub's goes too — in both modes.
+#[tokio::test]
+async fn refresh_requested_on_the_hub_reaches_the_agent_and_clears_on_both_sides() {
+    const REFRESH: &str = "argocd.argoproj.io/refresh";
+    let has = |o: Option<&serde_json::Value>, v: Option<&str>| {
+        o.is_some_and(|o| o["metadata"]["annotations"][REFRESH].as_str() == v)
+    };
+    let pki = LocalPki::new().unwrap();
+    let hub = MemStore::new();
+    let (spoke_m, spoke_a) = (MemStore::new(), MemStore::new());
+    let p = principal(&pki, &hub, "127.0.0.1:0").await;
+    let m = agent(&pki, &p, "rm", Mode::Managed, &spoke_m).await;
+    let a = agent(&pki, &p, "ra", Mode::Autonomous, &spoke_a).await;
+    put(&hub, app("rm", "web", "v1")).await;
+    put(&spoke_a, app("argocd", "web", "v1")).await;
+    wait_for(&spoke_m, "argocd", "web", "created", |o| o.is_some()).await;
+    wait_for(&hub, "ra", "web", "copied up", |o| o.is_some()).await;
+
+    for (hub_ns, spoke) in [("rm", &spoke_m), ("ra", &spoke_a)] {
+        patch(
+            &hub,
+            hub_ns,
+            "web",
+            json!({"metadata": {"annotations": {REFRESH: "hard"}}}),
+        )
+        .await;
+        wait_for(spoke, "argocd", "web", "refresh reaches the agent", |o| {
+            has(o, Some("hard"))
+        })
+        .await;
+        // the managed cluster's application controller refreshes and drops the annotation
+        patch(
+            spoke,
+            "argocd",
+            "web",
+            json!({"metadata": {"annotations": {REFRESH: null}},
+                   "status": {"reconciledAt": "2026-11-25T10:00:00Z"}}),
+        )
+        .await;
+        wait_for(&hub, hub_ns, "web", "refresh cleared on the hub", |o| {
+            has(o, None) && o.is_some_and(|o| o["status"]["reconciledAt"].is_string())
+        })
+        .await;
+        assert!(
+            has(
+                spoke
+                    .get(Kind::Application, "argocd", "web")
+                    .await
+                    .unwrap()
+                    .as_ref(),
+                None
+            ),
+            "{hub_ns}: the agent's copy keeps the refresh cleared"
+        );
+    }
+    m.shutdown().await;
+    a.shutdown().await;
+    p.shutdown().await;
 }
