@@ -134,6 +134,10 @@ impl Inner {
     /// A local AppProject changed (`deleted`: it is gone).
     pub(super) fn on_local_project(self: &Arc<Self>, p: &Value, deleted: bool) {
         if o::ignored(p) {
+            // labelled ignore-sync after it was reported: gone for the principal
+            if self.cfg.mode == Mode::Autonomous && !deleted {
+                self.on_local_project(p, true);
+            }
             return;
         }
         let name = o::name(p).to_string();
@@ -218,6 +222,11 @@ impl Inner {
 
     pub(super) fn on_local_apply(self: &Arc<Self>, obj: &Value) {
         if o::ignored(obj) {
+            // labelled ignore-sync after it was reported: for the principal it is gone (the
+            // peer's label-selected informer sees a deletion)
+            if self.cfg.mode == Mode::Autonomous {
+                self.on_local_delete(obj);
+            }
             return;
         }
         let name = o::name(obj).to_string();

@@ -195,7 +195,9 @@ impl Inner {
             (Mode::Managed, EventType::RequestUpdate) => {
                 let name = ev.data["name"].as_str().unwrap_or_default().to_string();
                 let checksum = ev.data["checksum"].as_str().unwrap_or_default();
-                match self.store.get(Kind::Application, agent, &name).await? {
+                // an ignore-sync Application is not the agent's: it is answered like a missing one
+                let hub = self.store.get(Kind::Application, agent, &name).await?;
+                match hub.filter(|h| !o::ignored(h)) {
                     None => {
                         a.views.lock().expect("poisoned").remove(&name);
                         let uid = ev.data["uid"].as_str().unwrap_or_default();

@@ -255,6 +255,11 @@ impl Inner {
     pub(super) fn on_hub_apply(self: &Arc<Self>, ns: &str, h: &Value) {
         let Some(a) = self.agent(ns) else { return };
         if o::ignored(h) {
+            // labelled ignore-sync after it was sent: a managed agent loses it (the peer's
+            // label-selected informer sees a deletion); removing the label sends it again
+            if *a.mode.lock().expect("poisoned") == Mode::Managed {
+                self.on_hub_delete(ns, h);
+            }
             return;
         }
         let mode = *a.mode.lock().expect("poisoned");

@@ -1,8 +1,8 @@
 use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
 use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::store::{Kind, MemStore};
 use argocd_pull_agent::store::Store;
+use argocd_pull_agent::store::{Kind, MemStore};
 use serde_json::json;
 
 use crate::harness::*;
@@ -275,6 +275,83 @@ async fn refresh_requested_on_the_hub_reaches_the_agent_and_clears_on_both_sides
             "{hub_ns}: the agent's copy keeps the refresh cleared"
         );
     }
+    m.shutdown().await;
+    a.shutdown().await;
+    p.shutdown().await;
+}
+
+/// `argocd-agent.argoproj-labs.io/ignore-sync: "true"` added later takes an Application away from
+/// the other side (managed: hub → agent; autonomous: agent → hub); removing it brings it back.
+#[tokio::test]
+async fn ignore_sync_label_added_later_removes_the_other_sides_copy() {
+    const IGNORE: &str = "argocd-agent.argoproj-labs.io/ignore-sync";
+    let pki = LocalPki::new().unwrap();
+    let hub = MemStore::new();
+    let (spoke_m, spoke_a) = (MemStore::new(), MemStore::new());
+    let p = principal(&pki, &hub, "127.0.0.1:0").await;
+    let m = agent(&pki, &p, "im", Mode::Managed, &spoke_m).await;
+    let a = agent(&pki, &p, "ia", Mode::Autonomous, &spoke_a).await;
+    put(&hub, app("im", "web", "v1")).await;
+    put(&spoke_a, app("argocd", "web", "v1")).await;
+    wait_for(&spoke_m, "argocd", "web", "created", |o| o.is_some()).await;
+    wait_for(&hub, "ia", "web", "copied up", |o| o.is_some()).await;
+
+    // managed: labelled on the hub -> deleted on the agent, the hub keeps it
+    patch(
+        &hub,
+        "im",
+        "web",
+        json!({"metadata": {"labels": {IGNORE: "true"}}}),
+    )
+    .await;
+    wait_for(&spoke_m, "argocd", "web", "removed from the agent", |o| {
+        o.is_none()
+    })
+    .await;
+    // autonomous: labelled on the agent -> its hub copy goes, the agent keeps it
+    patch(
+        &spoke_a,
+        "argocd",
+        "web",
+        json!({"metadata": {"labels": {IGNORE: "true"}}}),
+    )
+    .await;
+    wait_for(&hub, "ia", "web", "hub copy removed", |o| o.is_none()).await;
+    wait_idle(|| p.agent_idle("im") && p.agent_idle("ia") && m.idle() && a.idle()).await;
+    assert!(
+        hub.get(Kind::Application, "im", "web")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        spoke_a
+            .get(Kind::Application, "argocd", "web")
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // label removed: synchronised again
+    patch(
+        &hub,
+        "im",
+        "web",
+        json!({"metadata": {"labels": {IGNORE: null}}}),
+    )
+    .await;
+    wait_for(&spoke_m, "argocd", "web", "back on the agent", |o| {
+        o.is_some()
+    })
+    .await;
+    patch(
+        &spoke_a,
+        "argocd",
+        "web",
+        json!({"metadata": {"labels": {IGNORE: null}}}),
+    )
+    .await;
+    wait_for(&hub, "ia", "web", "back on the hub", |o| o.is_some()).await;
     m.shutdown().await;
     a.shutdown().await;
     p.shutdown().await;
