@@ -43,6 +43,7 @@ pub mod local;
 pub mod pki;
 pub use local::{LocalDeployment, start_local, start_local_stores};
 pub mod objects;
+pub mod policy;
 pub mod principal;
 pub mod project_match;
 pub mod repository;

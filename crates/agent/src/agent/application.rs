@@ -164,6 +164,9 @@ impl Inner {
                 }
                 let want = to_local(&ev.data, &ns);
                 let name = o::name(&want).to_string();
+                if !self.settle_identity(&ev.data, &ns, &name).await? {
+                    return Ok(());
+                }
                 let mut copy = want.clone();
                 copy.as_object_mut().map(|m| m.remove("operation"));
                 self.copies.lock().expect("poisoned").insert(name, copy);
@@ -270,6 +273,44 @@ impl Inner {
                 t.short(),
                 m.as_str()
             ))),
+        }
+    }
+
+    /// Managed: applies the source-UID mismatch and adoption policies to the Application the
+    /// agent has under `name` before the principal's is written. `false`: leave it alone (adoption
+    /// refused, reported to the principal as an `error`).
+    async fn settle_identity(
+        &self,
+        incoming: &Value,
+        ns: &str,
+        name: &str,
+    ) -> Result<bool, HandleError> {
+        use crate::policy::{self, AdoptionPolicy, Identity, MismatchPolicy};
+        let existing = self.store.get(Kind::Application, ns, name).await?;
+        match policy::identity(
+            incoming,
+            existing.as_ref(),
+            self.cfg.mismatch_policy,
+            self.cfg.adoption_policy,
+        ) {
+            Identity::Adopt(AdoptionPolicy::Never) => {
+                tracing::info!(app = %name, "existing application is not adopted (adoption policy never)");
+                self.copies.lock().expect("poisoned").remove(name);
+                self.push_error(Target::Application, name, ns, policy::ADOPTION_REFUSED);
+                Ok(false)
+            }
+            Identity::Mismatch(MismatchPolicy::Recreate) => {
+                tracing::info!(app = %name, "source UID mismatch: recreating the application");
+                self.copies.lock().expect("poisoned").remove(name);
+                self.store.delete(Kind::Application, ns, name).await?;
+                if self.store.get(Kind::Application, ns, name).await?.is_some() {
+                    return Err(HandleError::Retryable(format!(
+                        "{ns}/{name} is being deleted (finalizers) before it is recreated"
+                    )));
+                }
+                Ok(true)
+            }
+            Identity::Apply | Identity::Adopt(_) | Identity::Mismatch(_) => Ok(true),
         }
     }
 

@@ -50,6 +50,12 @@ pub struct AgentConfig {
     pub backoff: Backoff,
     pub reconnect_min: Duration,
     pub reconnect_max: Duration,
+    /// `--source-uid-mismatch-policy`
+    pub mismatch_policy: crate::policy::MismatchPolicy,
+    /// `--adoption-policy`
+    pub adoption_policy: crate::policy::AdoptionPolicy,
+    /// `--on-application-recreate`
+    pub on_recreate: crate::policy::RecreateAction,
 }
 
 impl AgentConfig {
@@ -70,6 +76,9 @@ impl AgentConfig {
             backoff: Backoff::default(),
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(30),
+            mismatch_policy: Default::default(),
+            adoption_policy: Default::default(),
+            on_recreate: Default::default(),
         }
     }
 }
@@ -317,6 +326,21 @@ impl Inner {
                     &o::stub(name, &self.cfg.namespace, ""),
                 )]
             }
+        }
+    }
+
+    /// An `error` event about one of our objects (the peer's `addErrorEventToQueue`): target
+    /// `target`, `ErrorData{resourceName, resourceNamespace, message}`.
+    fn push_error(&self, target: Target, name: &str, ns: &str, message: &str) {
+        let ev = Event::request(
+            &self.source(),
+            EventType::Error,
+            target,
+            serde_json::json!({"resourceName": name, "resourceNamespace": ns, "message": message}),
+        );
+        let key = format!("error/{}", ev.id);
+        if let Pushed::Queued = self.queue.push(&key, ev) {
+            self.metrics.queued(EventType::Error.short());
         }
     }
 

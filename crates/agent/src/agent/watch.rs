@@ -46,7 +46,7 @@ impl Inner {
                                 .map(|(_, v)| v.clone())
                                 .collect();
                             for c in missing {
-                                self.revert(c);
+                                self.recreate(c);
                             }
                         }
                         if let Some(r) = ready.take() {
@@ -202,6 +202,17 @@ impl Inner {
     }
 
     pub(super) fn revert(self: &Arc<Self>, copy: Value) {
+        self.restore(copy, false);
+    }
+
+    /// A managed Application deleted on this cluster by someone else: recreated from the
+    /// principal's copy, then `--on-application-recreate` (`resync` requests a sync; the copy
+    /// never carries a status, so `clear-status` holds by construction).
+    pub(super) fn recreate(self: &Arc<Self>, copy: Value) {
+        self.restore(copy, true);
+    }
+
+    fn restore(self: &Arc<Self>, copy: Value, deleted: bool) {
         self.metrics.local_edits_reverted.inc();
         let me = self.clone();
         tokio::spawn(async move {
@@ -213,9 +224,15 @@ impl Inner {
                 .expect("poisoned")
                 .get(o::name(&copy))
                 .cloned();
-            let Some(copy) = current else { return };
-            if let Err(e) = me.upsert_local(&copy, false).await {
+            let Some(mut copy) = current else { return };
+            let resync = deleted && me.cfg.on_recreate == crate::policy::RecreateAction::Resync;
+            if resync {
+                copy["operation"] = serde_json::json!({"sync": {}});
+            }
+            if let Err(e) = me.upsert_local(&copy, resync).await {
                 tracing::warn!(error = %e, "reverting a local edit failed");
+            } else if resync {
+                tracing::info!(app = %o::name(&copy), "triggered resync on recreated application");
             }
         });
     }
@@ -285,7 +302,7 @@ impl Inner {
                 let copy = self.copies.lock().expect("poisoned").get(&name).cloned();
                 if let Some(copy) = copy {
                     tracing::info!(app = %name, "local deletion of a managed application; recreating");
-                    self.revert(copy);
+                    self.recreate(copy);
                 }
             }
             Mode::Autonomous => {

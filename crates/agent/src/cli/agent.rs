@@ -142,6 +142,36 @@ pub struct AgentArgs {
     /// Our previous release's metrics/health address (one server); overrides the ports.
     #[arg(long = "metrics-addr", env = "ARGOCD_AGENT_METRICS_ADDR", hide = true)]
     pub metrics_addr: Option<SocketAddr>,
+
+    /// Policy for source-UID mismatches: recreate (delete and recreate, default) or upsert
+    /// (update in-place). The annotation argocd.argoproj.io/source-uid-mismatch-policy on the
+    /// principal's Application overrides it.
+    #[arg(
+        long = "source-uid-mismatch-policy",
+        env = "ARGOCD_AGENT_SOURCE_UID_MISMATCH_POLICY",
+        value_enum,
+        default_value_t = crate::policy::MismatchPolicy::Recreate
+    )]
+    pub source_uid_mismatch_policy: crate::policy::MismatchPolicy,
+    /// Set the adoption policy for applications that already exist on a managed agent (always or
+    /// never). The annotation argocd.argoproj.io/adoption-policy on the existing Application
+    /// overrides it.
+    #[arg(
+        long = "adoption-policy",
+        env = "ARGOCD_AGENT_ADOPTION_POLICY",
+        value_enum,
+        default_value_t = crate::policy::AdoptionPolicy::Always
+    )]
+    pub adoption_policy: crate::policy::AdoptionPolicy,
+    /// Action after recreating an app from unauthorized deletion (managed mode only): ignore
+    /// (default), clear-status, or resync.
+    #[arg(
+        long = "on-application-recreate",
+        env = "ARGOCD_AGENT_ON_APPLICATION_RECREATE",
+        value_enum,
+        default_value_t = crate::policy::RecreateAction::Ignore
+    )]
+    pub on_application_recreate: crate::policy::RecreateAction,
 }
 
 impl AgentArgs {
@@ -282,6 +312,9 @@ async fn run(
     cfg.queue_capacity = args.queue_capacity;
     cfg.version = args.report_version.clone();
     cfg.compression = args.compression;
+    cfg.mismatch_policy = args.source_uid_mismatch_policy;
+    cfg.adoption_policy = args.adoption_policy;
+    cfg.on_recreate = args.on_application_recreate;
     if !args.keepalive.is_zero() {
         cfg.keepalive_interval = args.keepalive;
     }

@@ -45,8 +45,20 @@ pub async fn agent(
     mode: Mode,
     store: &MemStore,
 ) -> Agent {
+    agent_with(pki, p, name, mode, store, |_| {}).await
+}
+
+pub async fn agent_with(
+    pki: &LocalPki,
+    p: &Principal,
+    name: &str,
+    mode: Mode,
+    store: &MemStore,
+    f: impl FnOnce(&mut AgentConfig),
+) -> Agent {
     let mut c = AgentConfig::new(p.local_addr(), pki.agent(name).unwrap(), mode);
     c.reconnect_max = Duration::from_millis(500);
+    f(&mut c);
     let a = Agent::start(c, Arc::new(store.clone()), Metrics::new("argocd_agent"))
         .await
         .unwrap();

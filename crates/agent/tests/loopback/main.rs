@@ -6,6 +6,7 @@ mod harness;
 mod hub;
 mod managed;
 mod ops;
+mod policies;
 mod projects;
 mod rejections;
 mod repos;
