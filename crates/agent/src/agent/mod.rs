@@ -50,6 +50,8 @@ pub struct AgentConfig {
     pub backoff: Backoff,
     pub reconnect_min: Duration,
     pub reconnect_max: Duration,
+    /// `--heartbeat-interval`: a `ping` event every interval on the stream (zero: none)
+    pub heartbeat_interval: Duration,
     /// `--source-uid-mismatch-policy`
     pub mismatch_policy: crate::policy::MismatchPolicy,
     /// `--adoption-policy`
@@ -76,6 +78,7 @@ impl AgentConfig {
             backoff: Backoff::default(),
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(30),
+            heartbeat_interval: Duration::ZERO,
             mismatch_policy: Default::default(),
             adoption_policy: Default::default(),
             on_recreate: Default::default(),
@@ -382,6 +385,23 @@ impl Handler for SessionHandler {
         }
     }
     async fn on_connect(&self, out: &Outbox) {
-        self.inner.resync_on_start(out).await
+        self.inner.resync_on_start(out).await;
+        // application-level heartbeats, as the peer's `--heartbeat-interval` (its
+        // `HeartbeatEvent(Ping)`): the principal ACKs each; this task ends with the stream
+        let every = self.inner.cfg.heartbeat_interval;
+        if every.is_zero() {
+            return;
+        }
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        loop {
+            tick.tick().await;
+            let ping = Event::request(
+                &self.inner.source(),
+                EventType::Ping,
+                Target::Heartbeat,
+                Value::Null,
+            );
+            out.send(ping).await;
+        }
     }
 }

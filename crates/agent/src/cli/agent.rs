@@ -124,6 +124,10 @@ pub struct AgentArgs {
     /// HTTP/2 keepalive ping interval towards the principal (0: the built-in 30 s).
     #[arg(long = "keep-alive-ping-interval", env = "ARGOCD_AGENT_KEEP_ALIVE_PING_INTERVAL", default_value = "0", value_parser = parse_duration)]
     pub keepalive: Duration,
+    /// Interval for application-level heartbeats over the Subscribe stream (e.g., 30s). Set to 0
+    /// to disable. Useful to keep connections alive through service meshes like Istio.
+    #[arg(long = "heartbeat-interval", env = "ARGOCD_AGENT_HEARTBEAT_INTERVAL", default_value = "0", value_parser = parse_duration)]
+    pub heartbeat_interval: Duration,
 
     /// Port the metrics server listens on (0: off).
     #[arg(
@@ -312,6 +316,7 @@ async fn run(
     cfg.queue_capacity = args.queue_capacity;
     cfg.version = args.report_version.clone();
     cfg.compression = args.compression;
+    cfg.heartbeat_interval = args.heartbeat_interval;
     cfg.mismatch_policy = args.source_uid_mismatch_policy;
     cfg.adoption_policy = args.adoption_policy;
     cfg.on_recreate = args.on_application_recreate;

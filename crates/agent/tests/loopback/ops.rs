@@ -294,3 +294,31 @@ async fn tls12_is_refused_by_default_and_allowed_on_request() {
         .await
         .expect("TLS 1.2 works when allowed");
 }
+
+/// `--heartbeat-interval`: the agent pings on its stream (the peer's `HeartbeatEvent(Ping)`) and
+/// the principal ACKs every ping.
+#[tokio::test]
+async fn agent_heartbeats_are_sent_at_the_interval_and_acked() {
+    use argocd_pull_agent::metrics::Metrics;
+    let pki = LocalPki::new().unwrap();
+    let (hub, spoke) = (MemStore::new(), MemStore::new());
+    let p = principal(&pki, &hub, "127.0.0.1:0").await;
+    let quiet = agent(&pki, &p, "hb-off", Mode::Managed, &spoke).await;
+    let a = agent_with(&pki, &p, "hb", Mode::Managed, &spoke, |c| {
+        c.heartbeat_interval = std::time::Duration::from_millis(50)
+    })
+    .await;
+    let pings = |m: &Metrics| Metrics::total(&m.events_sent, "ping");
+    wait_idle(|| {
+        pings(&a.metrics()) >= 3 && Metrics::total(&a.metrics().events_received, "processed") >= 3
+    })
+    .await;
+    assert!(
+        Metrics::total(&p.metrics().events_received, "ping") >= 3,
+        "the principal received the pings"
+    );
+    assert_eq!(pings(&quiet.metrics()), 0, "no heartbeats by default");
+    a.shutdown().await;
+    quiet.shutdown().await;
+    p.shutdown().await;
+}
