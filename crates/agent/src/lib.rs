@@ -47,6 +47,7 @@ pub mod policy;
 pub mod principal;
 pub mod project_match;
 pub mod repository;
+pub mod selector;
 
 /// This implementation's protocol version (reported by `versionapi.Version`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

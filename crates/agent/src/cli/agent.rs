@@ -176,6 +176,14 @@ pub struct AgentArgs {
         default_value_t = crate::policy::RecreateAction::Ignore
     )]
     pub on_application_recreate: crate::policy::RecreateAction,
+    /// Kubernetes label selector to restrict which resources the agent watches (Applications,
+    /// AppProjects, repository Secrets).
+    #[arg(
+        long = "label-selector",
+        env = "ARGOCD_AGENT_LABEL_SELECTOR",
+        default_value = ""
+    )]
+    pub label_selector: String,
 }
 
 impl AgentArgs {
@@ -323,11 +331,13 @@ async fn run(
     if !args.keepalive.is_zero() {
         cfg.keepalive_interval = args.keepalive;
     }
+    let selector = super::label_selector(&args.label_selector)?;
     let Some(store) =
         super::or_shutdown(&shutdown, super::store_or(store, client, "local")).await?
     else {
         return Ok(());
     };
+    let store = super::selected(store, selector, "agent");
     let metrics = Metrics::new("argocd_agent");
     let admin = super::serve_admin(
         &metrics,

@@ -16,7 +16,7 @@ use anyhow::Context;
 pub use agent::{AgentArgs, run_agent, run_agent_in, run_agent_until};
 pub use principal::{PrincipalArgs, run_principal, run_principal_in, run_principal_until};
 
-use crate::store::{KubeStore, Store};
+use crate::store::{Kind, KubeStore, Store};
 use argocd_pull_ops::CancellationToken;
 
 /// After SIGTERM / Ctrl-C, at most this long for a graceful stop; then the command returns anyway
@@ -68,6 +68,35 @@ async fn store_or(
             .with_context(|| format!("connecting to the {which} cluster"))?,
     };
     Ok(Arc::new(KubeStore::new(client)))
+}
+
+/// `--label-selector`, parsed up front so a typo stops the command with the reason.
+fn label_selector(s: &str) -> anyhow::Result<Option<kube::core::Selector>> {
+    if s.trim().is_empty() {
+        return Ok(None);
+    }
+    crate::selector::parse(s)
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("--label-selector: {e}"))
+}
+
+/// The store as seen through `--label-selector` (Applications, AppProjects and Secrets).
+fn selected(
+    store: Arc<dyn Store>,
+    selector: Option<kube::core::Selector>,
+    who: &str,
+) -> Arc<dyn Store> {
+    match selector {
+        None => store,
+        Some(sel) => {
+            tracing::info!(selector = %sel, "{who} informers are using the label selector");
+            Arc::new(crate::selector::SelectedStore::new(
+                store,
+                sel,
+                vec![Kind::Application, Kind::AppProject, Kind::Secret],
+            ))
+        }
+    }
 }
 
 /// Runs `fut` until it ends or `shutdown` is cancelled. Startup steps (Secrets, DNS, the API

@@ -191,6 +191,15 @@ pub struct PrincipalArgs {
         hide = true
     )]
     pub metrics_addr: Option<SocketAddr>,
+
+    /// Kubernetes label selector to restrict which resources the principal watches
+    /// (Applications, AppProjects, repository Secrets).
+    #[arg(
+        long = "label-selector",
+        env = "ARGOCD_PRINCIPAL_LABEL_SELECTOR",
+        default_value = ""
+    )]
+    pub label_selector: String,
 }
 
 impl PrincipalArgs {
@@ -368,11 +377,13 @@ async fn run(
     cfg.concurrency = args.event_processors.unwrap_or(args.concurrency).max(1);
     cfg.compression = args.compression;
     cfg.keepalive_min_interval = args.keepalive_min_interval;
+    let selector = super::label_selector(&args.label_selector)?;
     let Some(store) =
         super::or_shutdown(&shutdown, super::store_or(store, m.client, "hub")).await?
     else {
         return Ok(());
     };
+    let store = super::selected(store, selector, "principal");
     let metrics = Metrics::new("argocd_principal");
     let admin = super::serve_admin(
         &metrics,

@@ -356,3 +356,65 @@ async fn ignore_sync_label_added_later_removes_the_other_sides_copy() {
     a.shutdown().await;
     p.shutdown().await;
 }
+
+/// `--label-selector` on the principal: only selected hub Applications reach the agent, one that
+/// stops matching is deleted there (as the peer's label-selected informer sees it).
+#[tokio::test]
+async fn principal_label_selector_limits_what_reaches_the_agents() {
+    use argocd_pull_agent::local::throwaway_jwt_key;
+    use argocd_pull_agent::metrics::Metrics;
+    use argocd_pull_agent::principal::{Principal, PrincipalConfig};
+    use argocd_pull_agent::selector::{SelectedStore, parse};
+    use std::sync::Arc;
+    init();
+    let pki = LocalPki::new().unwrap();
+    let (hub, spoke) = (MemStore::new(), MemStore::new());
+    let selected = SelectedStore::new(
+        Arc::new(hub.clone()),
+        parse("tier in (web,api)").unwrap(),
+        vec![Kind::Application, Kind::AppProject, Kind::Secret],
+    );
+    let p = Principal::start(
+        PrincipalConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            pki.principal.clone(),
+            throwaway_jwt_key(),
+        ),
+        Arc::new(selected),
+        Metrics::new("argocd_principal"),
+    )
+    .await
+    .unwrap();
+    let a = agent(&pki, &p, "ls", Mode::Managed, &spoke).await;
+    let mut web = app("ls", "web", "v1");
+    web["metadata"]["labels"]["tier"] = json!("web");
+    put(&hub, web).await;
+    put(&hub, app("ls", "other", "v1")).await;
+    wait_for(&spoke, "argocd", "web", "selected: sent", |o| o.is_some()).await;
+    wait_idle(|| p.agent_idle("ls") && a.idle()).await;
+    assert!(
+        spoke
+            .get(Kind::Application, "argocd", "other")
+            .await
+            .unwrap()
+            .is_none(),
+        "not selected: never sent"
+    );
+    patch(
+        &hub,
+        "ls",
+        "web",
+        json!({"metadata": {"labels": {"tier": "db"}}}),
+    )
+    .await;
+    wait_for(
+        &spoke,
+        "argocd",
+        "web",
+        "no longer selected: deleted",
+        |o| o.is_none(),
+    )
+    .await;
+    a.shutdown().await;
+    p.shutdown().await;
+}
