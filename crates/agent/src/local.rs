@@ -93,11 +93,13 @@ pub async fn start_local_stores(
 ) -> anyhow::Result<LocalDeployment> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let pki = LocalPki::new()?;
-    let cfg = PrincipalConfig::new(
+    let mut cfg = PrincipalConfig::new(
         "127.0.0.1:0".parse()?,
         pki.principal.clone(),
         throwaway_jwt_key(),
     );
+    // a local deployment creates the hub namespaces of its autonomous agents
+    cfg.namespace_create = Some(Default::default());
     let principal = Principal::start(cfg, hub, Metrics::new("argocd_principal")).await?;
     let addr = principal.local_addr();
     let mut out = Vec::new();

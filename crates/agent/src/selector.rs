@@ -184,6 +184,13 @@ impl Store for SelectedStore {
     async fn ensure_namespace(&self, ns: &str) -> StoreResult<()> {
         self.inner.ensure_namespace(ns).await
     }
+    async fn ensure_namespace_labelled(
+        &self,
+        ns: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> StoreResult<()> {
+        self.inner.ensure_namespace_labelled(ns, labels).await
+    }
     fn watch(&self, kind: Kind, ns: Option<&str>) -> BoxStream<'static, StoreResult<StoreEvent>> {
         let s = self.inner.watch(kind, ns);
         if !self.kinds.contains(&kind) {

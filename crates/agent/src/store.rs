@@ -121,6 +121,15 @@ pub trait Store: Send + Sync + 'static {
     async fn delete(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<()>;
     /// Ensures a namespace exists.
     async fn ensure_namespace(&self, ns: &str) -> StoreResult<()>;
+    /// Like [`Store::ensure_namespace`], labelling a namespace it creates.
+    async fn ensure_namespace_labelled(
+        &self,
+        ns: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> StoreResult<()> {
+        let _ = labels;
+        self.ensure_namespace(ns).await
+    }
     /// Watches `kind` in `ns` (all namespaces for `None`); starts with `Restarted`.
     fn watch(&self, kind: Kind, ns: Option<&str>) -> BoxStream<'static, StoreResult<StoreEvent>>;
 }
@@ -247,13 +256,21 @@ impl Store for KubeStore {
         }
     }
     async fn ensure_namespace(&self, ns: &str) -> StoreResult<()> {
+        self.ensure_namespace_labelled(ns, &BTreeMap::new()).await
+    }
+    async fn ensure_namespace_labelled(
+        &self,
+        ns: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> StoreResult<()> {
         use k8s_openapi::api::core::v1::Namespace;
         let api: Api<Namespace> = Api::all(self.client.clone());
         if api.get_opt(ns).await.map_err(kube_err)?.is_some() {
             return Ok(());
         }
         let n: Namespace =
-            serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
+            serde_json::from_value(json!({"metadata": {"name": ns, "labels": labels}}))
+                .expect("namespace");
         match api.create(&PostParams::default(), &n).await {
             Ok(_) => Ok(()),
             Err(e) => match kube_err(e) {

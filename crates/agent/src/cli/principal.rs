@@ -200,6 +200,31 @@ pub struct PrincipalArgs {
         default_value = ""
     )]
     pub label_selector: String,
+
+    /// Whether to allow automatic namespace creation for autonomous agents.
+    #[arg(
+        long = "namespace-create-enable",
+        env = "ARGOCD_PRINCIPAL_NAMESPACE_CREATE_ENABLE",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub namespace_create_enable: bool,
+    /// Only automatically create namespaces matching pattern.
+    #[arg(
+        long = "namespace-create-pattern",
+        env = "ARGOCD_PRINCIPAL_NAMESPACE_CREATE_PATTERN",
+        default_value = ""
+    )]
+    pub namespace_create_pattern: String,
+    /// Labels to apply to auto-created namespaces (key=value, comma-separated or repeated).
+    #[arg(
+        long = "namespace-create-labels",
+        env = "ARGOCD_PRINCIPAL_NAMESPACE_CREATE_LABELS",
+        value_delimiter = ','
+    )]
+    pub namespace_create_labels: Vec<String>,
 }
 
 impl PrincipalArgs {
@@ -377,6 +402,7 @@ async fn run(
     cfg.concurrency = args.event_processors.unwrap_or(args.concurrency).max(1);
     cfg.compression = args.compression;
     cfg.keepalive_min_interval = args.keepalive_min_interval;
+    cfg.namespace_create = namespace_create(&args)?;
     let selector = super::label_selector(&args.label_selector)?;
     let Some(store) =
         super::or_shutdown(&shutdown, super::store_or(store, m.client, "hub")).await?
@@ -410,4 +436,33 @@ async fn run(
     })
     .await;
     Ok(())
+}
+
+/// `--namespace-create-*` as the peer reads them (`labels.StringsToMap`, `regexp.Compile`).
+fn namespace_create(
+    args: &PrincipalArgs,
+) -> anyhow::Result<Option<crate::principal::NamespaceCreate>> {
+    if !args.namespace_create_enable {
+        return Ok(None);
+    }
+    let pattern = match args.namespace_create_pattern.as_str() {
+        "" => None,
+        p => Some(regex::Regex::new(p).map_err(|e| {
+            anyhow::anyhow!("--namespace-create-pattern: invalid auto-namespace pattern {p:?}: {e}")
+        })?),
+    };
+    let mut labels = std::collections::BTreeMap::new();
+    for l in args
+        .namespace_create_labels
+        .iter()
+        .filter(|l| !l.is_empty())
+    {
+        let (k, v) = l.split_once('=').ok_or_else(|| {
+            anyhow::anyhow!(
+                "--namespace-create-labels: could not parse auto namespace labels: {l:?} is not key=value"
+            )
+        })?;
+        labels.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(Some(crate::principal::NamespaceCreate { pattern, labels }))
 }

@@ -347,28 +347,27 @@ async fn pki_init_and_agent_create_write_the_peers_secrets() {
     assert!(e.contains("CA is not initialized"), "{e}");
 }
 
-/// Waits for namespace `ns` on `client`'s cluster (the principal creates `<agent>` when an agent
-/// authenticates).
-async fn namespace_appears(client: &kube::Client, ns: &str) {
+/// Waits for namespace `ns` on `client`'s cluster (with `--namespace-create-enable` the principal
+/// creates `<agent>` when an autonomous agent's first Application arrives); returns its labels.
+async fn namespace_appears(
+    client: &kube::Client,
+    ns: &str,
+) -> BTreeMap<String, String> {
     let api = Api::<Namespace>::all(client.clone());
     let mut w = kube::runtime::watcher(api, kube::runtime::watcher::Config::default()).boxed();
     tokio::time::timeout(T, async {
         while let Some(ev) = w.next().await {
-            let seen = match ev.unwrap() {
-                kube::runtime::watcher::Event::Apply(n)
-                | kube::runtime::watcher::Event::InitApply(n) => {
-                    n.metadata.name.as_deref() == Some(ns)
-                }
-                _ => false,
-            };
-            if seen {
-                return;
+            if let kube::runtime::watcher::Event::Apply(n)
+            | kube::runtime::watcher::Event::InitApply(n) = ev.unwrap()
+                && n.metadata.name.as_deref() == Some(ns)
+            {
+                return n.metadata.labels.unwrap_or_default();
             }
         }
         panic!("watch ended");
     })
     .await
-    .unwrap_or_else(|_| panic!("namespace {ns} never appeared"));
+    .unwrap_or_else(|_| panic!("namespace {ns} never appeared"))
 }
 
 #[tokio::test]
@@ -410,12 +409,15 @@ async fn principal_and_agent_run_on_tls_and_jwt_from_the_peers_secrets() {
         "--namespace=argocd".into(),
         "--metrics-port=0".into(),
         "--healthz-port=0".into(),
+        "--namespace-create-enable".into(),
+        "--namespace-create-pattern=^ed".into(),
+        "--namespace-create-labels=team=edge,tier=test".into(),
     ])
     .unwrap();
     let aargs = crate::cli::AgentArgs::try_parse_flags([
         "--server-address=localhost".to_string(),
         format!("--server-port={port}"),
-        "--agent-mode=managed".into(),
+        "--agent-mode=autonomous".into(),
         "--namespace=agent-ns".into(),
         "--metrics-port=0".into(),
         "--healthz-port=0".into(),
@@ -432,9 +434,23 @@ async fn principal_and_agent_run_on_tls_and_jwt_from_the_peers_secrets() {
         c.agent.clone(),
         stop.clone(),
     ));
-    // the principal creates namespace "edge" once the agent (CN=edge from Secret
-    // argocd-agent-client-tls) authenticated against the CA and JWT key from Secrets
-    namespace_appears(&c.principal, "edge").await;
+    // once the agent (CN=edge from Secret argocd-agent-client-tls) authenticated against the CA
+    // and JWT key from Secrets, its first Application makes the principal create namespace
+    // "edge" (--namespace-create-*), labelled
+    KubeStore::new(c.agent.clone())
+        .create(
+            crate::store::Kind::Application,
+            serde_json::json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+                "metadata": {"name": "web", "namespace": "agent-ns"},
+                "spec": {"project": "default",
+                         "source": {"repoURL": "https://example.com/r.git", "path": "web"},
+                         "destination": {"server": "https://kubernetes.default.svc", "namespace": "web"}}}),
+        )
+        .await
+        .unwrap();
+    let labels = namespace_appears(&c.principal, "edge").await;
+    assert_eq!(labels.get("team").map(String::as_str), Some("edge"));
+    assert_eq!(labels.get("tier").map(String::as_str), Some("test"));
     stop.cancel();
     for t in [p, a] {
         tokio::time::timeout(T, t).await.unwrap().unwrap().unwrap();

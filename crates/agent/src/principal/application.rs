@@ -65,6 +65,20 @@ impl Inner {
         )))
     }
 
+    /// `--namespace-create-enable`: the hub namespace of an autonomous agent, created (with
+    /// `--namespace-create-labels`) when its name matches `--namespace-create-pattern`.
+    async fn create_agent_namespace(&self, agent: &str) -> Result<(), StoreError> {
+        let Some(nc) = &self.cfg.namespace_create else {
+            return Ok(());
+        };
+        if nc.pattern.as_ref().is_some_and(|p| !p.is_match(agent)) {
+            return Ok(());
+        }
+        self.store
+            .ensure_namespace_labelled(agent, &nc.labels)
+            .await
+    }
+
     /// Hub form of an autonomous agent's application, as the peer's `processApplicationEvent`:
     /// namespace = agent, project prefixed, destination = the agent's mapped cluster by name
     /// (server dropped), child Applications in `status.resources` in the agent's namespace;
@@ -253,6 +267,7 @@ impl Inner {
                         "payload has no metadata.name".into(),
                     ));
                 }
+                self.create_agent_namespace(agent).await?;
                 {
                     let mut views = a.views.lock().expect("poisoned");
                     let v = views.entry(name).or_default();

@@ -52,6 +52,18 @@ pub struct PrincipalConfig {
     pub compression: bool,
     pub keepalive_min_interval: Duration,
     pub backoff: Backoff,
+    /// `--namespace-create-*`: create the hub namespace of an autonomous agent when its
+    /// Applications arrive (`None`: never, the peer's default).
+    pub namespace_create: Option<NamespaceCreate>,
+}
+
+/// Automatic creation of autonomous agents' hub namespaces (peer: `WithAutoNamespaceCreate`).
+#[derive(Clone, Debug, Default)]
+pub struct NamespaceCreate {
+    /// Only names this regex matches (anywhere, as Go's `MatchString`); `None`: all.
+    pub pattern: Option<Regex>,
+    /// Labels of a created namespace.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 impl PrincipalConfig {
@@ -70,6 +82,7 @@ impl PrincipalConfig {
             compression: false,
             keepalive_min_interval: Duration::from_secs(10),
             backoff: Backoff::default(),
+            namespace_create: None,
         }
     }
 }

@@ -133,9 +133,6 @@ impl Authentication for Svc {
             .issue_pair(&agent, mode)
             .map_err(|e| Status::internal(e.to_string()))?;
         self.inner.register(&agent, mode);
-        if let Err(e) = self.inner.store.ensure_namespace(&agent).await {
-            tracing::warn!(agent, error = %e, "could not ensure the agent namespace");
-        }
         tracing::info!(agent, mode = mode.as_str(), "agent authenticated");
         Ok(Response::new(authapi::AuthResponse {
             access_token: access,

@@ -115,17 +115,19 @@ async fn autonomous_round_trip(hub_kc: &str, managed_kc: &str) {
     hub.ensure_namespace("argocd").await.unwrap();
     managed.ensure_namespace(&agent).await.unwrap();
     let pki = LocalPki::new().unwrap();
-    let p = Principal::start(
-        PrincipalConfig::new(
-            "127.0.0.1:0".parse().unwrap(),
-            pki.principal.clone(),
-            throwaway_jwt_key(),
-        ),
-        Arc::new(hub.clone()),
-        Metrics::new("argocd_principal"),
-    )
-    .await
-    .unwrap();
+    let mut cfg = PrincipalConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        pki.principal.clone(),
+        throwaway_jwt_key(),
+    );
+    // --namespace-create-enable --namespace-create-pattern ^e2e-au- --namespace-create-labels
+    cfg.namespace_create = Some(argocd_pull_agent::principal::NamespaceCreate {
+        pattern: Some(regex::Regex::new("^e2e-au-").unwrap()),
+        labels: [("argocd-pull.test/e2e".to_string(), "autonomous".to_string())].into(),
+    });
+    let p = Principal::start(cfg, Arc::new(hub.clone()), Metrics::new("argocd_principal"))
+        .await
+        .unwrap();
     let mut c = AgentConfig::new(p.local_addr(), pki.agent(&agent).unwrap(), Mode::Autonomous);
     c.namespace = agent.clone();
     let a = Agent::start(c, Arc::new(managed.clone()), Metrics::new("argocd_agent"))
@@ -152,6 +154,18 @@ async fn autonomous_round_trip(hub_kc: &str, managed_kc: &str) {
     let h = wait_kube(&hub, &agent, name, "copied to the hub", |o| o.is_some())
         .await
         .unwrap();
+    let ns: k8s_openapi::api::core::v1::Namespace = kube::Api::all(hub_c.clone())
+        .get(&agent)
+        .await
+        .expect("the hub namespace was created for the autonomous agent");
+    assert_eq!(
+        ns.metadata
+            .labels
+            .unwrap_or_default()
+            .get("argocd-pull.test/e2e")
+            .map(String::as_str),
+        Some("autonomous")
+    );
     assert_eq!(h["spec"]["source"]["path"], "podinfo");
     let hp = wait_kind(
         &hub,
@@ -276,6 +290,8 @@ async fn round_trip(hub_kc: &str, managed_kc: &str) {
         .await
         .unwrap();
     d.wait_connected(E2E_TIMEOUT).await.unwrap();
+    // a managed agent's hub namespace is the operator's to create (as with argocd-agent)
+    hub.ensure_namespace(&agent).await.unwrap();
     let _ = managed.delete(Kind::Application, "argocd", name).await;
 
     // hub -> managed
