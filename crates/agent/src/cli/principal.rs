@@ -225,6 +225,14 @@ pub struct PrincipalArgs {
         value_delimiter = ','
     )]
     pub namespace_create_labels: Vec<String>,
+    /// List of namespaces the server is allowed to operate in (globs such as `agent-*`, or
+    /// `/regex/`). Empty: all namespaces (the peer then allows none).
+    #[arg(
+        long = "allowed-namespaces",
+        env = "ARGOCD_PRINCIPAL_ALLOWED_NAMESPACES",
+        value_delimiter = ','
+    )]
+    pub allowed_namespaces: Vec<String>,
 }
 
 impl PrincipalArgs {
@@ -403,6 +411,12 @@ async fn run(
     cfg.compression = args.compression;
     cfg.keepalive_min_interval = args.keepalive_min_interval;
     cfg.namespace_create = namespace_create(&args)?;
+    cfg.allowed_namespaces = args
+        .allowed_namespaces
+        .iter()
+        .filter(|n| !n.is_empty())
+        .cloned()
+        .collect();
     let selector = super::label_selector(&args.label_selector)?;
     let Some(store) =
         super::or_shutdown(&shutdown, super::store_or(store, m.client, "hub")).await?

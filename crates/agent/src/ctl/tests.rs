@@ -349,10 +349,7 @@ async fn pki_init_and_agent_create_write_the_peers_secrets() {
 
 /// Waits for namespace `ns` on `client`'s cluster (with `--namespace-create-enable` the principal
 /// creates `<agent>` when an autonomous agent's first Application arrives); returns its labels.
-async fn namespace_appears(
-    client: &kube::Client,
-    ns: &str,
-) -> BTreeMap<String, String> {
+async fn namespace_appears(client: &kube::Client, ns: &str) -> BTreeMap<String, String> {
     let api = Api::<Namespace>::all(client.clone());
     let mut w = kube::runtime::watcher(api, kube::runtime::watcher::Config::default()).boxed();
     tokio::time::timeout(T, async {

@@ -210,7 +210,10 @@ impl Inner {
                 let name = ev.data["name"].as_str().unwrap_or_default().to_string();
                 let checksum = ev.data["checksum"].as_str().unwrap_or_default();
                 // an ignore-sync Application is not the agent's: it is answered like a missing one
-                let hub = self.store.get(Kind::Application, agent, &name).await?;
+                let hub = match self.ns_allowed(agent) {
+                    true => self.store.get(Kind::Application, agent, &name).await?,
+                    false => None,
+                };
                 match hub.filter(|h| !o::ignored(h)) {
                     None => {
                         a.views.lock().expect("poisoned").remove(&name);

@@ -25,7 +25,10 @@ impl Inner {
                 match ev {
                     Ok(StoreEvent::Restarted(list)) => {
                         let mut by_ns: HashMap<String, HashMap<String, Value>> = HashMap::new();
-                        for h in list {
+                        for h in list
+                            .into_iter()
+                            .filter(|h| self.ns_allowed(o::namespace(h)))
+                        {
                             by_ns
                                 .entry(o::namespace(&h).to_string())
                                 .or_default()
@@ -51,7 +54,7 @@ impl Inner {
                             let _ = r.send(());
                         }
                     }
-                    Ok(StoreEvent::Applied(h)) => {
+                    Ok(StoreEvent::Applied(h)) if self.ns_allowed(o::namespace(&h)) => {
                         let ns = o::namespace(&h).to_string();
                         self.cache
                             .lock()
@@ -61,13 +64,15 @@ impl Inner {
                             .insert(o::name(&h).to_string(), h.clone());
                         self.on_hub_apply(&ns, &h);
                     }
-                    Ok(StoreEvent::Deleted(h)) => {
+                    Ok(StoreEvent::Deleted(h)) if self.ns_allowed(o::namespace(&h)) => {
                         let ns = o::namespace(&h).to_string();
                         if let Some(m) = self.cache.lock().expect("poisoned").get_mut(&ns) {
                             m.remove(o::name(&h));
                         }
                         self.on_hub_delete(&ns, &h);
                     }
+                    // outside --allowed-namespaces: not the principal's
+                    Ok(StoreEvent::Applied(_) | StoreEvent::Deleted(_)) => {}
                     Err(e) => {
                         tracing::warn!(error = %e, "hub watch error");
                     }
@@ -166,6 +171,16 @@ impl Inner {
                 }
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// `--allowed-namespaces` (globs or `/regex/`, as the peer's `defaultAppFilterChain`); none
+    /// given: every namespace.
+    pub(super) fn ns_allowed(&self, ns: &str) -> bool {
+        let allowed = &self.cfg.allowed_namespaces;
+        allowed.is_empty() || {
+            let l: Vec<&str> = allowed.iter().map(String::as_str).collect();
+            crate::project_match::in_list(&l, ns)
         }
     }
 

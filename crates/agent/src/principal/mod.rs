@@ -55,6 +55,9 @@ pub struct PrincipalConfig {
     /// `--namespace-create-*`: create the hub namespace of an autonomous agent when its
     /// Applications arrive (`None`: never, the peer's default).
     pub namespace_create: Option<NamespaceCreate>,
+    /// `--allowed-namespaces`: the hub namespaces whose Applications the principal handles
+    /// (globs or `/regex/`); empty: all (**Decision**: the peer then handles none).
+    pub allowed_namespaces: Vec<String>,
 }
 
 /// Automatic creation of autonomous agents' hub namespaces (peer: `WithAutoNamespaceCreate`).
@@ -83,6 +86,7 @@ impl PrincipalConfig {
             keepalive_min_interval: Duration::from_secs(10),
             backoff: Backoff::default(),
             namespace_create: None,
+            allowed_namespaces: Vec::new(),
         }
     }
 }

@@ -129,13 +129,14 @@ impl Inner {
     ) -> Result<(), HandleError> {
         let agent = a.name.as_str();
         let theirs = read_checksum(&ev.data).map_err(HandleError::Permanent)?;
-        let apps: Vec<_> = self
-            .store
-            .list(Kind::Application, Some(agent))
-            .await?
-            .into_iter()
-            .filter(|h| !o::ignored(h))
-            .collect();
+        // outside --allowed-namespaces the agent has no hub Applications
+        let apps: Vec<_> = match self.ns_allowed(agent) {
+            true => self.store.list(Kind::Application, Some(agent)).await?,
+            false => Vec::new(),
+        }
+        .into_iter()
+        .filter(|h| !o::ignored(h))
+        .collect();
         let projects: Vec<(String, String)> = {
             let given: Vec<String> = a
                 .projects

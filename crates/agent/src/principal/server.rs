@@ -133,6 +133,12 @@ impl Authentication for Svc {
             .issue_pair(&agent, mode)
             .map_err(|e| Status::internal(e.to_string()))?;
         self.inner.register(&agent, mode);
+        if !self.inner.ns_allowed(&agent) {
+            tracing::warn!(
+                agent,
+                "the agent's hub namespace is not in --allowed-namespaces: its hub Applications are ignored; add it (or a pattern matching it) to --allowed-namespaces"
+            );
+        }
         tracing::info!(agent, mode = mode.as_str(), "agent authenticated");
         Ok(Response::new(authapi::AuthResponse {
             access_token: access,

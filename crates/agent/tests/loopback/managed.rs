@@ -418,3 +418,33 @@ async fn principal_label_selector_limits_what_reaches_the_agents() {
     a.shutdown().await;
     p.shutdown().await;
 }
+
+/// `--allowed-namespaces`: hub Applications outside the listed namespaces (globs) never reach
+/// their agent.
+#[tokio::test]
+async fn principal_allowed_namespaces_limit_which_agents_get_hub_applications() {
+    let pki = LocalPki::new().unwrap();
+    let hub = MemStore::new();
+    let (spoke_in, spoke_out) = (MemStore::new(), MemStore::new());
+    let p = principal_with(&pki, &hub, "127.0.0.1:0", |c| {
+        c.allowed_namespaces = vec!["prod-*".into()]
+    })
+    .await;
+    let a = agent(&pki, &p, "prod-eu", Mode::Managed, &spoke_in).await;
+    let b = agent(&pki, &p, "lab", Mode::Managed, &spoke_out).await;
+    put(&hub, app("prod-eu", "web", "v1")).await;
+    put(&hub, app("lab", "web", "v1")).await;
+    wait_for(&spoke_in, "argocd", "web", "allowed: sent", |o| o.is_some()).await;
+    wait_idle(|| p.agent_idle("prod-eu") && p.agent_idle("lab") && a.idle() && b.idle()).await;
+    assert!(
+        spoke_out
+            .get(Kind::Application, "argocd", "web")
+            .await
+            .unwrap()
+            .is_none(),
+        "namespace lab is not allowed"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+    p.shutdown().await;
+}
