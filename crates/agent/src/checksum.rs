@@ -147,12 +147,12 @@ pub fn request_resource_resync(source: &str) -> Event {
 /// What to do with a received resync event, by the `kind` it names.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ResyncKind {
-    /// Not a per-resource resync event, or an Application/AppProject/Repository one: handle it.
+    /// Not a per-resource resync event, or one of a kind both sides sync (Application,
+    /// AppProject, Repository, GPGKey): handle it.
     Handled,
     /// Refused with this message (an `error` reply, which the peer takes as the end of the
-    /// event): `GPGKey` (ConfigMap), which the peer resyncs and argocd-pull does not synchronise
-    /// — never mistaken for a same-named Application — and any other kind (the peer fails with
-    /// "unknown kind").
+    /// event): any other kind (the peer fails with "unknown kind"), never mistaken for a
+    /// same-named Application.
     Refused(String),
 }
 
@@ -169,11 +169,7 @@ pub fn resync_kind(ev: &Event) -> ResyncKind {
         return ResyncKind::Handled;
     }
     match ev.data["kind"].as_str().unwrap_or_default() {
-        "Application" | "AppProject" | "Repository" => ResyncKind::Handled,
-        k @ "GPGKey" => ResyncKind::Refused(format!(
-            "{} for kind {k} is not supported: argocd-pull does not sync GPG keys; nothing was changed",
-            ev.ty.short()
-        )),
+        "Application" | "AppProject" | "Repository" | "GPGKey" => ResyncKind::Handled,
         k => ResyncKind::Refused(format!(
             "{} names unknown resource kind {k:?} (want Application, AppProject, Repository or GPGKey); nothing was changed",
             ev.ty.short()

@@ -125,6 +125,8 @@ pub struct PeerMetrics {
     pub repositories_created: PlainCounter,
     pub repositories_updated: PlainCounter,
     pub repositories_deleted: PlainCounter,
+    /// keys in the hub's GPG keys ConfigMap
+    pub gpg_keys_count: Gauge,
     // agent only
     pub propagation_latency: Family<Labels, Histogram, fn() -> Histogram>,
     pub connection_status: Gauge,
@@ -154,6 +156,7 @@ impl PeerMetrics {
             repositories_created: Default::default(),
             repositories_updated: Default::default(),
             repositories_deleted: Default::default(),
+            gpg_keys_count: Default::default(),
             propagation_latency: Family::new_with_constructor(go_histogram),
             connection_status: Default::default(),
             connection_start_timestamp: Default::default(),
@@ -185,6 +188,11 @@ impl PeerMetrics {
                     "argocd_principal_connected_agents",
                     "The total number of agents connected with principal",
                     connected_agents.clone(),
+                );
+                reg.register(
+                    "argocd_principal_gpg_keys_count",
+                    "The current number of GPG keys on the control plane",
+                    m.gpg_keys_count.clone(),
                 );
                 reg.register(
                     "principal_agent_avg_connection_time",

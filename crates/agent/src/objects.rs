@@ -206,6 +206,7 @@ pub fn qkey(target: Target, name: &str) -> String {
     match target {
         Target::AppProject => format!("appproject/{name}"),
         Target::Repository => format!("repository/{name}"),
+        Target::GpgKey => format!("gpgkey/{name}"),
         _ => name.to_string(),
     }
 }
@@ -216,6 +217,8 @@ pub fn parse_qkey(key: &str) -> (Target, &str) {
         (Target::AppProject, n)
     } else if let Some(n) = key.strip_prefix("repository/") {
         (Target::Repository, n)
+    } else if let Some(n) = key.strip_prefix("gpgkey/") {
+        (Target::GpgKey, n)
     } else {
         (Target::Application, key)
     }

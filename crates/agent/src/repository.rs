@@ -1,4 +1,5 @@
-//! Repository Secrets (target `repository`), I/O free.
+//! Repository Secrets (target `repository`) and the GPG keys ConfigMap (target `gpgkey`): hub
+//! objects a managed agent gets as they are, I/O free.
 //!
 //! As the peer (principal/callbacks.go `newRepositoryCallback`, agent/inbound.go
 //! `processIncomingRepository`, internal/backend/kubernetes/repository `DefaultFilterChain`): a
@@ -7,13 +8,69 @@
 //! is sent to (see [`crate::project_match`]); secrets without `data.project` stay on the hub. The
 //! agent keeps it in its own namespace with the hub UID as `source-uid` and reverts local edits.
 //! Resync compares the SHA-256 of `.data` (kind `Repository`).
+//!
+//! The ConfigMap `argocd-gpg-keys-cm` of the principal's namespace goes to every managed agent
+//! (peer: principal/callbacks.go `syncGPGKeyToManagedAgents`, agent/inbound.go
+//! `processIncomingGPGKey`), the same way; resync kind `GPGKey`.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Map, Value, json};
 
 use crate::checksum::hash_value;
+use crate::event::Target;
 use crate::objects::{self as o, SOURCE_UID};
+use crate::store::Kind;
+
+/// The hub objects that travel to managed agents as they are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DataKind {
+    /// repository / repo-creds Secrets
+    Repository,
+    /// the `argocd-gpg-keys-cm` ConfigMap
+    GpgKey,
+}
+
+impl DataKind {
+    pub const ALL: [DataKind; 2] = [DataKind::Repository, DataKind::GpgKey];
+    pub fn kind(self) -> Kind {
+        match self {
+            DataKind::Repository => Kind::Secret,
+            DataKind::GpgKey => Kind::ConfigMap,
+        }
+    }
+    pub fn target(self) -> Target {
+        match self {
+            DataKind::Repository => Target::Repository,
+            DataKind::GpgKey => Target::GpgKey,
+        }
+    }
+    /// The `kind` of its resync events.
+    pub fn resync_kind(self) -> &'static str {
+        match self {
+            DataKind::Repository => KIND,
+            DataKind::GpgKey => GPG_KIND,
+        }
+    }
+    pub fn from_target(t: Target) -> Option<DataKind> {
+        Self::ALL.into_iter().find(|d| d.target() == t)
+    }
+    pub fn from_resync_kind(k: &str) -> Option<DataKind> {
+        Self::ALL.into_iter().find(|d| d.resync_kind() == k)
+    }
+    /// Whether a hub object of [`DataKind::kind`] is one of these.
+    pub fn selects(self, v: &Value) -> bool {
+        match self {
+            DataKind::Repository => is_repo_secret(v),
+            DataKind::GpgKey => o::name(v) == GPG_CONFIGMAP,
+        }
+    }
+}
+
+/// The resync kind of the GPG keys ConfigMap.
+pub const GPG_KIND: &str = "GPGKey";
+/// Argo CD's GPG keys ConfigMap (`common.ArgoCDGPGKeysConfigMapName`).
+pub const GPG_CONFIGMAP: &str = "argocd-gpg-keys-cm";
 
 pub const SECRET_TYPE_LABEL: &str = "argocd.argoproj.io/secret-type";
 /// The two Secret types the peer synchronises.
@@ -64,7 +121,7 @@ pub fn project_of(v: &Value) -> Option<String> {
 
 /// What goes on the wire: the Secret as Go marshals a `corev1.Secret` of the informer's cache,
 /// reduced to what the agent uses (identity, labels, annotations, type, data).
-pub fn wire_form(v: &Value) -> Value {
+pub fn wire_form(v: &Value, dk: DataKind) -> Value {
     let m = &v["metadata"];
     let mut meta = Map::new();
     for k in ["name", "namespace", "uid", "resourceVersion"] {
@@ -77,7 +134,7 @@ pub fn wire_form(v: &Value) -> Value {
             meta.insert(k.into(), m[k].clone());
         }
     }
-    let mut out = json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta});
+    let mut out = json!({"apiVersion": "v1", "kind": dk.kind().as_str(), "metadata": meta});
     for k in ["type", "data"] {
         if let Some(x) = v.get(k).filter(|x| !x.is_null()) {
             out[k] = x.clone();
@@ -88,9 +145,9 @@ pub fn wire_form(v: &Value) -> Value {
 
 /// The agent's form of a received repository Secret: in the agent's namespace, with the hub UID
 /// as source-uid and without kubectl's last-applied annotation (as the peer's `createRepository`).
-pub fn local_form(incoming: &Value, ns: &str) -> Value {
-    let mut l =
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": o::portable_meta(incoming, ns)});
+pub fn local_form(incoming: &Value, ns: &str, dk: DataKind) -> Value {
+    let mut l = json!({"apiVersion": "v1", "kind": dk.kind().as_str(),
+        "metadata": o::portable_meta(incoming, ns)});
     for k in ["type", "data"] {
         if let Some(x) = incoming.get(k).filter(|x| !x.is_null()) {
             l[k] = x.clone();
@@ -104,8 +161,8 @@ pub fn local_form(incoming: &Value, ns: &str) -> Value {
 }
 
 /// A local Secret reduced to what the principal gave (compared with the copy to revert edits).
-pub fn strip_local(v: &Value) -> Value {
-    let mut l = json!({"apiVersion": "v1", "kind": "Secret", "metadata": o::portable_meta(v, o::namespace(v))});
+pub fn strip_local(v: &Value, dk: DataKind) -> Value {
+    let mut l = json!({"apiVersion": "v1", "kind": dk.kind().as_str(), "metadata": o::portable_meta(v, o::namespace(v))});
     for k in ["type", "data"] {
         if let Some(x) = v.get(k).filter(|x| !x.is_null()) {
             l[k] = x.clone();
@@ -143,8 +200,8 @@ pub fn overlay(cur: &Value, want: &Value) -> Value {
 }
 
 /// A minimal Secret naming a repository (for `delete`).
-pub fn stub(name: &str, ns: &str, uid: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns, "uid": uid}})
+pub fn stub(name: &str, ns: &str, uid: &str, dk: DataKind) -> Value {
+    json!({"apiVersion": "v1", "kind": dk.kind().as_str(), "metadata": {"name": name, "namespace": ns, "uid": uid}})
 }
 
 #[cfg(test)]
@@ -190,7 +247,7 @@ mod tests {
 
     #[test]
     fn the_wire_form_keeps_identity_and_data_and_drops_managed_fields() {
-        let w = wire_form(&secret("repository", Some("team")));
+        let w = wire_form(&secret("repository", Some("team")), DataKind::Repository);
         assert_eq!(w["metadata"]["uid"], "u-1");
         assert_eq!(w["metadata"]["resourceVersion"], "7");
         assert!(w["metadata"].get("managedFields").is_none());
@@ -200,7 +257,12 @@ mod tests {
 
     #[test]
     fn the_local_form_lives_in_the_agent_namespace_with_the_hub_uid() {
-        let l = local_form(&wire_form(&secret("repository", Some("team"))), "agent-ns");
+        let d = DataKind::Repository;
+        let l = local_form(
+            &wire_form(&secret("repository", Some("team")), d),
+            "agent-ns",
+            d,
+        );
         assert_eq!(l["metadata"]["namespace"], "agent-ns");
         assert_eq!(l["metadata"]["annotations"][SOURCE_UID], "u-1");
         assert_eq!(l["metadata"]["annotations"]["team"], "a");
@@ -210,6 +272,6 @@ mod tests {
                 .is_none()
         );
         assert!(l["metadata"].get("uid").is_none());
-        assert_eq!(hash(&strip_local(&l)), hash(&l));
+        assert_eq!(hash(&strip_local(&l, d)), hash(&l));
     }
 }

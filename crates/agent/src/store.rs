@@ -24,6 +24,8 @@ pub enum Kind {
     AppProject,
     /// Core v1 Secrets (the repository and repo-creds Secrets of Argo CD).
     Secret,
+    /// Core v1 ConfigMaps (Argo CD's GPG keys).
+    ConfigMap,
 }
 
 impl Kind {
@@ -32,12 +34,13 @@ impl Kind {
             Kind::Application => "Application",
             Kind::AppProject => "AppProject",
             Kind::Secret => "Secret",
+            Kind::ConfigMap => "ConfigMap",
         }
     }
     pub fn api_version(self) -> &'static str {
         match self {
             Kind::Application | Kind::AppProject => "argoproj.io/v1alpha1",
-            Kind::Secret => "v1",
+            Kind::Secret | Kind::ConfigMap => "v1",
         }
     }
     pub fn plural(self) -> &'static str {
@@ -45,11 +48,12 @@ impl Kind {
             Kind::Application => "applications",
             Kind::AppProject => "appprojects",
             Kind::Secret => "secrets",
+            Kind::ConfigMap => "configmaps",
         }
     }
     pub fn api_resource(self) -> ApiResource {
         let gvk = match self {
-            Kind::Secret => GroupVersionKind::gvk("", "v1", self.as_str()),
+            Kind::Secret | Kind::ConfigMap => GroupVersionKind::gvk("", "v1", self.as_str()),
             _ => GroupVersionKind::gvk("argoproj.io", "v1alpha1", self.as_str()),
         };
         ApiResource::from_gvk_with_plural(&gvk, self.plural())
@@ -59,6 +63,7 @@ impl Kind {
             "Application" => Some(Kind::Application),
             "AppProject" => Some(Kind::AppProject),
             "Secret" => Some(Kind::Secret),
+            "ConfigMap" => Some(Kind::ConfigMap),
             _ => None,
         }
     }

@@ -16,7 +16,7 @@ use crate::event::{Event, Target};
 pub fn applies(ev: &Event) -> bool {
     matches!(
         ev.target,
-        Target::Application | Target::AppProject | Target::Repository
+        Target::Application | Target::AppProject | Target::Repository | Target::GpgKey
     ) && ev.ty.is_resource_change()
 }
 
@@ -25,6 +25,7 @@ pub fn check(ev: &Event) -> Result<(), String> {
     let kind = match ev.target {
         Target::AppProject => "AppProject",
         Target::Repository => "Secret",
+        Target::GpgKey => "ConfigMap",
         _ => "Application",
     };
     let obj = ev.data.as_object().ok_or_else(|| {
@@ -71,6 +72,17 @@ pub fn check(ev: &Event) -> Result<(), String> {
             "metadata.name {name:?} differs from the event subject {:?}; an event may only carry the object it is about",
             ev.subject
         ));
+    }
+    if ev.target == Target::GpgKey {
+        // ConfigMap data: plain strings
+        if let Some(data) = field(&ev.data, "data", Want::Object)? {
+            for (k, v) in data.as_object().into_iter().flatten() {
+                if !v.is_string() {
+                    return Err(format!("data.{k} must be a string, got {}", ty(v)));
+                }
+            }
+        }
+        return Ok(());
     }
     if ev.target == Target::Repository {
         field(&ev.data, "type", Want::String)?;
@@ -123,7 +135,7 @@ pub fn check(ev: &Event) -> Result<(), String> {
 }
 
 /// Events of the peer's protocol that this project decodes but does not act on (resource and
-/// Redis proxies, container logs, terminals, cluster cache info, ApplicationSets, GPG keys): `Err` is the message of the `error` reply. The peer ACKs an event once processed;
+/// Redis proxies, container logs, terminals, cluster cache info, ApplicationSets): `Err` is the message of the `error` reply. The peer ACKs an event once processed;
 /// we cannot process these, so they are refused by name — never dropped, never ACKed as done.
 pub fn supported(ev: &Event) -> Result<(), String> {
     let what = match ev.target {
@@ -133,7 +145,6 @@ pub fn supported(ev: &Event) -> Result<(), String> {
         Target::Terminal => "web terminals",
         Target::ClusterCacheInfoUpdate => "cluster cache info",
         Target::ApplicationSet => "ApplicationSets",
-        Target::GpgKey => "GPG keys",
         _ => return Ok(()),
     };
     Err(format!(

@@ -90,9 +90,9 @@ async fn a_request_update_for_a_repository_or_gpg_key_never_deletes_an_applicati
     let p = our_principal(&pki, &hub).await;
     let (_l, mut s) = peer_agent(&pki, &p, "agent-ru", "managed").await;
     // the hub has no Application "guestbook": a request-update of kind Application for it would
-    // rightly be answered with `delete`; one of kind Repository is answered with the delete of
-    // the orphaned repository (as the peer's resync), one of kind GPGKey with an `error`
-    for (kind, reply) in [("Repository", "processed"), ("GPGKey", "error")] {
+    // rightly be answered with `delete`; one of kind Repository / GPGKey is answered with the
+    // delete of the orphaned repository / ConfigMap (as the peer's resync)
+    for (kind, reply) in [("Repository", "processed"), ("GPGKey", "processed")] {
         let ev = emitter::sent(
             s.emitter.request_update(
                 &emitter::new_uuid(),
@@ -121,7 +121,7 @@ async fn a_request_update_for_a_repository_or_gpg_key_never_deletes_an_applicati
         .filter(|e| e.typ == ty("delete"))
         .map(|e| e.dataschema.as_str())
         .collect();
-    assert_eq!(deletes, ["repository"], "{}", s.describe());
+    assert_eq!(deletes, ["repository", "gpgkey"], "{}", s.describe());
     p.shutdown().await;
 }
 

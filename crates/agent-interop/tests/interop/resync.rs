@@ -398,7 +398,7 @@ async fn principal_request_update_for_a_repository_never_touches_a_same_named_ap
         sent.push(ru);
     }
     for (i, e) in sent.iter().enumerate() {
-        // the end of the event for the peer: an ACK (Repository) or an `error` reply (GPGKey)
+        // the end of the event for the peer: an ACK
         expect_ack(&mut s, e, &format!("reply to request-update #{i}")).await;
     }
     hub.create(Kind::Application, app("agent-rp", "marker", "m"))
@@ -408,8 +408,8 @@ async fn principal_request_update_for_a_repository_never_touches_a_same_named_ap
         is(e, "create", "application") && name_of(e) == "marker"
     })
     .await;
-    // the hub has no repository "guestbook": as the peer's resync, the orphan is deleted on the
-    // agent — as a repository, never as the same-named Application
+    // the hub has no repository or GPG ConfigMap "guestbook": as the peer's resync, the orphans
+    // are deleted on the agent — as what they are, never as the same-named Application
     let of = |t: &str, target: &str| {
         s.seen
             .iter()
@@ -417,6 +417,7 @@ async fn principal_request_update_for_a_repository_never_touches_a_same_named_ap
             .count()
     };
     assert_eq!(of("delete", "repository"), 1, "{}", s.describe());
+    assert_eq!(of("delete", "gpgkey"), 1, "{}", s.describe());
     for t in ["delete", "spec-update"] {
         assert_eq!(of(t, "application"), 0, "{t}: {}", s.describe());
     }

@@ -136,14 +136,16 @@ impl Inner {
         if ev.target == Target::AppProject || ev.data["kind"] == "AppProject" {
             return self.handle_project_event(ev).await;
         }
-        if ev.target == Target::Repository {
-            return self.handle_repo_event(ev).await;
+        if let Some(dk) = crate::repository::DataKind::from_target(ev.target) {
+            return self.handle_data_event(dk, ev).await;
         }
-        if ev.data["kind"] == crate::repository::KIND {
+        if let Some(k) = ev.data["kind"]
+            .as_str()
+            .filter(|k| crate::repository::DataKind::from_resync_kind(k).is_some())
+        {
             return Err(HandleError::Permanent(format!(
-                "{} for kind {} is not valid for an agent: repositories flow from the principal; nothing was changed",
-                ev.ty.short(),
-                crate::repository::KIND
+                "{} for kind {k} is not valid for an agent: it flows from the principal; nothing was changed",
+                ev.ty.short()
             )));
         }
         if ev.ty.is_resource_change() && ev.target != Target::Application {

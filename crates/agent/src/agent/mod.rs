@@ -108,8 +108,9 @@ struct Inner {
     proj_sent: Mutex<HashMap<String, String>>,
     /// local AppProjects by name (kept by the local project watcher)
     proj_cache: Mutex<HashMap<String, Value>>,
-    /// managed: repository Secrets the principal gave us (local form) by name
-    repo_copies: Mutex<HashMap<String, Value>>,
+    /// managed: repository Secrets and the GPG keys ConfigMap the principal gave us (local
+    /// form) by queue key (`repository/<name>`, `gpgkey/<name>`)
+    data_copies: Mutex<HashMap<String, Value>>,
     /// managed: Applications the principal marked for deletion (deletionTimestamp) that we are
     /// deleting locally; `delete` is reported once the local object is gone
     deleting: Mutex<std::collections::HashSet<String>>,
@@ -149,7 +150,7 @@ impl Agent {
             proj_copies: Mutex::new(HashMap::new()),
             proj_sent: Mutex::new(HashMap::new()),
             proj_cache: Mutex::new(HashMap::new()),
-            repo_copies: Mutex::new(HashMap::new()),
+            data_copies: Mutex::new(HashMap::new()),
             deleting: Mutex::new(Default::default()),
             resynced_on_start: AtomicBool::new(false),
         });
@@ -188,19 +189,23 @@ impl Agent {
                 }
                 Err(e) => tracing::warn!(error = %e, "listing local AppProjects failed"),
             }
-            match inner.store.list(Kind::Secret, Some(&cfg.namespace)).await {
-                Ok(list) => {
-                    for r in list.iter().filter(|r| {
-                        crate::repository::is_repo_secret(r) && !o::source_uid(r).is_empty()
-                    }) {
-                        inner
-                            .repo_copies
-                            .lock()
-                            .expect("poisoned")
-                            .insert(o::name(r).to_string(), crate::repository::strip_local(r));
+            for dk in crate::repository::DataKind::ALL {
+                match inner.store.list(dk.kind(), Some(&cfg.namespace)).await {
+                    Ok(list) => {
+                        for r in list
+                            .iter()
+                            .filter(|r| dk.selects(r) && !o::source_uid(r).is_empty())
+                        {
+                            inner.data_copies.lock().expect("poisoned").insert(
+                                o::qkey(dk.target(), o::name(r)),
+                                crate::repository::strip_local(r, dk),
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, kind = dk.kind().as_str(), "listing local objects failed")
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "listing local repository Secrets failed"),
             }
         }
         let mut tasks = Vec::new();
@@ -215,12 +220,14 @@ impl Agent {
         let _ = tokio::time::timeout(Duration::from_secs(30), ready_rx).await;
         let _ = tokio::time::timeout(Duration::from_secs(30), pready_rx).await;
         if cfg.mode == Mode::Managed {
-            let (rready_tx, rready_rx) = tokio::sync::oneshot::channel();
-            let w = inner.clone();
-            tasks.push(tokio::spawn(
-                async move { w.watch_local_repos(rready_tx).await },
-            ));
-            let _ = tokio::time::timeout(Duration::from_secs(30), rready_rx).await;
+            for dk in crate::repository::DataKind::ALL {
+                let (rready_tx, rready_rx) = tokio::sync::oneshot::channel();
+                let w = inner.clone();
+                tasks.push(tokio::spawn(async move {
+                    w.watch_local_data(dk, rready_tx).await
+                }));
+                let _ = tokio::time::timeout(Duration::from_secs(30), rready_rx).await;
+            }
         }
         let c = inner.clone();
         tasks.push(tokio::spawn(
@@ -288,8 +295,8 @@ impl Inner {
     fn regenerate(&self, key: &str) -> Vec<Event> {
         let src = self.source();
         let (target, name) = o::parse_qkey(key);
-        if target == Target::Repository {
-            return vec![]; // agents never send repositories
+        if matches!(target, Target::Repository | Target::GpgKey) {
+            return vec![]; // agents never send repositories or GPG keys
         }
         if target == Target::AppProject {
             if self.cfg.mode != Mode::Autonomous {

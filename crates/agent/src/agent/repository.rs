@@ -1,7 +1,8 @@
-//! Target `repository`: repository / repo-creds Secrets from the principal (managed agents only;
-//! peer: agent/inbound.go `processIncomingRepository`, `createRepository`, `updateRepository`,
-//! `deleteRepository`, agent/outbound.go `handleRepository*`). The Secret lives in the agent's
-//! namespace with the hub UID as source-uid; local edits and deletions are reverted.
+//! Targets `repository` and `gpgkey`: repository / repo-creds Secrets and the GPG keys ConfigMap
+//! from the principal (managed agents only; peer: agent/inbound.go `processIncomingRepository`,
+//! `processIncomingGPGKey` and their create/update/delete helpers, agent/outbound.go
+//! `handleRepository*`, `handleGPGKey*`). The object lives in the agent's namespace with the hub
+//! UID as source-uid; local edits and deletions are reverted.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -11,74 +12,80 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use crate::Mode;
-use crate::event::{Event, EventType, Target};
+use crate::event::{Event, EventType};
 use crate::objects::{self as o};
-use crate::repository as repo;
+use crate::repository::{self as repo, DataKind};
 use crate::session::HandleError;
-use crate::store::{Kind, StoreError, StoreEvent};
+use crate::store::{StoreError, StoreEvent};
 
 use super::Inner;
 
 impl Inner {
-    pub(super) async fn handle_repo_event(self: &Arc<Self>, ev: Event) -> Result<(), HandleError> {
+    pub(super) async fn handle_data_event(
+        self: &Arc<Self>,
+        dk: DataKind,
+        ev: Event,
+    ) -> Result<(), HandleError> {
         if self.cfg.mode != Mode::Managed {
             // the peer discards these ("agent is not in managed mode")
             return Err(HandleError::Permanent(format!(
-                "cannot {} repository: agent is not in managed mode; nothing was done",
-                ev.ty.short()
+                "cannot {} {}: agent is not in managed mode; nothing was done",
+                ev.ty.short(),
+                dk.target().as_str()
             )));
         }
         let ns = self.cfg.namespace.clone();
         match ev.ty {
             EventType::Create | EventType::SpecUpdate => {
-                let want = repo::local_form(&ev.data, &ns);
-                let name = o::name(&want).to_string();
-                self.repo_copies
+                let want = repo::local_form(&ev.data, &ns, dk);
+                let key = o::qkey(dk.target(), o::name(&want));
+                self.data_copies
                     .lock()
                     .expect("poisoned")
-                    .insert(name, want.clone());
-                self.upsert_repo(&want).await?;
+                    .insert(key, want.clone());
+                self.upsert_data(dk, &want).await?;
                 Ok(())
             }
             EventType::Delete => {
                 let name = ev.name().to_string();
-                self.repo_copies.lock().expect("poisoned").remove(&name);
-                match self.store.get(Kind::Secret, &ns, &name).await? {
+                self.data_copies
+                    .lock()
+                    .expect("poisoned")
+                    .remove(&o::qkey(dk.target(), &name));
+                match self.store.get(dk.kind(), &ns, &name).await? {
                     None => Ok(()),
                     Some(cur) if o::source_uid(&cur).is_empty() => {
                         Err(HandleError::Permanent(format!(
-                            "repository {ns}/{name} is not managed by the principal (no source-uid annotation); it was left alone"
+                            "{} {ns}/{name} is not managed by the principal (no source-uid annotation); it was left alone",
+                            dk.kind().as_str()
                         )))
                     }
                     Some(_) => {
-                        self.store.delete(Kind::Secret, &ns, &name).await?;
+                        self.store.delete(dk.kind(), &ns, &name).await?;
                         Ok(())
                     }
                 }
             }
             t => Err(HandleError::Permanent(format!(
-                "event type {} is not valid for a repository on a managed agent",
-                t.short()
+                "event type {} is not valid for target {:?} on a managed agent",
+                t.short(),
+                dk.target().as_str()
             ))),
         }
     }
 
-    /// Creates the Secret, or brings data, labels and annotations of the existing one to `want`.
-    pub(super) async fn upsert_repo(&self, want: &Value) -> Result<(), StoreError> {
-        let (ns, name) = (self.cfg.namespace.as_str(), o::name(want));
+    /// Creates the object, or brings data, labels and annotations of the existing one to `want`.
+    pub(super) async fn upsert_data(&self, dk: DataKind, want: &Value) -> Result<(), StoreError> {
+        let (kind, ns, name) = (dk.kind(), self.cfg.namespace.as_str(), o::name(want));
         for _ in 0..5 {
-            let r = match self.store.get(Kind::Secret, ns, name).await? {
-                None => self
-                    .store
-                    .create(Kind::Secret, want.clone())
-                    .await
-                    .map(|_| ()),
+            let r = match self.store.get(kind, ns, name).await? {
+                None => self.store.create(kind, want.clone()).await.map(|_| ()),
                 Some(cur) => {
                     let n = repo::overlay(&cur, want);
                     if n == cur {
                         Ok(())
                     } else {
-                        self.store.replace(Kind::Secret, n).await.map(|_| ())
+                        self.store.replace(kind, n).await.map(|_| ())
                     }
                 }
             };
@@ -92,37 +99,45 @@ impl Inner {
         )))
     }
 
-    /// Local Secrets of the agent's namespace: a managed repository edited or deleted locally is
-    /// put back as the principal gave it.
-    pub(super) async fn watch_local_repos(
+    /// Local objects of `dk`'s kind in the agent's namespace: a managed one edited or deleted
+    /// locally is put back as the principal gave it.
+    pub(super) async fn watch_local_data(
         self: Arc<Self>,
+        dk: DataKind,
         ready: tokio::sync::oneshot::Sender<()>,
     ) {
         let mut ready = Some(ready);
         loop {
-            let mut s = self.store.watch(Kind::Secret, Some(&self.cfg.namespace));
+            let mut s = self.store.watch(dk.kind(), Some(&self.cfg.namespace));
             while let Some(ev) = s.next().await {
                 match ev {
                     Ok(StoreEvent::Restarted(list)) => {
-                        let names: HashSet<&str> = list.iter().map(o::name).collect();
+                        let names: HashSet<String> = list
+                            .iter()
+                            .map(|r| o::qkey(dk.target(), o::name(r)))
+                            .collect();
                         for r in &list {
-                            self.on_local_repo(r, false);
+                            self.on_local_data(dk, r, false);
                         }
                         let missing: Vec<Value> = self
-                            .repo_copies
+                            .data_copies
                             .lock()
                             .expect("poisoned")
                             .iter()
-                            .filter(|(n, _)| !names.contains(n.as_str()))
+                            .filter(|(k, _)| {
+                                o::parse_qkey(k).0 == dk.target() && !names.contains(*k)
+                            })
                             .map(|(_, v)| v.clone())
                             .collect();
                         for c in missing {
-                            self.revert_repo(c);
+                            self.revert_data(dk, c);
                         }
                     }
-                    Ok(StoreEvent::Applied(r)) => self.on_local_repo(&r, false),
-                    Ok(StoreEvent::Deleted(r)) => self.on_local_repo(&r, true),
-                    Err(e) => tracing::warn!(error = %e, "local Secret watch error"),
+                    Ok(StoreEvent::Applied(r)) => self.on_local_data(dk, &r, false),
+                    Ok(StoreEvent::Deleted(r)) => self.on_local_data(dk, &r, true),
+                    Err(e) => {
+                        tracing::warn!(error = %e, kind = dk.kind().as_str(), "local watch error")
+                    }
                 }
                 if let Some(r) = ready.take() {
                     let _ = r.send(());
@@ -132,45 +147,45 @@ impl Inner {
         }
     }
 
-    fn on_local_repo(self: &Arc<Self>, r: &Value, deleted: bool) {
-        let name = o::name(r);
+    fn on_local_data(self: &Arc<Self>, dk: DataKind, r: &Value, deleted: bool) {
+        let key = o::qkey(dk.target(), o::name(r));
         let copy = self
-            .repo_copies
+            .data_copies
             .lock()
             .expect("poisoned")
-            .get(name)
+            .get(&key)
             .cloned();
         if let Some(copy) = copy
             && (deleted || repo::hash(r) != repo::hash(&copy))
         {
-            tracing::info!(repository = %name, "local change of a managed repository; reverting");
-            self.revert_repo(copy);
+            tracing::info!(object = %key, "local change of an object the principal owns; reverting");
+            self.revert_data(dk, copy);
         }
     }
 
-    fn revert_repo(self: &Arc<Self>, copy: Value) {
+    fn revert_data(self: &Arc<Self>, dk: DataKind, copy: Value) {
         self.metrics.local_edits_reverted.inc();
         let me = self.clone();
         tokio::spawn(async move {
-            let name = o::name(&copy).to_string();
-            let _g = me.locks.lock(&o::qkey(Target::Repository, &name)).await;
+            let key = o::qkey(dk.target(), o::name(&copy));
+            let _g = me.locks.lock(&key).await;
             // the principal may have deleted it meanwhile: then the deletion wins
-            let current = me.repo_copies.lock().expect("poisoned").get(&name).cloned();
+            let current = me.data_copies.lock().expect("poisoned").get(&key).cloned();
             let Some(copy) = current else { return };
-            if let Err(e) = me.upsert_repo(&copy).await {
-                tracing::warn!(repository = %name, error = %e, "reverting a local repository edit failed");
+            if let Err(e) = me.upsert_data(dk, &copy).await {
+                tracing::warn!(object = %key, error = %e, "reverting a local edit failed");
             }
         });
     }
 
-    /// Resync (managed): the repositories the principal gave us, for `request-update`s and the
-    /// set checksum (`Repository/<name>/<hub uid>`).
-    pub(super) fn repo_copies_list(&self) -> Vec<Value> {
-        self.repo_copies
+    /// Resync (managed): the objects the principal gave us, for `request-update`s and the set
+    /// checksum (`<Repository|GPGKey>/<name>/<hub uid>`).
+    pub(super) fn data_copies_list(&self) -> Vec<(DataKind, Value)> {
+        self.data_copies
             .lock()
             .expect("poisoned")
-            .values()
-            .cloned()
+            .iter()
+            .filter_map(|(k, v)| DataKind::from_target(o::parse_qkey(k).0).map(|d| (d, v.clone())))
             .collect()
     }
 }

@@ -62,18 +62,21 @@ impl Inner {
         let pns = ev.data["namespace"].as_str().unwrap_or_default();
         let uid = ev.data["uid"].as_str().unwrap_or_default();
         let project = ev.data["kind"] == "AppProject";
-        if ev.data["kind"] == crate::repository::KIND {
+        if let Some(dk) = ev.data["kind"]
+            .as_str()
+            .and_then(crate::repository::DataKind::from_resync_kind)
+        {
             let sum = self
-                .repo_copies
+                .data_copies
                 .lock()
                 .expect("poisoned")
-                .get(name)
+                .get(&o::qkey(dk.target(), name))
                 .map(spec_checksum)
                 .unwrap_or_default();
             let src = self.source();
             out.send(crate::checksum::request_update(
                 &src,
-                crate::repository::KIND,
+                dk.resync_kind(),
                 name,
                 pns,
                 uid,
@@ -143,15 +146,11 @@ impl Inner {
             ))
             .await;
         }
-        for r in &self.repo_copies_list() {
-            items.push(set_item(
-                crate::repository::KIND,
-                o::name(r),
-                o::source_uid(r),
-            ));
+        for (dk, r) in &self.data_copies_list() {
+            items.push(set_item(dk.resync_kind(), o::name(r), o::source_uid(r)));
             out.send(crate::checksum::request_update(
                 &src,
-                crate::repository::KIND,
+                dk.resync_kind(),
                 o::name(r),
                 &self.cfg.namespace,
                 o::source_uid(r),

@@ -113,16 +113,16 @@ fn resync_events_are_sorted_by_the_kind_they_name() {
     assert_eq!(resync_kind(&ru("Application")), ResyncKind::Handled);
     assert_eq!(resync_kind(&ru("AppProject")), ResyncKind::Handled);
     assert_eq!(resync_kind(&ru("Repository")), ResyncKind::Handled);
-    match resync_kind(&response_synced(
-        "p",
-        "GPGKey",
-        "argocd-gpg-keys-cm",
-        "argocd",
-        "u",
-    )) {
-        ResyncKind::Refused(m) => assert!(m.contains("kind GPGKey is not supported"), "{m}"),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(
+        resync_kind(&response_synced(
+            "p",
+            "GPGKey",
+            "argocd-gpg-keys-cm",
+            "argocd",
+            "u",
+        )),
+        ResyncKind::Handled
+    );
     match resync_kind(&ru("Deployment")) {
         ResyncKind::Refused(m) => {
             assert!(m.contains("\"Deployment\"") && m.contains("GPGKey"), "{m}")

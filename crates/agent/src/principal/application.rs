@@ -141,13 +141,18 @@ impl Inner {
         if ev.target == Target::AppProject || ev.data["kind"] == "AppProject" {
             return self.handle_project_event(a, mode, ev).await;
         }
-        if ev.data["kind"] == crate::repository::KIND && ev.ty == EventType::RequestUpdate {
-            return self.handle_repo_request_update(a, mode, ev).await;
+        if ev.ty == EventType::RequestUpdate
+            && let Some(dk) = ev.data["kind"]
+                .as_str()
+                .and_then(crate::repository::DataKind::from_resync_kind)
+        {
+            return self.handle_data_request_update(a, mode, dk, ev).await;
         }
-        if ev.target == Target::Repository {
+        if crate::repository::DataKind::from_target(ev.target).is_some() {
             return Err(HandleError::Permanent(format!(
-                "event {} for target \"repository\" is not valid from an agent: repositories flow from the principal to managed agents only; nothing was done",
-                ev.ty.short()
+                "event {} for target {:?} is not valid from an agent: it flows from the principal to managed agents only; nothing was done",
+                ev.ty.short(),
+                ev.target.as_str()
             )));
         }
         if ev.target != Target::Application && ev.ty.is_resource_change() {

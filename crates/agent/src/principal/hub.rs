@@ -98,6 +98,17 @@ impl Inner {
         .await
     }
 
+    /// The GPG keys ConfigMap of the principal's namespace.
+    pub(super) async fn watch_gpg(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
+        self.watch_by_name(
+            Kind::ConfigMap,
+            |c| crate::repository::DataKind::GpgKey.selects(c),
+            |i| &i.gpg,
+            ready,
+        )
+        .await
+    }
+
     /// The Argo CD cluster an agent is mapped to: `data.name` of the cluster secret labelled
     /// with the agent's name (peer: internal/argocd/cluster `Manager.Mapping`); the agent's own
     /// name when there is none (the name `argocd-agentctl agent create` gives the cluster).
@@ -147,9 +158,9 @@ impl Inner {
                             }
                         };
                         match (selected, old) {
-                            (true, None) => self.count_hub_change(&p, "created"),
-                            (true, Some(_)) => self.count_hub_change(&p, "updated"),
-                            (false, Some(old)) => self.count_hub_change(&old, "deleted"),
+                            (true, None) => self.count_hub_change(kind, &p, "created"),
+                            (true, Some(_)) => self.count_hub_change(kind, &p, "updated"),
+                            (false, Some(old)) => self.count_hub_change(kind, &old, "deleted"),
                             (false, None) => continue,
                         }
                         self.sync_projects_all();
@@ -157,7 +168,7 @@ impl Inner {
                     Ok(StoreEvent::Deleted(p)) => {
                         let old = map(&self).lock().expect("poisoned").remove(o::name(&p));
                         if let Some(old) = old {
-                            self.count_hub_change(&old, "deleted");
+                            self.count_hub_change(kind, &old, "deleted");
                             self.sync_projects_all();
                         }
                     }
@@ -184,9 +195,17 @@ impl Inner {
         }
     }
 
-    /// `principal_repositories_{created,updated,deleted}` count hub repository Secret changes, as
-    /// the peer's informer callbacks do.
-    fn count_hub_change(&self, obj: &Value, op: &str) {
+    /// `principal_repositories_{created,updated,deleted}` count hub repository Secret changes and
+    /// `argocd_principal_gpg_keys_count` follows the GPG keys ConfigMap, as the peer's informer
+    /// callbacks do.
+    fn count_hub_change(&self, kind: Kind, obj: &Value, op: &str) {
+        if kind == Kind::ConfigMap {
+            let n = match op {
+                "deleted" => 0,
+                _ => obj["data"].as_object().map_or(0, |d| d.len()),
+            };
+            self.metrics.peer.gpg_keys_count.set(n as i64);
+        }
         if crate::repository::is_repo_secret(obj) {
             self.metrics.hub_write(crate::repository::KIND, op);
         }

@@ -118,6 +118,8 @@ struct AgentState {
     projects: Mutex<HashMap<String, String>>,
     /// managed: repository Secrets the agent has, by name -> hash of the form sent
     repos: Mutex<HashMap<String, String>>,
+    /// managed: the GPG keys ConfigMap the agent has, by name -> hash of the form sent
+    gpg: Mutex<HashMap<String, String>>,
     /// this principal process has resynced with the agent (the peer's `resyncStatus`): the resync
     /// requests go out on the first stream only
     resynced: AtomicBool,
@@ -137,6 +139,8 @@ struct Inner {
     /// hub Secrets of the principal's namespace that matter to agents, by name: repository /
     /// repo-creds Secrets and agent cluster secrets (see `crate::repository::is_watched`)
     secrets: Mutex<HashMap<String, Value>>,
+    /// the GPG keys ConfigMap of the principal's namespace (at most one entry)
+    gpg: Mutex<HashMap<String, Value>>,
 }
 
 /// A running principal.
@@ -170,6 +174,7 @@ impl Principal {
             cache: Mutex::new(HashMap::new()),
             projects: Mutex::new(HashMap::new()),
             secrets: Mutex::new(HashMap::new()),
+            gpg: Mutex::new(HashMap::new()),
         });
         let mut tasks = Vec::new();
         // hub watchers (Applications, AppProjects)
@@ -186,9 +191,13 @@ impl Principal {
         tasks.push(tokio::spawn(
             async move { w.watch_secrets(rready_tx).await },
         ));
+        let (gready_tx, gready_rx) = tokio::sync::oneshot::channel();
+        let w = inner.clone();
+        tasks.push(tokio::spawn(async move { w.watch_gpg(gready_tx).await }));
         let _ = tokio::time::timeout(Duration::from_secs(30), ready_rx).await;
         let _ = tokio::time::timeout(Duration::from_secs(30), pready_rx).await;
         let _ = tokio::time::timeout(Duration::from_secs(30), rready_rx).await;
+        let _ = tokio::time::timeout(Duration::from_secs(30), gready_rx).await;
 
         let m = metrics.clone();
         let incoming = tls::serve_tls(
@@ -321,6 +330,7 @@ impl Inner {
                 a.views.lock().expect("poisoned").clear();
                 a.projects.lock().expect("poisoned").clear();
                 a.repos.lock().expect("poisoned").clear();
+                a.gpg.lock().expect("poisoned").clear();
             }
             return a.clone();
         }
@@ -344,6 +354,7 @@ impl Inner {
             locks: o::KeyedLocks::default(),
             projects: Mutex::new(HashMap::new()),
             repos: Mutex::new(HashMap::new()),
+            gpg: Mutex::new(HashMap::new()),
             resynced: AtomicBool::new(false),
         });
         g.insert(name.to_string(), a.clone());
@@ -365,9 +376,10 @@ impl Inner {
             return vec![];
         };
         let mode = *a.mode.lock().expect("poisoned");
-        if let (Target::Repository, rname) = o::parse_qkey(name) {
+        let (target, key_name) = o::parse_qkey(name);
+        if let Some(dk) = crate::repository::DataKind::from_target(target) {
             return match mode {
-                Mode::Managed => self.regenerate_repo(agent, rname),
+                Mode::Managed => self.regenerate_data(agent, dk, key_name),
                 Mode::Autonomous => vec![],
             };
         }

@@ -21,6 +21,7 @@ use crate::Mode;
 use crate::checksum::{read_checksum, response_synced, set_checksum, set_item, spec_checksum};
 use crate::event::Event;
 use crate::objects as o;
+use crate::repository::DataKind;
 use crate::session::{HandleError, Outbox};
 use crate::store::Kind;
 
@@ -151,23 +152,39 @@ impl Inner {
                 .filter_map(|n| hub.get(&n).map(|p| (n, o::uid(p).to_string())))
                 .collect()
         };
-        let repos: Vec<(String, String)> = {
-            let given: Vec<String> = a.repos.lock().expect("poisoned").keys().cloned().collect();
-            let hub = self.secrets.lock().expect("poisoned");
-            given
-                .into_iter()
-                .filter_map(|n| hub.get(&n).map(|r| (n, o::uid(r).to_string())))
-                .collect()
-        };
+        // the repository Secrets and GPG keys ConfigMap given to the agent (kind, name, hub UID)
+        let data: Vec<(&str, String, String)> = DataKind::ALL
+            .into_iter()
+            .flat_map(|dk| {
+                let given: Vec<String> = match dk {
+                    DataKind::Repository => &a.repos,
+                    DataKind::GpgKey => &a.gpg,
+                }
+                .lock()
+                .expect("poisoned")
+                .keys()
+                .cloned()
+                .collect();
+                let hub = match dk {
+                    DataKind::Repository => &self.secrets,
+                    DataKind::GpgKey => &self.gpg,
+                }
+                .lock()
+                .expect("poisoned");
+                given
+                    .into_iter()
+                    .filter_map(|n| {
+                        hub.get(&n)
+                            .map(|r| (dk.resync_kind(), n, o::uid(r).to_string()))
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
         let items = apps
             .iter()
             .map(|h| set_item("Application", o::name(h), o::uid(h)))
             .chain(projects.iter().map(|(n, u)| set_item("AppProject", n, u)))
-            .chain(
-                repos
-                    .iter()
-                    .map(|(n, u)| set_item(crate::repository::KIND, n, u)),
-            );
+            .chain(data.iter().map(|(k, n, u)| set_item(k, n, u)));
         if set_checksum(items) == theirs {
             return Ok(());
         }
@@ -195,15 +212,9 @@ impl Inner {
             ))
             .await;
         }
-        for (n, u) in &repos {
-            out.send(response_synced(
-                SOURCE,
-                crate::repository::KIND,
-                n,
-                &self.cfg.namespace,
-                u,
-            ))
-            .await;
+        for (k, n, u) in &data {
+            out.send(response_synced(SOURCE, k, n, &self.cfg.namespace, u))
+                .await;
         }
         Ok(())
     }
@@ -219,10 +230,12 @@ impl Inner {
         let name = ev.data["name"].as_str().unwrap_or_default();
         let ns = ev.data["namespace"].as_str().unwrap_or_default();
         let uid = ev.data["uid"].as_str().unwrap_or_default();
-        if ev.data["kind"] == crate::repository::KIND {
+        if let Some(k) = ev.data["kind"]
+            .as_str()
+            .filter(|k| DataKind::from_resync_kind(k).is_some())
+        {
             return Err(HandleError::Permanent(format!(
-                "response-synced-resource for kind {} is not valid from an autonomous agent: repositories flow from the principal to managed agents only; nothing was changed",
-                crate::repository::KIND
+                "response-synced-resource for kind {k} is not valid from an autonomous agent: it flows from the principal to managed agents only; nothing was changed"
             )));
         }
         if ev.data["kind"] == "AppProject" {

@@ -232,3 +232,104 @@ async fn an_agent_restart_with_nothing_changed_resends_no_repository() {
     a.shutdown().await;
     p.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_gpg_keys_configmap_goes_to_every_managed_agent() {
+    let pki = LocalPki::new().unwrap();
+    let (hub, spoke, auto) = (MemStore::new(), MemStore::new(), MemStore::new());
+    let cm = |name: &str, key: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "argocd"},
+            "data": {"4AEE18F83AFDEB23": key}})
+    };
+    let hub_cm = hub
+        .create(
+            Kind::ConfigMap,
+            cm(
+                "argocd-gpg-keys-cm",
+                "-----BEGIN PGP PUBLIC KEY BLOCK----- 1",
+            ),
+        )
+        .await
+        .unwrap();
+    hub.create(Kind::ConfigMap, cm("argocd-cm", "other"))
+        .await
+        .unwrap();
+    let p = principal(&pki, &hub, "127.0.0.1:0").await;
+    let a = agent(&pki, &p, "gpg-m", Mode::Managed, &spoke).await;
+    let b = agent(&pki, &p, "gpg-a", Mode::Autonomous, &auto).await;
+    let wait = |s: &MemStore, what: &'static str, pred: fn(Option<&Value>) -> bool| {
+        let s = s.clone();
+        async move {
+            wait_for_kind(
+                &s,
+                Kind::ConfigMap,
+                "argocd",
+                "argocd-gpg-keys-cm",
+                what,
+                pred,
+            )
+            .await
+        }
+    };
+    let got = wait(&spoke, "delivered", |c| c.is_some()).await.unwrap();
+    assert_eq!(
+        got["metadata"]["annotations"]["argocd.argoproj.io/source-uid"],
+        hub_cm["metadata"]["uid"]
+    );
+    // a local edit is reverted
+    spoke
+        .merge_patch(
+            Kind::ConfigMap,
+            "argocd",
+            "argocd-gpg-keys-cm",
+            json!({"data": {"4AEE18F83AFDEB23": "mine"}}),
+        )
+        .await
+        .unwrap();
+    wait(&spoke, "local edit reverted", |c| {
+        c.is_some_and(|c| c["data"]["4AEE18F83AFDEB23"] == "-----BEGIN PGP PUBLIC KEY BLOCK----- 1")
+    })
+    .await;
+    // a hub change flows down; a hub deletion removes it
+    hub.merge_patch(
+        Kind::ConfigMap,
+        "argocd",
+        "argocd-gpg-keys-cm",
+        json!({"data": {"NEWKEY": "2"}}),
+    )
+    .await
+    .unwrap();
+    wait(&spoke, "hub change delivered", |c| {
+        c.is_some_and(|c| c["data"]["NEWKEY"] == "2")
+    })
+    .await;
+    assert!(
+        p.metrics()
+            .encode()
+            .contains("argocd_principal_gpg_keys_count 2\n"),
+        "the peer's gauge counts the keys"
+    );
+    hub.delete(Kind::ConfigMap, "argocd", "argocd-gpg-keys-cm")
+        .await
+        .unwrap();
+    wait(&spoke, "hub deletion", |c| c.is_none()).await;
+    wait_idle(|| p.agent_idle("gpg-m") && p.agent_idle("gpg-a") && a.idle() && b.idle()).await;
+    assert!(
+        spoke
+            .get(Kind::ConfigMap, "argocd", "argocd-cm")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        auto.get(Kind::ConfigMap, "argocd", "argocd-gpg-keys-cm")
+            .await
+            .unwrap()
+            .is_none(),
+        "autonomous agents keep their own keys"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+    p.shutdown().await;
+}

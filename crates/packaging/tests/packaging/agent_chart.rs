@@ -46,7 +46,7 @@ fn default_render_is_a_namespaced_hardened_agent() {
     );
     assert!(
         g.iter()
-            .all(|(grp, r, _)| grp == "argoproj.io" || r == "secrets"),
+            .all(|(grp, r, _)| grp == "argoproj.io" || r == "secrets" || r == "configmaps"),
         "{g:?}"
     );
 }

@@ -84,9 +84,11 @@ fn default_render_is_a_hardened_principal_reading_the_peers_secrets() {
     assert_eq!(repos["metadata"]["namespace"], "argocd");
     let g = grants(repos);
     assert!(g.contains(&("".into(), "secrets".into(), "watch".into())));
+    assert!(g.contains(&("".into(), "configmaps".into(), "watch".into())));
     assert!(
         g.iter()
-            .all(|(_, r, v)| r == "secrets" && ["get", "list", "watch"].contains(&v.as_str())),
+            .all(|(_, r, v)| ["secrets", "configmaps"].contains(&r.as_str())
+                && ["get", "list", "watch"].contains(&v.as_str())),
         "{g:?}"
     );
 }
