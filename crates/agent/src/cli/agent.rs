@@ -184,6 +184,30 @@ pub struct AgentArgs {
         default_value = ""
     )]
     pub label_selector: String,
+    /// Route Applications by `spec.destination.name` (argocd-agent's destination-based mapping).
+    /// Not supported by argocd-pull yet: the agent refuses to start with it.
+    #[arg(long = "destination-based-mapping", env = "ARGOCD_AGENT_DESTINATION_BASED_MAPPING",
+          default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true")]
+    pub destination_based_mapping: bool,
+    /// Create target namespaces (only used with --destination-based-mapping).
+    #[arg(long = "create-namespace", env = "ARGOCD_AGENT_CREATE_NAMESPACE",
+          default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true")]
+    pub create_namespace: bool,
+    /// Additional namespaces for Applications (only used with --destination-based-mapping).
+    #[arg(
+        long = "allowed-namespaces",
+        env = "ARGOCD_AGENT_ALLOWED_NAMESPACES",
+        value_delimiter = ','
+    )]
+    pub allowed_namespaces: Vec<String>,
+    /// Ignore Applications without the source-UID annotation during resync. argocd-pull's
+    /// managed agent always does (it only reports what the principal gave it).
+    #[arg(long = "ignore-unmanaged-apps", env = "ARGOCD_AGENT_IGNORE_UNMANAGED_APPS",
+          default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true")]
+    pub ignore_unmanaged_apps: bool,
 }
 
 impl AgentArgs {
@@ -291,6 +315,13 @@ async fn run(
 ) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     common::check_creds(&args.creds)?;
+    if args.destination_based_mapping {
+        bail!(
+            "--destination-based-mapping is not supported by argocd-pull yet: route Applications by namespace (the default: the hub namespace named after the agent) and remove the flag (ARGOCD_AGENT_DESTINATION_BASED_MAPPING)"
+        );
+    }
+    // bad input is reported before anything is loaded or connected
+    let selector = super::label_selector(&args.label_selector)?;
     if args.namespace.is_empty() {
         bail!("namespace value is empty and must be specified");
     }
@@ -331,7 +362,6 @@ async fn run(
     if !args.keepalive.is_zero() {
         cfg.keepalive_interval = args.keepalive;
     }
-    let selector = super::label_selector(&args.label_selector)?;
     let Some(store) =
         super::or_shutdown(&shutdown, super::store_or(store, client, "local")).await?
     else {

@@ -233,6 +233,12 @@ pub struct PrincipalArgs {
         value_delimiter = ','
     )]
     pub allowed_namespaces: Vec<String>,
+    /// Route Applications by `spec.destination.name` (argocd-agent's destination-based mapping).
+    /// Not supported by argocd-pull yet: the principal refuses to start with it.
+    #[arg(long = "destination-based-mapping", env = "ARGOCD_PRINCIPAL_DESTINATION_BASED_MAPPING",
+          default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true")]
+    pub destination_based_mapping: bool,
 }
 
 impl PrincipalArgs {
@@ -381,6 +387,14 @@ async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    if args.destination_based_mapping {
+        bail!(
+            "--destination-based-mapping is not supported by argocd-pull yet: route Applications by namespace (the default: the hub namespace named after the agent) and remove the flag (ARGOCD_PRINCIPAL_DESTINATION_BASED_MAPPING)"
+        );
+    }
+    // bad input is reported before anything is loaded or connected
+    let selector = super::label_selector(&args.label_selector)?;
+    let namespace_create = namespace_create(&args)?;
     let auth = match &args.identity_regex {
         Some(re) => common::parse_auth(&format!("mtls:subject:{re}"))?,
         None => common::parse_auth(&args.auth)?,
@@ -410,14 +424,13 @@ async fn run(
     cfg.concurrency = args.event_processors.unwrap_or(args.concurrency).max(1);
     cfg.compression = args.compression;
     cfg.keepalive_min_interval = args.keepalive_min_interval;
-    cfg.namespace_create = namespace_create(&args)?;
+    cfg.namespace_create = namespace_create;
     cfg.allowed_namespaces = args
         .allowed_namespaces
         .iter()
         .filter(|n| !n.is_empty())
         .cloned()
         .collect();
-    let selector = super::label_selector(&args.label_selector)?;
     let Some(store) =
         super::or_shutdown(&shutdown, super::store_or(store, m.client, "hub")).await?
     else {

@@ -322,3 +322,66 @@ async fn agent_heartbeats_are_sent_at_the_interval_and_acked() {
     quiet.shutdown().await;
     p.shutdown().await;
 }
+
+/// The peer's agent and principal flags of this release parse (a user keeps their manifests);
+/// destination-based mapping, which argocd-pull does not implement, is refused by name.
+#[tokio::test]
+async fn the_peers_policy_flags_parse_and_destination_mapping_is_refused_by_name() {
+    let agent_flags = [
+        "--server-address=localhost",
+        "--source-uid-mismatch-policy=upsert",
+        "--adoption-policy=never",
+        "--on-application-recreate=clear-status",
+        "--heartbeat-interval=30s",
+        "--label-selector=team=a,tier in (web)",
+        "--ignore-unmanaged-apps",
+        "--create-namespace=false",
+        "--allowed-namespaces=team-a,team-b",
+    ];
+    let a = AgentArgs::try_parse_flags(agent_flags).unwrap();
+    assert_eq!(
+        a.adoption_policy,
+        argocd_pull_agent::policy::AdoptionPolicy::Never
+    );
+    assert_eq!(a.heartbeat_interval, std::time::Duration::from_secs(30));
+    let bad = AgentArgs::try_parse_flags(["--adoption-policy=sometimes"]).unwrap_err();
+    assert!(bad.to_string().contains("sometimes"), "{bad}");
+
+    let a =
+        AgentArgs::try_parse_flags(["--server-address=localhost", "--destination-based-mapping"])
+            .unwrap();
+    let e = run_agent_until(a, Some(Arc::new(MemStore::new())), CancellationToken::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--destination-based-mapping is not supported"),
+        "{e}"
+    );
+    let p = PrincipalArgs::try_parse_flags([
+        "--destination-based-mapping=true",
+        "--namespace-create-enable",
+        "--namespace-create-pattern=^agent-",
+        "--namespace-create-labels=a=b",
+        "--allowed-namespaces=agent-*",
+        "--label-selector=x!=y",
+    ])
+    .unwrap();
+    let e = run_principal_until(p, Some(Arc::new(MemStore::new())), CancellationToken::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--destination-based-mapping is not supported"),
+        "{e}"
+    );
+    let p = PrincipalArgs::try_parse_flags(["--label-selector=a>1"]).unwrap();
+    let e = run_principal_until(p, Some(Arc::new(MemStore::new())), CancellationToken::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--label-selector") && e.contains("not supported"),
+        "{e}"
+    );
+}
