@@ -1,6 +1,7 @@
 //! Agent-based pull model: principal and agent over mTLS gRPC streams, wire-compatible with
 //! argoproj-labs/argocd-agent. See `README.md` for the design and every deviation from the peer.
 pub mod auth;
+pub mod blocklist;
 pub mod checksum;
 pub mod event;
 pub mod metrics;

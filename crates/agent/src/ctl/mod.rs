@@ -6,9 +6,12 @@
 //!   `argocd-agent-client-tls` (peer: cmd/ctl/ca.go);
 //! * `agent create|list|inspect|print-tls` — the Argo CD cluster secret `cluster-<agent>`
 //!   (peer: cmd/ctl/agent.go, internal/argocd/cluster/conversion.go);
-//! * `jwt create-key` — `argocd-agent-jwt` (peer: cmd/ctl/jwt.go).
+//! * `jwt create-key` — `argocd-agent-jwt` (peer: cmd/ctl/jwt.go);
+//! * `blocklist tls add|remove|list` — ConfigMap `argocd-agent-tls-blocklist` (peer:
+//!   cmd/ctl/blocklist.go).
 
 mod agent;
+mod blocklist;
 mod jwt;
 mod out;
 mod pki;
@@ -73,6 +76,9 @@ pub enum CtlCommand {
     /// Manage the JWT signing key.
     #[command(subcommand)]
     Jwt(jwt::JwtCommand),
+    /// Manage blocklists.
+    #[command(subcommand)]
+    Blocklist(blocklist::BlocklistCommand),
 }
 
 /// Kubernetes clients of both sides.
@@ -120,6 +126,7 @@ pub async fn execute(cmd: &CtlCommand, c: &Clients) -> anyhow::Result<String> {
         CtlCommand::Agent(a) => agent::run(a, c).await,
         CtlCommand::Pki(p) => pki::run(p, c).await,
         CtlCommand::Jwt(j) => jwt::run(j, c).await,
+        CtlCommand::Blocklist(b) => blocklist::run(b, c).await,
     }
 }
 

@@ -479,3 +479,53 @@ async fn principal_reports_a_missing_secret_by_name() {
         "{msg}"
     );
 }
+
+#[tokio::test]
+async fn blocklist_tls_add_list_remove_as_the_peer() {
+    let (ph, ah) = (hub(), hub());
+    let c = clients(&ph, &ah).await;
+    assert_eq!(
+        ctl(&c, &["blocklist", "tls", "list"]).await.unwrap(),
+        "No entries in the blocklist.\n"
+    );
+    let fp = crate::blocklist::fingerprint(b"a certificate");
+    let colons = fp
+        .as_bytes()
+        .chunks(2)
+        .map(|p| std::str::from_utf8(p).unwrap().to_ascii_lowercase())
+        .collect::<Vec<_>>()
+        .join(":");
+    assert_eq!(
+        ctl(&c, &["blocklist", "tls", "add", &colons])
+            .await
+            .unwrap(),
+        format!("Added to blocklist: {fp}\n")
+    );
+    assert_eq!(
+        ctl(&c, &["blocklist", "tls", "add", &fp]).await.unwrap(),
+        "Fingerprint already in blocklist.\n"
+    );
+    assert_eq!(
+        ctl(&c, &["blocklist", "tls", "list"]).await.unwrap(),
+        format!("FINGERPRINT\n{fp}\n")
+    );
+    let cm =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(c.principal.clone(), "argocd")
+            .get("argocd-agent-tls-blocklist")
+            .await
+            .unwrap();
+    assert_eq!(cm.data.unwrap().get(&fp).map(String::as_str), Some(""));
+    let e = ctl(&c, &["blocklist", "tls", "add", "not-a-fingerprint"])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("64 hex digits"), "{e}");
+    assert_eq!(
+        ctl(&c, &["blocklist", "tls", "remove", &fp]).await.unwrap(),
+        format!("Removed from blocklist: {fp}\n")
+    );
+    assert_eq!(
+        ctl(&c, &["blocklist", "tls", "remove", &fp]).await.unwrap(),
+        "Fingerprint not found in blocklist.\n"
+    );
+}

@@ -98,6 +98,67 @@ impl Inner {
         .await
     }
 
+    /// The TLS blocklist ConfigMap: replaces the blocked fingerprints on every change and drops
+    /// the streams of connected agents whose certificate is now blocked.
+    pub(super) async fn watch_blocklist(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
+        use crate::blocklist::{self, CONFIGMAP};
+        let mut ready = Some(ready);
+        let ns = self.cfg.namespace.clone();
+        loop {
+            let mut s = self.store.watch(Kind::ConfigMap, Some(&ns));
+            while let Some(ev) = s.next().await {
+                let fps = match ev {
+                    Ok(StoreEvent::Restarted(list)) => list
+                        .iter()
+                        .find(|c| o::name(c) == CONFIGMAP)
+                        .map(blocklist::from_configmap)
+                        .unwrap_or_default(),
+                    Ok(StoreEvent::Applied(c)) if o::name(&c) == CONFIGMAP => {
+                        blocklist::from_configmap(&c)
+                    }
+                    Ok(StoreEvent::Deleted(c)) if o::name(&c) == CONFIGMAP => Default::default(),
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "TLS blocklist watch error");
+                        if let Some(r) = ready.take() {
+                            let _ = r.send(());
+                        }
+                        continue;
+                    }
+                };
+                let n = fps.len();
+                for agent in self.blocklist.replace(fps) {
+                    if self.disconnect(&agent) {
+                        tracing::info!(
+                            agent,
+                            "disconnected an agent whose certificate is blocklisted"
+                        );
+                    }
+                }
+                tracing::info!(entries = n, "loaded the TLS blocklist");
+                if let Some(r) = ready.take() {
+                    let _ = r.send(());
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// Drops an agent's stream (it may log in again, subject to the blocklist).
+    pub(super) fn disconnect(&self, agent: &str) -> bool {
+        let Some(a) = self.agent(agent) else {
+            return false;
+        };
+        let Some((_, h)) = a.session.lock().expect("poisoned").take() else {
+            return false;
+        };
+        h.abort();
+        a.connected
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.metrics.agent_disconnected(agent);
+        true
+    }
+
     /// The GPG keys ConfigMap of the principal's namespace.
     pub(super) async fn watch_gpg(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
         self.watch_by_name(

@@ -141,6 +141,8 @@ struct Inner {
     secrets: Mutex<HashMap<String, Value>>,
     /// the GPG keys ConfigMap of the principal's namespace (at most one entry)
     gpg: Mutex<HashMap<String, Value>>,
+    /// blocked client certificates (ConfigMap `argocd-agent-tls-blocklist`)
+    blocklist: crate::blocklist::Blocklist,
 }
 
 /// A running principal.
@@ -175,6 +177,7 @@ impl Principal {
             projects: Mutex::new(HashMap::new()),
             secrets: Mutex::new(HashMap::new()),
             gpg: Mutex::new(HashMap::new()),
+            blocklist: Default::default(),
         });
         let mut tasks = Vec::new();
         // hub watchers (Applications, AppProjects)
@@ -191,6 +194,11 @@ impl Principal {
         tasks.push(tokio::spawn(
             async move { w.watch_secrets(rready_tx).await },
         ));
+        let (bready_tx, bready_rx) = tokio::sync::oneshot::channel();
+        let w = inner.clone();
+        tasks.push(tokio::spawn(
+            async move { w.watch_blocklist(bready_tx).await },
+        ));
         let (gready_tx, gready_rx) = tokio::sync::oneshot::channel();
         let w = inner.clone();
         tasks.push(tokio::spawn(async move { w.watch_gpg(gready_tx).await }));
@@ -198,6 +206,7 @@ impl Principal {
         let _ = tokio::time::timeout(Duration::from_secs(30), pready_rx).await;
         let _ = tokio::time::timeout(Duration::from_secs(30), rready_rx).await;
         let _ = tokio::time::timeout(Duration::from_secs(30), gready_rx).await;
+        let _ = tokio::time::timeout(Duration::from_secs(30), bready_rx).await;
 
         let m = metrics.clone();
         let incoming = tls::serve_tls(

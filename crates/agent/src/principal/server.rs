@@ -62,10 +62,18 @@ impl Svc {
         let leaf = certs
             .first()
             .ok_or_else(|| Status::unauthenticated("a client certificate is required"))?;
-        tls::identity_from_cert(leaf.as_ref(), &self.inner.identity).map_err(|e| {
+        let fp = crate::blocklist::fingerprint(leaf.as_ref());
+        if self.inner.blocklist.contains(&fp) {
+            self.inner.metrics.auth_failure("blocklisted");
+            tracing::warn!(fingerprint = %fp, "rejected blocklisted certificate");
+            return Err(Status::unauthenticated("certificate is blocklisted"));
+        }
+        let agent = tls::identity_from_cert(leaf.as_ref(), &self.inner.identity).map_err(|e| {
             self.inner.metrics.auth_failure("identity");
             Status::unauthenticated(e.to_string())
-        })
+        })?;
+        self.inner.blocklist.track(&fp, &agent);
+        Ok(agent)
     }
 }
 

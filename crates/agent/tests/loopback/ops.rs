@@ -385,3 +385,49 @@ async fn the_peers_policy_flags_parse_and_destination_mapping_is_refused_by_name
         "{e}"
     );
 }
+
+/// The TLS blocklist: adding the agent's certificate fingerprint to ConfigMap
+/// `argocd-agent-tls-blocklist` drops its stream and refuses its logins; removing it lets the
+/// agent back in.
+#[tokio::test]
+async fn a_blocklisted_certificate_is_disconnected_and_refused_until_removed() {
+    use argocd_pull_agent::store::{Kind, Store};
+    let pki = LocalPki::new().unwrap();
+    let (hub, spoke, other) = (MemStore::new(), MemStore::new(), MemStore::new());
+    let p = principal(&pki, &hub, "127.0.0.1:0").await;
+    let tls = pki.agent("blocked").unwrap();
+    let pem = tls.cert_pem.clone();
+    let a = agent_with(&pki, &p, "blocked", Mode::Managed, &spoke, |c| c.tls = tls).await;
+    let b = agent(&pki, &p, "fine", Mode::Managed, &other).await;
+    let der = rustls_pemfile::certs(&mut pem.as_slice())
+        .next()
+        .unwrap()
+        .unwrap();
+    let fp = argocd_pull_agent::blocklist::fingerprint(der.as_ref());
+    hub.create(
+        Kind::ConfigMap,
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "argocd-agent-tls-blocklist", "namespace": "argocd"},
+            "data": {fp.clone(): ""}}),
+    )
+    .await
+    .unwrap();
+    wait_idle(|| p.connected_agents() == ["fine"]).await;
+    // it keeps trying and is refused by name
+    wait_idle(|| {
+        a.last_error()
+            .is_some_and(|e| e.contains("certificate is blocklisted"))
+    })
+    .await;
+    assert!(b.is_connected(), "other agents are untouched");
+    let n = a.connections();
+    hub.delete(Kind::ConfigMap, "argocd", "argocd-agent-tls-blocklist")
+        .await
+        .unwrap();
+    tokio::time::timeout(T, a.wait_connected(n))
+        .await
+        .expect("back in once removed from the blocklist");
+    a.shutdown().await;
+    b.shutdown().await;
+    p.shutdown().await;
+}
