@@ -1,143 +1,42 @@
-//! `--label-selector`: Kubernetes label-selector syntax (as `labels.Parse` in apimachinery) into
-//! kube's [`Selector`], and a [`Store`] that shows only the objects it selects — what the peer's
+//! `--label-selector`: the workspace's label-selector parser (`argocd_pull_ops::labels`, the
+//! apimachinery syntax) and a [`Store`] that shows only the objects it selects — what the peer's
 //! label-selected informers see: an object that stops matching looks deleted, one that starts
 //! matching looks created.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use argocd_pull_ops::labels::LabelSelector;
 use async_trait::async_trait;
 use futures::{StreamExt, stream::BoxStream};
-use kube::core::{Expression, Selector, SelectorExt};
 use serde_json::Value;
 
 use crate::store::{Kind, Store, StoreEvent, StoreResult};
 
-/// Parses `a=b,c!=d,e in (x,y),f notin (z),g,!h` (also `==`). Set-based operators need
-/// parentheses; `<`/`>` (numeric comparisons) are not supported by kube's selector and are
-/// refused with an error naming them.
-pub fn parse(s: &str) -> Result<Selector, String> {
-    let mut exprs = Vec::new();
-    for req in split_top(s) {
-        let req = req.trim();
-        if req.is_empty() {
-            continue;
-        }
-        exprs.push(parse_requirement(req).map_err(|e| {
-            format!("invalid label selector {s:?}: {e} in {req:?}; use the kubectl -l syntax (a=b, a!=b, a in (x,y), a notin (x), a, !a)")
-        })?);
-    }
-    Ok(Selector::from_iter(exprs))
-}
-
-/// Splits at commas outside parentheses.
-fn split_top(s: &str) -> Vec<&str> {
-    let (mut out, mut depth, mut start) = (Vec::new(), 0usize, 0usize);
-    for (i, c) in s.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth = depth.saturating_sub(1),
-            ',' if depth == 0 => {
-                out.push(&s[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    out.push(&s[start..]);
-    out
-}
-
-fn parse_requirement(r: &str) -> Result<Expression, String> {
-    if let Some(k) = r.strip_prefix('!') {
-        return Ok(Expression::DoesNotExist(key(k)?));
-    }
-    for (op, ctor) in [("!=", 0), ("==", 1), ("=", 1)] {
-        if let Some((k, v)) = r.split_once(op) {
-            let (k, v) = (key(k)?, value(v)?);
-            return Ok(if ctor == 0 {
-                Expression::NotEqual(k, v)
-            } else {
-                Expression::Equal(k, v)
-            });
-        }
-    }
-    if r.contains(['<', '>']) {
-        return Err("the numeric operators < and > are not supported".into());
-    }
-    let words: Vec<&str> = r.splitn(2, char::is_whitespace).collect();
-    if let [k, rest] = words[..] {
-        let rest = rest.trim();
-        let (neg, set) = if let Some(x) = rest.strip_prefix("notin") {
-            (true, x)
-        } else if let Some(x) = rest.strip_prefix("in") {
-            (false, x)
-        } else {
-            return Err(format!("unknown operator {rest:?}"));
-        };
-        let set = set
-            .trim()
-            .strip_prefix('(')
-            .and_then(|x| x.strip_suffix(')'))
-            .ok_or("a set must be in parentheses")?;
-        let values: BTreeSet<String> = set.split(',').map(value).collect::<Result<_, _>>()?;
-        let k = key(k)?;
-        return Ok(if neg {
-            Expression::NotIn(k, values)
-        } else {
-            Expression::In(k, values)
-        });
-    }
-    Ok(Expression::Exists(key(r)?))
-}
-
-fn key(k: &str) -> Result<String, String> {
-    let k = k.trim();
-    let ok = !k.is_empty()
-        && k.len() <= 317
-        && k.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
-    if ok {
-        Ok(k.to_string())
-    } else {
-        Err(format!("{k:?} is not a label key"))
-    }
-}
-
-fn value(v: &str) -> Result<String, String> {
-    let v = v.trim();
-    let ok = v.len() <= 63
-        && v.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
-        Ok(v.to_string())
-    } else {
-        Err(format!("{v:?} is not a label value"))
-    }
+/// Parses a selector; the error names it and the syntax.
+pub fn parse(s: &str) -> Result<LabelSelector, String> {
+    LabelSelector::parse(s).map_err(|e| {
+        format!(
+            "invalid label selector {s:?}: {e}; use the kubectl -l syntax (a=b, a!=b, a in (x,y), a notin (x), a, !a; the numeric operators < and > are not supported)"
+        )
+    })
 }
 
 /// Whether `sel` selects the object's labels.
-pub fn selects(sel: &Selector, obj: &Value) -> bool {
-    let labels: BTreeMap<String, String> = obj["metadata"]["labels"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
-                .collect()
-        })
-        .unwrap_or_default();
-    sel.matches(&labels)
+pub fn selects(sel: &LabelSelector, obj: &Value) -> bool {
+    let labels = &obj["metadata"]["labels"];
+    sel.matches_with(|k| labels[k].as_str())
 }
 
 /// A [`Store`] that shows only the objects `selector` selects, for the kinds in `kinds`.
 pub struct SelectedStore {
     inner: Arc<dyn Store>,
-    selector: Arc<Selector>,
+    selector: Arc<LabelSelector>,
     kinds: Vec<Kind>,
 }
 
 impl SelectedStore {
-    pub fn new(inner: Arc<dyn Store>, selector: Selector, kinds: Vec<Kind>) -> Self {
+    pub fn new(inner: Arc<dyn Store>, selector: LabelSelector, kinds: Vec<Kind>) -> Self {
         Self {
             inner,
             selector: Arc::new(selector),
@@ -247,7 +146,15 @@ mod tests {
 
     #[test]
     fn bad_selectors_name_the_requirement_and_the_syntax() {
-        for bad in ["a>1", "a in b", "a in (x", "a=b c", "a sometimes (x)", "=b"] {
+        for bad in [
+            "a>1",
+            "a in b",
+            "a in (x",
+            "a=b c",
+            "a sometimes (x)",
+            "=b",
+            "a,,b",
+        ] {
             let e = parse(bad).unwrap_err();
             assert!(e.contains("kubectl -l syntax"), "{bad}: {e}");
         }

@@ -32,6 +32,7 @@
 
 pub mod admin;
 pub mod apis;
+pub mod labels;
 pub mod leader;
 pub mod logging;
 pub mod metrics;

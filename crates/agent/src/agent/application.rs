@@ -95,15 +95,30 @@ impl Inner {
         want: &Value,
         with_op: bool,
     ) -> Result<(), StoreError> {
+        self.upsert_with(kind, want, |cur| {
+            let mut n = o::overlay(cur, want, false, false);
+            if with_op && let Some(op) = want.get("operation").filter(|v| !v.is_null()) {
+                n["operation"] = op.clone();
+            }
+            n
+        })
+        .await
+    }
+
+    /// Creates `want` in the agent's namespace, or replaces the current object with
+    /// `overlay(current)` when that differs; retries conflicts a few times.
+    pub(super) async fn upsert_with(
+        &self,
+        kind: Kind,
+        want: &Value,
+        overlay: impl Fn(&Value) -> Value,
+    ) -> Result<(), StoreError> {
         let (ns, name) = (self.cfg.namespace.as_str(), o::name(want));
         for _ in 0..5 {
             let r = match self.store.get(kind, ns, name).await? {
                 None => self.store.create(kind, want.clone()).await.map(|_| ()),
                 Some(cur) => {
-                    let mut n = o::overlay(&cur, want, false, false);
-                    if with_op && let Some(op) = want.get("operation").filter(|v| !v.is_null()) {
-                        n["operation"] = op.clone();
-                    }
+                    let n = overlay(&cur);
                     if n == cur {
                         Ok(())
                     } else {

@@ -76,27 +76,8 @@ impl Inner {
 
     /// Creates the object, or brings data, labels and annotations of the existing one to `want`.
     pub(super) async fn upsert_data(&self, dk: DataKind, want: &Value) -> Result<(), StoreError> {
-        let (kind, ns, name) = (dk.kind(), self.cfg.namespace.as_str(), o::name(want));
-        for _ in 0..5 {
-            let r = match self.store.get(kind, ns, name).await? {
-                None => self.store.create(kind, want.clone()).await.map(|_| ()),
-                Some(cur) => {
-                    let n = repo::overlay(&cur, want);
-                    if n == cur {
-                        Ok(())
-                    } else {
-                        self.store.replace(kind, n).await.map(|_| ())
-                    }
-                }
-            };
-            match r {
-                Err(StoreError::Conflict(_)) | Err(StoreError::AlreadyExists) => continue,
-                r => return r,
-            }
-        }
-        Err(StoreError::Conflict(format!(
-            "{ns}/{name}: too many conflicts"
-        )))
+        self.upsert_with(dk.kind(), want, |cur| repo::overlay(cur, want))
+            .await
     }
 
     /// Local objects of `dk`'s kind in the agent's namespace: a managed one edited or deleted

@@ -71,25 +71,27 @@ async fn store_or(
 }
 
 /// `--label-selector`, parsed up front so a typo stops the command with the reason.
-fn label_selector(s: &str) -> anyhow::Result<Option<kube::core::Selector>> {
+fn label_selector(
+    s: &str,
+) -> anyhow::Result<Option<(String, argocd_pull_ops::labels::LabelSelector)>> {
     if s.trim().is_empty() {
         return Ok(None);
     }
     crate::selector::parse(s)
-        .map(Some)
+        .map(|sel| Some((s.to_string(), sel)))
         .map_err(|e| anyhow::anyhow!("--label-selector: {e}"))
 }
 
 /// The store as seen through `--label-selector` (Applications, AppProjects and Secrets).
 fn selected(
     store: Arc<dyn Store>,
-    selector: Option<kube::core::Selector>,
+    selector: Option<(String, argocd_pull_ops::labels::LabelSelector)>,
     who: &str,
 ) -> Arc<dyn Store> {
     match selector {
         None => store,
-        Some(sel) => {
-            tracing::info!(selector = %sel, "{who} informers are using the label selector");
+        Some((text, sel)) => {
+            tracing::info!(selector = %text, "{who} informers are using the label selector");
             Arc::new(crate::selector::SelectedStore::new(
                 store,
                 sel,

@@ -163,44 +163,30 @@ async fn wait_all(store: &MemStore, ns: &str, what: &str, pred: impl Fn(&[Value]
     }
 }
 
-fn paths(l: &[Value]) -> Vec<(String, String)> {
+/// (name, the string at `pointer`) of every object, sorted.
+fn pairs(l: &[Value], pointer: &str) -> Vec<(String, String)> {
     let mut v: Vec<_> = l
         .iter()
         .map(|o| {
-            (
-                o["metadata"]["name"]
-                    .as_str()
+            let s = |p: &str| {
+                o.pointer(p)
+                    .and_then(Value::as_str)
                     .unwrap_or_default()
-                    .to_string(),
-                o["spec"]["source"]["path"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            )
+                    .to_string()
+            };
+            (s("/metadata/name"), s(pointer))
         })
         .collect();
     v.sort();
     v
 }
 
+fn paths(l: &[Value]) -> Vec<(String, String)> {
+    pairs(l, "/spec/source/path")
+}
+
 fn uids(l: &[Value]) -> Vec<(String, String)> {
-    let mut v: Vec<_> = l
-        .iter()
-        .map(|o| {
-            (
-                o["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                o["metadata"]["uid"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            )
-        })
-        .collect();
-    v.sort();
-    v
+    pairs(l, "/metadata/uid")
 }
 
 #[tokio::test]
