@@ -20,7 +20,7 @@ use super::SessionHandler;
 
 impl Inner {
     pub(super) async fn connect_loop(self: Arc<Self>, client_tls: Arc<rustls::ClientConfig>) {
-        let mut delay = self.cfg.reconnect_min;
+        let mut backoff = Reconnect::new(self.cfg.reconnect_min, self.cfg.reconnect_max);
         let mut refresh: Option<String> = None;
         loop {
             let started = tokio::time::Instant::now();
@@ -33,13 +33,11 @@ impl Inner {
             }
             self.connected.store(false, Ordering::SeqCst);
             self.metrics.connection_down();
-            if started.elapsed() > Duration::from_secs(10) {
-                delay = self.cfg.reconnect_min;
-            }
-            // jitter: up to +50 %
-            let jitter = delay.mul_f64(rand::random::<f64>() * 0.5);
-            tokio::time::sleep(delay + jitter).await;
-            delay = (delay * 2).min(self.cfg.reconnect_max);
+            let wait = backoff.next(
+                started.elapsed() > Duration::from_secs(10),
+                rand::random::<f64>(),
+            );
+            tokio::time::sleep(wait).await;
         }
     }
 
@@ -134,5 +132,88 @@ impl Inner {
             inner: self.clone(),
         });
         Ok(session::run(ctx, handler, inbound, tx).await)
+    }
+}
+
+/// The window over which a fleet that lost its streams together reconnects: 1,000 agents come
+/// back at ~200 per second, and every one within 5 s.
+pub(crate) const RECONNECT_SPREAD: Duration = Duration::from_secs(5);
+
+/// Reconnect delays. After a stream that lived (the principal restarted, a load balancer cut every
+/// connection at once) the first attempt waits a uniformly random time in
+/// `[min, min(max, RECONNECT_SPREAD)]`, so a fleet that lost its streams together comes back
+/// spread over that window instead of stampeding the principal; after that the delay doubles up
+/// to `max`, each wait drawn in `[delay/2, delay]` ("equal jitter").
+#[derive(Debug)]
+pub(crate) struct Reconnect {
+    min: Duration,
+    max: Duration,
+    spread: Duration,
+    delay: Duration,
+}
+
+impl Reconnect {
+    pub(crate) fn new(min: Duration, max: Duration) -> Self {
+        let max = max.max(min);
+        Self {
+            min,
+            max,
+            spread: max.min(RECONNECT_SPREAD).max(min),
+            delay: min,
+        }
+    }
+
+    /// The wait before the next attempt; `lived`: the last stream was up long enough to count
+    /// as a working connection; `r`: uniform in `[0, 1)`.
+    pub(crate) fn next(&mut self, lived: bool, r: f64) -> Duration {
+        if lived {
+            self.delay = self.min;
+            return self.min + (self.spread - self.min).mul_f64(r);
+        }
+        let d = self.delay;
+        self.delay = (self.delay * 2).min(self.max);
+        d / 2 + (d / 2).mul_f64(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    #[test]
+    fn a_fleet_that_lost_its_streams_together_spreads_over_the_whole_window() {
+        // 1,000 agents whose streams ended together: their first waits cover [min, 5 s] evenly
+        let waits: Vec<Duration> = (0..1000)
+            .map(|i| Reconnect::new(MS(100), MS(30_000)).next(true, i as f64 / 1000.0))
+            .collect();
+        let per_second = |s: u64| waits.iter().filter(|w| w.as_secs() == s).count();
+        assert!((0..5).all(|s| per_second(s) <= 210), "~204 per second");
+        assert_eq!(*waits.iter().min().unwrap(), MS(100));
+        assert!(
+            *waits.iter().max().unwrap() < RECONNECT_SPREAD,
+            "all back within 5 s"
+        );
+        // a short max bounds the window
+        assert!(Reconnect::new(MS(100), MS(500)).next(true, 0.999) <= MS(500));
+    }
+
+    #[test]
+    fn failed_attempts_back_off_exponentially_with_jitter_up_to_max() {
+        let mut b = Reconnect::new(MS(100), MS(1_000));
+        let lows: Vec<Duration> = (0..6).map(|_| b.next(false, 0.0)).collect();
+        assert_eq!(lows, [MS(50), MS(100), MS(200), MS(400), MS(500), MS(500)]);
+        let mut b = Reconnect::new(MS(100), MS(1_000));
+        let highs: Vec<Duration> = (0..6).map(|_| b.next(false, 0.999_999)).collect();
+        assert!(
+            highs
+                .iter()
+                .zip([100, 200, 400, 800, 1000, 1000])
+                .all(|(h, top)| *h <= MS(top))
+        );
+        // a stream that lived resets the backoff
+        assert_eq!(b.next(true, 0.0), MS(100));
+        assert_eq!(b.next(false, 0.0), MS(50));
     }
 }
