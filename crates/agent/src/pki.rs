@@ -102,6 +102,17 @@ impl Ca {
         self.issue(p)
     }
 
+    /// A client certificate whose identity is a URI SAN (a service-mesh / SPIFFE workload
+    /// certificate: `--auth mtls:uri:<regex>`), with subject CN `common_name`.
+    pub fn issue_client_with_uri(&self, common_name: &str, uri: &str) -> anyhow::Result<Issued> {
+        let mut p = CertificateParams::default();
+        p.distinguished_name = DistinguishedName::new();
+        p.distinguished_name.push(DnType::CommonName, common_name);
+        p.subject_alt_names = vec![SanType::URI(uri.try_into()?)];
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue(p)
+    }
+
     /// TLS material for the principal.
     pub fn principal_material(&self, server: &Issued) -> TlsMaterial {
         TlsMaterial {

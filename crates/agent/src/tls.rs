@@ -136,6 +136,47 @@ pub fn identity_from_cert(der: &[u8], re: &Regex) -> anyhow::Result<String> {
     Ok(id)
 }
 
+/// The URI SANs of a certificate (e.g. SPIFFE IDs).
+pub fn uri_sans(der: &[u8]) -> anyhow::Result<Vec<String>> {
+    use x509_parser::extensions::GeneralName;
+    let (_, cert) = x509_parser::parse_x509_certificate(der)
+        .map_err(|e| anyhow!("parsing client certificate: {e}"))?;
+    Ok(cert
+        .subject_alternative_name()
+        .ok()
+        .flatten()
+        .map(|san| {
+            san.value
+                .general_names
+                .iter()
+                .filter_map(|n| match n {
+                    GeneralName::URI(u) => Some(u.to_string()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// `--auth mtls:uri:<regex>` (peer: internal/auth/mtls `IdentitySourceURI`): the first capture
+/// group of the first URI SAN the regex matches, a DNS label.
+pub fn identity_from_uri(der: &[u8], re: &Regex) -> anyhow::Result<String> {
+    let uris = uri_sans(der)?;
+    if uris.is_empty() {
+        bail!("no URI SANs found in client certificate");
+    }
+    let id = uris
+        .iter()
+        .find_map(|u| re.captures(u).and_then(|c| c.get(1)).map(|m| m.as_str()))
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| anyhow!("no URI SAN matched the agent ID regex pattern {re}"))?
+        .to_string();
+    if !is_dns_label(&id) {
+        bail!("agent name {id:?} from the client certificate's URI SAN is not a DNS label");
+    }
+    Ok(id)
+}
+
 /// RFC 1123 label.
 pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()

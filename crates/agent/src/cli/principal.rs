@@ -399,9 +399,6 @@ async fn run(
         Some(re) => common::parse_auth(&format!("mtls:subject:{re}"))?,
         None => common::parse_auth(&args.auth)?,
     };
-    if auth.source == IdentitySource::Uri {
-        bail!("--auth mtls:uri:… is not supported yet; use mtls:subject:<regex>");
-    }
     let allow_tls12 = args.tls_allow_12
         || common::allow_tls12(&args.tls_min_version, &args.tls_max_version, "tls1.3")?;
     let listen = args.listen_addr()?;
@@ -417,6 +414,7 @@ async fn run(
     let mut cfg = PrincipalConfig::new(listen, m.tls, m.jwt);
     cfg.allow_tls12 = allow_tls12;
     cfg.identity_regex = auth.regex;
+    cfg.identity_from_uri = auth.source == IdentitySource::Uri;
     cfg.namespace = m.namespace;
     cfg.max_event_size = max_event_size;
     cfg.queue_capacity = args.queue_capacity;

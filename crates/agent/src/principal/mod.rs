@@ -40,6 +40,9 @@ pub struct PrincipalConfig {
     pub tls: TlsMaterial,
     pub allow_tls12: bool,
     pub identity_regex: String,
+    /// `--auth mtls:uri:<regex>`: the regex applies to the client certificate's URI SANs (SPIFFE
+    /// IDs) instead of its subject.
+    pub identity_from_uri: bool,
     /// RSA PKCS#8 PEM signing key for JWTs.
     pub jwt_key_pem: String,
     /// The principal's own namespace (reported to agents).
@@ -76,6 +79,7 @@ impl PrincipalConfig {
             tls,
             allow_tls12: false,
             identity_regex: tls::DEFAULT_IDENTITY_REGEX.into(),
+            identity_from_uri: false,
             jwt_key_pem,
             namespace: "argocd".into(),
             version: crate::VERSION.into(),

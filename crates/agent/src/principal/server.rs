@@ -68,7 +68,11 @@ impl Svc {
             tracing::warn!(fingerprint = %fp, "rejected blocklisted certificate");
             return Err(Status::unauthenticated("certificate is blocklisted"));
         }
-        let agent = tls::identity_from_cert(leaf.as_ref(), &self.inner.identity).map_err(|e| {
+        let identity = match self.inner.cfg.identity_from_uri {
+            true => tls::identity_from_uri(leaf.as_ref(), &self.inner.identity),
+            false => tls::identity_from_cert(leaf.as_ref(), &self.inner.identity),
+        };
+        let agent = identity.map_err(|e| {
             self.inner.metrics.auth_failure("identity");
             Status::unauthenticated(e.to_string())
         })?;

@@ -431,3 +431,62 @@ async fn a_blocklisted_certificate_is_disconnected_and_refused_until_removed() {
     b.shutdown().await;
     p.shutdown().await;
 }
+
+/// `--auth mtls:uri:<regex>`: the agent's name comes from a URI SAN of its certificate (a SPIFFE
+/// workload identity), not from its subject; a certificate without a matching URI is refused.
+#[tokio::test]
+async fn spiffe_uri_identity_names_the_agent() {
+    use argocd_pull_agent::tls::TlsMaterial;
+    let pki = LocalPki::new().unwrap();
+    let (hub, spoke, other) = (MemStore::new(), MemStore::new(), MemStore::new());
+    let p = principal_with(&pki, &hub, "127.0.0.1:0", |c| {
+        c.identity_regex = "^spiffe://cluster\\.local/ns/[^/]+/sa/(.+)$".into();
+        c.identity_from_uri = true;
+    })
+    .await;
+    let material = |cn: &str, uri: &str| {
+        let c = pki.ca.issue_client_with_uri(cn, uri).unwrap();
+        TlsMaterial {
+            cert_pem: c.cert_pem.into(),
+            key_pem: c.key_pem.into(),
+            ca_pem: pki.ca.cert_pem.clone().into(),
+        }
+    };
+    let tls = material("workload", "spiffe://cluster.local/ns/argocd/sa/edge-7");
+    let a = agent_with(&pki, &p, "edge-7", Mode::Managed, &spoke, |c| c.tls = tls).await;
+    assert_eq!(
+        p.connected_agents(),
+        ["edge-7"],
+        "named by the URI SAN, not CN=workload"
+    );
+    put(&hub, app("edge-7", "web", "v1")).await;
+    wait_for(
+        &spoke,
+        "argocd",
+        "web",
+        "delivered to the SPIFFE-named agent",
+        |o| o.is_some(),
+    )
+    .await;
+
+    // a certificate whose URI does not match is refused by name
+    let bad = material("edge-8", "spiffe://other.domain/ns/argocd/sa/edge-8");
+    let mut c = argocd_pull_agent::agent::AgentConfig::new(p.local_addr(), bad, Mode::Managed);
+    c.reconnect_max = std::time::Duration::from_millis(200);
+    let b = argocd_pull_agent::agent::Agent::start(
+        c,
+        Arc::new(other.clone()),
+        argocd_pull_agent::metrics::Metrics::new("argocd_agent"),
+    )
+    .await
+    .unwrap();
+    wait_idle(|| {
+        b.last_error()
+            .is_some_and(|e| e.contains("no URI SAN matched the agent ID regex"))
+    })
+    .await;
+    assert!(!b.is_connected());
+    a.shutdown().await;
+    b.shutdown().await;
+    p.shutdown().await;
+}
