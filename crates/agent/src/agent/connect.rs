@@ -19,7 +19,10 @@ use super::Inner;
 use super::SessionHandler;
 
 impl Inner {
-    pub(super) async fn connect_loop(self: Arc<Self>, client_tls: Arc<rustls::ClientConfig>) {
+    pub(super) async fn connect_loop(
+        self: Arc<Self>,
+        client_tls: Option<Arc<rustls::ClientConfig>>,
+    ) {
         let mut backoff = Reconnect::new(self.cfg.reconnect_min, self.cfg.reconnect_max);
         let mut refresh: Option<String> = None;
         loop {
@@ -43,7 +46,7 @@ impl Inner {
 
     pub(super) async fn connect_once(
         self: &Arc<Self>,
-        client_tls: &Arc<rustls::ClientConfig>,
+        client_tls: &Option<Arc<rustls::ClientConfig>>,
         refresh: &mut Option<String>,
     ) -> anyhow::Result<session::SessionEnd> {
         let endpoint = Endpoint::from_shared(format!("http://{}", self.cfg.principal))?
@@ -52,14 +55,20 @@ impl Inner {
             .keep_alive_while_idle(true)
             .connect_timeout(Duration::from_secs(10))
             .tcp_nodelay(true);
-        let channel: Channel = endpoint
-            .connect_with_connector(tls::connector(
-                client_tls.clone(),
-                self.cfg.principal,
-                self.cfg.server_name.clone(),
-            ))
-            .await
-            .map_err(|e| anyhow::anyhow!("connecting to {}: {e:?}", self.cfg.principal))?;
+        let channel: Channel = match client_tls {
+            Some(client_tls) => {
+                endpoint
+                    .connect_with_connector(tls::connector(
+                        client_tls.clone(),
+                        self.cfg.principal,
+                        self.cfg.server_name.clone(),
+                    ))
+                    .await
+            }
+            // --insecure-plaintext: h2c; the service mesh encrypts and authenticates
+            None => endpoint.connect().await,
+        }
+        .map_err(|e| anyhow::anyhow!("connecting to {}: {e:?}", self.cfg.principal))?;
         let mut auth = AuthenticationClient::new(channel.clone());
         let mut resp = None;
         if let Some(r) = refresh.as_ref() {
@@ -74,7 +83,7 @@ impl Inner {
             Some(r) => r.into_inner(),
             None => auth
                 .authenticate(authapi::AuthRequest {
-                    method: "mtls".into(),
+                    method: self.cfg.auth_method.clone(),
                     credentials: Default::default(),
                     mode: self.cfg.mode.as_str().into(),
                     version: self.cfg.version.clone(),

@@ -58,6 +58,11 @@ pub struct AgentConfig {
     pub adoption_policy: crate::policy::AdoptionPolicy,
     /// `--on-application-recreate`
     pub on_recreate: crate::policy::RecreateAction,
+    /// `--insecure-plaintext`: dial the principal over plain HTTP/2 (a service-mesh sidecar
+    /// provides mTLS and the identity header); `tls` is not used.
+    pub insecure_plaintext: bool,
+    /// The login method (`mtls`, or `header` with `--creds header:`).
+    pub auth_method: String,
 }
 
 impl AgentConfig {
@@ -82,6 +87,8 @@ impl AgentConfig {
             mismatch_policy: Default::default(),
             adoption_policy: Default::default(),
             on_recreate: Default::default(),
+            insecure_plaintext: false,
+            auth_method: "mtls".into(),
         }
     }
 }
@@ -132,7 +139,10 @@ impl Agent {
         store: Arc<dyn Store>,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Agent> {
-        let client_tls = Arc::new(tls::client_config(&cfg.tls, cfg.allow_tls12)?);
+        let client_tls = match cfg.insecure_plaintext {
+            true => None,
+            false => Some(Arc::new(tls::client_config(&cfg.tls, cfg.allow_tls12)?)),
+        };
         let queue = Arc::new(SendQueue::new(cfg.queue_capacity, cfg.backoff));
         let inner = Arc::new(Inner {
             cfg: cfg.clone(),

@@ -208,6 +208,12 @@ pub struct AgentArgs {
           default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true")]
     pub ignore_unmanaged_apps: bool,
+    /// INSECURE: connect to the principal without TLS (behind a service mesh whose sidecar
+    /// provides mTLS and the identity header; use with --creds header:).
+    #[arg(long = "insecure-plaintext", env = "ARGOCD_AGENT_INSECURE_PLAINTEXT",
+          default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true")]
+    pub insecure_plaintext: bool,
 }
 
 impl AgentArgs {
@@ -266,6 +272,17 @@ async fn material(
     args: &AgentArgs,
     client: Option<kube::Client>,
 ) -> anyhow::Result<(TlsMaterial, Option<kube::Client>)> {
+    if args.insecure_plaintext {
+        // the mesh sidecar holds the certificates; no TLS material here
+        return Ok((
+            TlsMaterial {
+                cert_pem: Vec::new(),
+                key_pem: Vec::new(),
+                ca_pem: Vec::new(),
+            },
+            client,
+        ));
+    }
     let needs_kube = args.tls_cert.is_none() || args.root_ca_path.is_none();
     let client = match client {
         Some(c) => Some(c),
@@ -356,6 +373,11 @@ async fn run(
     cfg.version = args.report_version.clone();
     cfg.compression = args.compression;
     cfg.heartbeat_interval = args.heartbeat_interval;
+    cfg.insecure_plaintext = args.insecure_plaintext;
+    cfg.auth_method = match args.creds.split_once(':').map(|x| x.0) {
+        Some("header") => "header".into(),
+        _ => "mtls".into(),
+    };
     cfg.mismatch_policy = args.source_uid_mismatch_policy;
     cfg.adoption_policy = args.adoption_policy;
     cfg.on_recreate = args.on_application_recreate;

@@ -96,6 +96,9 @@ pub enum IdentitySource {
     Subject,
     /// A URI SAN (e.g. SPIFFE `spiffe://domain/ns/x/sa/<agent>`).
     Uri,
+    /// A request header set by a service-mesh sidecar that terminated the agent's mTLS
+    /// (`--auth header:<name>:<regex>`, with `--insecure-plaintext`).
+    Header(String),
 }
 
 /// A parsed `--auth` value.
@@ -107,7 +110,7 @@ pub struct AuthMethod {
 
 /// Parses the principal's `--auth` (peer: cmd/argocd-agent/principal.go `parseAuth`,
 /// `parseMTLSConfig`): `mtls:subject:<regex>`, `mtls:uri:<regex>`, `mtls:<regex>` (deprecated,
-/// subject). `header:` and `userpass:` are the peer's too but not implemented here: refused.
+/// subject), `header:<name>:<regex>` (service mesh, with `--insecure-plaintext`). `userpass:` is refused.
 pub fn parse_auth(s: &str) -> anyhow::Result<AuthMethod> {
     let (method, config) = s.split_once(':').ok_or_else(|| {
         anyhow!("invalid --auth {s:?}: expected mtls:subject:<regex> or mtls:uri:<regex>")
@@ -139,9 +142,28 @@ pub fn parse_auth(s: &str) -> anyhow::Result<AuthMethod> {
                 regex: regex.to_string(),
             })
         }
-        "header" => bail!(
-            "--auth header:… (identity from a service-mesh header with --insecure-plaintext) is not supported by argocd-pull; use mtls:subject:<regex> or mtls:uri:<regex>"
-        ),
+        "header" => {
+            // peer: parseHeaderAuth
+            let (name, regex) = config.split_once(':').ok_or_else(|| {
+                anyhow!("--auth: header auth config must be in format <header-name>:<extraction-regex>, got: {config}")
+            })?;
+            let (name, regex) = (name.trim(), regex.trim());
+            if name.is_empty() {
+                bail!("--auth: header name cannot be empty");
+            }
+            if regex.is_empty() {
+                bail!("--auth: extraction regex cannot be empty");
+            }
+            let re = regex::Regex::new(regex)
+                .with_context(|| format!("--auth: invalid extraction regex {regex:?}"))?;
+            if re.captures_len() < 2 {
+                bail!("--auth: the regex {regex:?} needs a capture group for the agent name");
+            }
+            Ok(AuthMethod {
+                source: IdentitySource::Header(name.to_ascii_lowercase()),
+                regex: regex.to_string(),
+            })
+        }
         "userpass" => bail!(
             "--auth userpass:… is deprecated in argocd-agent and not supported by argocd-pull; use mtls:subject:<regex>"
         ),
@@ -149,16 +171,13 @@ pub fn parse_auth(s: &str) -> anyhow::Result<AuthMethod> {
     }
 }
 
-/// Checks the agent's `--creds` (peer: `mtls:<anything>`, `userpass:<path>`, `header:`): only
-/// mTLS is supported; empty means mTLS.
+/// Checks the agent's `--creds` (peer: `mtls:<anything>`, `userpass:<path>`, `header:`): mTLS (also
+/// empty) and `header:` (identity set by a service mesh, with `--insecure-plaintext`).
 pub fn check_creds(creds: &str) -> anyhow::Result<()> {
     match creds.split_once(':').map(|x| x.0).unwrap_or(creds) {
-        "" | "mtls" => Ok(()),
+        "" | "mtls" | "header" => Ok(()),
         "userpass" => bail!(
             "--creds userpass:… is not supported by argocd-pull: agents authenticate with their client certificate (--creds mtls: or no --creds)"
-        ),
-        "header" => bail!(
-            "--creds header: (service mesh, --insecure-plaintext) is not supported by argocd-pull; use --creds mtls:"
         ),
         other => bail!("--creds: unknown method {other:?} (expected mtls:)"),
     }
@@ -317,8 +336,16 @@ mod tests {
             parse_auth("mtls:subject:CN=.+").is_err(),
             "no capture group"
         );
-        let e = parse_auth("header:x-forwarded-client-cert:(.+)").unwrap_err();
-        assert!(e.to_string().contains("not supported"), "{e}");
+        let a =
+            parse_auth("header:X-Forwarded-Client-Cert:^.*URI=spiffe://[^/]+/ns/[^/]+/sa/([^,;]+)")
+                .unwrap();
+        assert_eq!(
+            a.source,
+            IdentitySource::Header("x-forwarded-client-cert".into())
+        );
+        assert!(parse_auth("header:l5d-client-id").is_err(), "no regex");
+        assert!(parse_auth("header::(.+)").is_err(), "no name");
+        assert!(check_creds("header:").is_ok());
         assert!(parse_auth("mtls").is_err());
         assert!(check_creds("mtls:any").is_ok());
         assert!(check_creds("").is_ok());

@@ -239,6 +239,12 @@ pub struct PrincipalArgs {
           default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true")]
     pub destination_based_mapping: bool,
+    /// INSECURE: serve gRPC without TLS (behind a service mesh that terminates the agents' mTLS;
+    /// requires --auth header:<name>:<regex>).
+    #[arg(long = "insecure-plaintext", env = "ARGOCD_PRINCIPAL_INSECURE_PLAINTEXT",
+          default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true")]
+    pub insecure_plaintext: bool,
 }
 
 impl PrincipalArgs {
@@ -265,8 +271,9 @@ impl PrincipalArgs {
     }
 
     fn needs_kube_for_material(&self) -> bool {
-        (self.tls_cert.is_none() && !self.insecure_tls_generate)
-            || self.root_ca_path.is_none()
+        (!self.insecure_plaintext
+            && ((self.tls_cert.is_none() && !self.insecure_tls_generate)
+                || self.root_ca_path.is_none()))
             || (self.jwt_key.is_none()
                 && self.jwt_key_legacy.is_none()
                 && !self.insecure_jwt_generate)
@@ -329,6 +336,8 @@ async fn material(args: &PrincipalArgs, client: Option<kube::Client>) -> anyhow:
             .expect("client present when Secrets are read")
     };
     let (cert_pem, key_pem) = match (&args.tls_cert, &args.tls_key) {
+        // behind a service mesh the sidecar terminates TLS: no certificate, no CA here
+        _ if args.insecure_plaintext => (Vec::new(), Vec::new()),
         (Some(c), Some(k)) => (read(c)?, read(k)?),
         (Some(_), None) | (None, Some(_)) => {
             bail!("Both --tls-cert and --tls-key have to be given")
@@ -345,6 +354,7 @@ async fn material(args: &PrincipalArgs, client: Option<kube::Client>) -> anyhow:
         }
     };
     let ca_pem = match &args.root_ca_path {
+        _ if args.insecure_plaintext => Vec::new(),
         Some(p) => read(p)?,
         None => {
             tracing::info!(secret = %args.tls_ca_secret_name, %namespace, "loading root CA certificate from secret");
@@ -399,6 +409,16 @@ async fn run(
         Some(re) => common::parse_auth(&format!("mtls:subject:{re}"))?,
         None => common::parse_auth(&args.auth)?,
     };
+    // peer: validateAuthTLSPairing
+    match (&auth.source, args.insecure_plaintext) {
+        (IdentitySource::Header(_), false) => bail!(
+            "invalid configuration: header-based authentication requires --insecure-plaintext=true: it is for service meshes (e.g. Istio) whose sidecar terminates mTLS and injects the identity header; otherwise use --auth mtls:subject:<regex>"
+        ),
+        (IdentitySource::Subject | IdentitySource::Uri, true) => bail!(
+            "invalid configuration: mtls authentication cannot be used with --insecure-plaintext: no client certificate reaches a plaintext server; remove --insecure-plaintext or use --auth header:<header>:<regex> behind a service mesh"
+        ),
+        _ => {}
+    }
     let allow_tls12 = args.tls_allow_12
         || common::allow_tls12(&args.tls_min_version, &args.tls_max_version, "tls1.3")?;
     let listen = args.listen_addr()?;
@@ -415,6 +435,10 @@ async fn run(
     cfg.allow_tls12 = allow_tls12;
     cfg.identity_regex = auth.regex;
     cfg.identity_from_uri = auth.source == IdentitySource::Uri;
+    if let IdentitySource::Header(h) = &auth.source {
+        cfg.identity_header = Some(h.clone());
+    }
+    cfg.insecure_plaintext = args.insecure_plaintext;
     cfg.namespace = m.namespace;
     cfg.max_event_size = max_event_size;
     cfg.queue_capacity = args.queue_capacity;

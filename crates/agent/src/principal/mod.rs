@@ -43,6 +43,11 @@ pub struct PrincipalConfig {
     /// `--auth mtls:uri:<regex>`: the regex applies to the client certificate's URI SANs (SPIFFE
     /// IDs) instead of its subject.
     pub identity_from_uri: bool,
+    /// `--auth header:<name>:<regex>`: the identity comes only from this request header (set by
+    /// a service-mesh sidecar that terminated the agent's mTLS); needs `insecure_plaintext`.
+    pub identity_header: Option<String>,
+    /// `--insecure-plaintext`: serve gRPC over plain HTTP/2 (h2c) behind a service mesh.
+    pub insecure_plaintext: bool,
     /// RSA PKCS#8 PEM signing key for JWTs.
     pub jwt_key_pem: String,
     /// The principal's own namespace (reported to agents).
@@ -80,6 +85,8 @@ impl PrincipalConfig {
             allow_tls12: false,
             identity_regex: tls::DEFAULT_IDENTITY_REGEX.into(),
             identity_from_uri: false,
+            identity_header: None,
+            insecure_plaintext: false,
             jwt_key_pem,
             namespace: "argocd".into(),
             version: crate::VERSION.into(),
@@ -149,6 +156,16 @@ struct Inner {
     blocklist: crate::blocklist::Blocklist,
 }
 
+/// The connections the gRPC server takes: TLS-terminated here, or plaintext behind a mesh.
+enum Incoming {
+    Tls(
+        ReceiverStream<
+            Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>, std::io::Error>,
+        >,
+    ),
+    Plain(tokio_stream::wrappers::TcpListenerStream),
+}
+
 /// A running principal.
 pub struct Principal {
     inner: Arc<Inner>,
@@ -167,7 +184,15 @@ impl Principal {
         let identity = Regex::new(&cfg.identity_regex)
             .map_err(|e| anyhow::anyhow!("invalid identity regex: {e}"))?;
         let tokens = TokenIssuer::from_pem(&cfg.jwt_key_pem)?;
-        let server_tls = Arc::new(tls::server_config(&cfg.tls, cfg.allow_tls12)?);
+        if cfg.identity_header.is_some() != cfg.insecure_plaintext {
+            anyhow::bail!(
+                "header-based authentication requires --insecure-plaintext, and --insecure-plaintext requires --auth header:<name>:<regex> (no client certificate reaches a plaintext server)"
+            );
+        }
+        let server_tls = match cfg.insecure_plaintext {
+            true => None,
+            false => Some(Arc::new(tls::server_config(&cfg.tls, cfg.allow_tls12)?)),
+        };
         let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
         let addr = listener.local_addr()?;
         let inner = Arc::new(Inner {
@@ -213,16 +238,28 @@ impl Principal {
         let _ = tokio::time::timeout(Duration::from_secs(30), bready_rx).await;
 
         let m = metrics.clone();
-        let incoming = tls::serve_tls(
-            listener,
-            server_tls,
-            Arc::new(move |_| {
-                m.tls_handshake_failures.inc();
-            }),
-        )
-        .await;
-        let (incoming, accept_task) = incoming;
-        let incoming = ReceiverStream::new(incoming);
+        let (incoming, accept_task) = match server_tls {
+            Some(server_tls) => {
+                let (rx, task) = tls::serve_tls(
+                    listener,
+                    server_tls,
+                    Arc::new(move |_| {
+                        m.tls_handshake_failures.inc();
+                    }),
+                )
+                .await;
+                (Incoming::Tls(ReceiverStream::new(rx)), task)
+            }
+            None => {
+                tracing::warn!(
+                    "INSECURE: serving gRPC in plaintext (--insecure-plaintext); the service mesh must provide mTLS"
+                );
+                (
+                    Incoming::Plain(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+                    tokio::spawn(async {}),
+                )
+            }
+        };
         let svc = Svc {
             inner: inner.clone(),
         };
@@ -244,12 +281,14 @@ impl Principal {
             .add_service(AuthenticationServer::new(svc.clone()))
             .add_service(es);
         tasks.push(tokio::spawn(async move {
-            if let Err(e) = router
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = srx.await;
-                })
-                .await
-            {
+            let stop = async {
+                let _ = srx.await;
+            };
+            let r = match incoming {
+                Incoming::Tls(i) => router.serve_with_incoming_shutdown(i, stop).await,
+                Incoming::Plain(i) => router.serve_with_incoming_shutdown(i, stop).await,
+            };
+            if let Err(e) = r {
                 tracing::error!(error = %e, "principal gRPC server failed");
             }
         }));

@@ -54,7 +54,56 @@ pub(super) struct Svc {
 }
 
 impl Svc {
+    /// The agent a request comes from: the mesh-set header with `--auth header:`, else the client
+    /// certificate.
     fn cert_identity<T>(&self, req: &Request<T>) -> Result<String, Status> {
+        if let Some(h) = &self.inner.cfg.identity_header {
+            return self.header_identity(req, h);
+        }
+        self.client_cert_identity(req)
+    }
+
+    /// `--auth header:<name>:<regex>` (peer: internal/auth/header): the first capture group of
+    /// the regex on the header's first value, a DNS label. The value is never logged.
+    fn header_identity<T>(&self, req: &Request<T>, name: &str) -> Result<String, Status> {
+        let refuse = |reason: &str, msg: String| {
+            self.inner.metrics.auth_failure(reason);
+            Status::unauthenticated(msg)
+        };
+        let v = req
+            .metadata()
+            .get(name)
+            .ok_or_else(|| {
+                refuse(
+                    "no-identity-header",
+                    format!("header '{name}' not found in request"),
+                )
+            })?
+            .to_str()
+            .map_err(|_| refuse("identity", format!("header '{name}' is not text")))?;
+        let id = self
+            .inner
+            .identity
+            .captures(v)
+            .and_then(|c| c.get(1))
+            .map(|m| m.as_str().to_string())
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| {
+                refuse(
+                    "identity",
+                    "header value does not match the extraction regex pattern".into(),
+                )
+            })?;
+        if !tls::is_dns_label(&id) {
+            return Err(refuse(
+                "identity",
+                format!("invalid agent ID {id:?} extracted from header: not a DNS label"),
+            ));
+        }
+        Ok(id)
+    }
+
+    fn client_cert_identity<T>(&self, req: &Request<T>) -> Result<String, Status> {
         let certs = req.peer_certs().ok_or_else(|| {
             self.inner.metrics.auth_failure("no-client-cert");
             Status::unauthenticated("a client certificate is required")
@@ -101,10 +150,14 @@ impl Authentication for Svc {
     ) -> Result<Response<authapi::AuthResponse>, Status> {
         let agent = self.cert_identity(&req)?;
         let r = req.into_inner();
-        if r.method != "mtls" {
+        let method = match self.inner.cfg.identity_header {
+            Some(_) => "header",
+            None => "mtls",
+        };
+        if r.method != method {
             self.inner.metrics.auth_failure("method");
             return Err(Status::unauthenticated(format!(
-                "unsupported authentication method {:?}; this principal supports \"mtls\"",
+                "unsupported authentication method {:?}; this principal supports {method:?}",
                 r.method
             )));
         }

@@ -375,6 +375,24 @@ async fn the_peers_policy_flags_parse_and_destination_mapping_is_refused_by_name
         e.contains("--destination-based-mapping is not supported"),
         "{e}"
     );
+    // auth and transport must pair as the peer's validateAuthTLSPairing demands
+    for (flags, want) in [
+        (
+            vec!["--auth=header:l5d-client-id:^(.+)$"],
+            "requires --insecure-plaintext",
+        ),
+        (
+            vec!["--insecure-plaintext", "--auth=mtls:subject:^CN=(.+)$"],
+            "cannot be used with --insecure-plaintext",
+        ),
+    ] {
+        let p = PrincipalArgs::try_parse_flags(flags).unwrap();
+        let e = run_principal_until(p, Some(Arc::new(MemStore::new())), CancellationToken::new())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{e}");
+    }
     let p = PrincipalArgs::try_parse_flags(["--label-selector=a>1"]).unwrap();
     let e = run_principal_until(p, Some(Arc::new(MemStore::new())), CancellationToken::new())
         .await
@@ -488,5 +506,118 @@ async fn spiffe_uri_identity_names_the_agent() {
     assert!(!b.is_connected());
     a.shutdown().await;
     b.shutdown().await;
+    p.shutdown().await;
+}
+
+/// Service mesh: `--insecure-plaintext` + `--auth header:<name>:<regex>`. The principal serves
+/// plain HTTP/2 and takes the agent's identity only from the header the mesh sidecar sets (here
+/// the test client sets it, as the sidecar would); a request without it is refused, and an agent
+/// dialling in plaintext without a mesh is refused by name.
+#[tokio::test]
+async fn plaintext_principal_takes_the_identity_from_the_mesh_header_only() {
+    use argocd_pull_agent::event::{Event, EventType};
+    use argocd_pull_agent::proto::authapi::{
+        AuthRequest, authentication_client::AuthenticationClient,
+    };
+    use argocd_pull_agent::proto::eventstreamapi::event_stream_client::EventStreamClient;
+    use futures::StreamExt;
+    use tonic::metadata::MetadataValue;
+
+    let pki = LocalPki::new().unwrap();
+    let (hub, spoke) = (MemStore::new(), MemStore::new());
+    let p = principal_with(&pki, &hub, "127.0.0.1:0", |c| {
+        c.insecure_plaintext = true;
+        c.identity_header = Some("x-forwarded-client-cert".into());
+        c.identity_regex = "^.*URI=spiffe://[^/]+/ns/[^/]+/sa/([^,;]+)".into();
+    })
+    .await;
+    let xfcc = "By=spiffe://cluster.local/ns/argocd/sa/principal;Hash=ab;URI=spiffe://cluster.local/ns/edge/sa/mesh-1";
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", p.local_addr()))
+        .unwrap()
+        .connect()
+        .await
+        .expect("plain HTTP/2");
+    let login = |with_header: bool| {
+        let mut req = tonic::Request::new(AuthRequest {
+            method: "header".into(),
+            mode: "managed".into(),
+            version: argocd_pull_agent::VERSION.into(),
+            ..Default::default()
+        });
+        if with_header {
+            req.metadata_mut().insert(
+                "x-forwarded-client-cert",
+                MetadataValue::try_from(xfcc).unwrap(),
+            );
+        }
+        req
+    };
+    let e = AuthenticationClient::new(channel.clone())
+        .authenticate(login(false))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated);
+    assert!(
+        e.message()
+            .contains("header 'x-forwarded-client-cert' not found"),
+        "{e}"
+    );
+    let tokens = AuthenticationClient::new(channel.clone())
+        .authenticate(login(true))
+        .await
+        .expect("identity from the mesh header")
+        .into_inner();
+
+    // the stream of agent "mesh-1" (named by the SPIFFE URI in the header) gets its hub app
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let mut req = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    req.metadata_mut()
+        .insert("authorization", tokens.access_token.parse().unwrap());
+    req.metadata_mut().insert(
+        "x-forwarded-client-cert",
+        MetadataValue::try_from(xfcc).unwrap(),
+    );
+    let mut inbound = EventStreamClient::new(channel)
+        .subscribe(req)
+        .await
+        .expect("subscribed")
+        .into_inner();
+    put(&hub, app("mesh-1", "web", "v1")).await;
+    let got = tokio::time::timeout(T, async {
+        while let Some(ev) = inbound.next().await {
+            let ev = Event::from_wire(&ev.unwrap()).unwrap();
+            if ev.ty == EventType::Create && ev.name() == "web" {
+                return ev;
+            }
+        }
+        panic!("stream ended");
+    })
+    .await
+    .expect("the hub Application reaches the mesh agent");
+    assert_eq!(got.data["spec"]["source"]["path"], "v1");
+    drop(tx);
+
+    // our agent in plaintext with --creds header: and no mesh in between: refused by name
+    let mut c = argocd_pull_agent::agent::AgentConfig::new(
+        p.local_addr(),
+        pki.agent("no-mesh").unwrap(),
+        Mode::Managed,
+    );
+    c.insecure_plaintext = true;
+    c.auth_method = "header".into();
+    c.reconnect_max = std::time::Duration::from_millis(200);
+    let a = argocd_pull_agent::agent::Agent::start(
+        c,
+        Arc::new(spoke.clone()),
+        argocd_pull_agent::metrics::Metrics::new("argocd_agent"),
+    )
+    .await
+    .unwrap();
+    wait_idle(|| {
+        a.last_error()
+            .is_some_and(|e| e.contains("not found in request"))
+    })
+    .await;
+    a.shutdown().await;
     p.shutdown().await;
 }
