@@ -6,6 +6,7 @@ mod e2e;
 mod harness;
 mod hub;
 mod managed;
+mod mesh;
 mod ops;
 mod policies;
 mod projects;
