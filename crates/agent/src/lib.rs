@@ -6,6 +6,7 @@ pub mod event;
 pub mod metrics;
 pub mod proto;
 pub mod queue;
+pub mod resource;
 pub mod session;
 pub mod store;
 pub mod tls;

@@ -80,9 +80,12 @@ pub async fn start_local(
     let hub: Arc<dyn Store> = Arc::new(KubeStore::new(hub));
     let agents = agents
         .into_iter()
-        .map(|(n, c)| (n, Arc::new(KubeStore::new(c)) as Arc<dyn Store>))
+        .map(|(n, c)| {
+            let store = Arc::new(KubeStore::new(c.clone())) as Arc<dyn Store>;
+            (n, store, Some(c))
+        })
         .collect();
-    start_local_stores(hub, agents, mode).await
+    start(hub, agents, mode).await
 }
 
 /// Like [`start_local`] over any [`Store`]s.
@@ -91,19 +94,39 @@ pub async fn start_local_stores(
     agents: Vec<(String, Arc<dyn Store>)>,
     mode: Mode,
 ) -> anyhow::Result<LocalDeployment> {
+    start(
+        hub,
+        agents.into_iter().map(|(n, s)| (n, s, None)).collect(),
+        mode,
+    )
+    .await
+}
+
+/// The principal serves the resource proxy on an ephemeral loopback port (same server
+/// certificate); agents with a Kubernetes client answer its requests.
+async fn start(
+    hub: Arc<dyn Store>,
+    agents: Vec<(String, Arc<dyn Store>, Option<kube::Client>)>,
+    mode: Mode,
+) -> anyhow::Result<LocalDeployment> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let pki = LocalPki::new()?;
-    let cfg = PrincipalConfig::new(
+    let mut cfg = PrincipalConfig::new(
         "127.0.0.1:0".parse()?,
         pki.principal.clone(),
         throwaway_jwt_key(),
     );
+    cfg.resource_proxy = Some(crate::principal::ResourceProxyConfig::new(
+        "127.0.0.1:0".parse()?,
+        pki.principal.clone(),
+    ));
     let principal = Principal::start(cfg, hub, Metrics::new("argocd_principal")).await?;
     let addr = principal.local_addr();
     let mut out = Vec::new();
-    for (name, store) in agents {
+    for (name, store, client) in agents {
         let mut c = AgentConfig::new(addr, pki.agent(&name)?, mode);
         c.reconnect_max = Duration::from_secs(2);
+        c.resource_proxy = client.map(crate::agent::ResourceProxyClient);
         let a = Agent::start(c, store, Metrics::new("argocd_agent")).await?;
         out.push((name, a));
     }

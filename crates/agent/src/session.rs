@@ -312,8 +312,15 @@ where
             let _permit = permit;
             // resync requests are ACKed like changes: the peer's event writer resends every
             // non-ACK, non-heartbeat event until its ACK arrives (internal/event/event_writer.go)
-            let is_change =
-                ev.ty.is_resource_change() || ev.target == crate::event::Target::ResourceResync;
+            // resource requests/responses and cache info are ACKed too (the peer ACKs every
+            // processed event; its event writer resends them otherwise)
+            let is_change = ev.ty.is_resource_change()
+                || matches!(
+                    ev.target,
+                    crate::event::Target::ResourceResync
+                        | crate::event::Target::Resource
+                        | crate::event::Target::ClusterCacheInfoUpdate
+                );
             let (rid, eid, ty) = (ev.resource_id.clone(), ev.event_id.clone(), ev.ty);
             let target = ev.target;
             let t0 = std::time::Instant::now();

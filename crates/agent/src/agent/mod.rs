@@ -4,11 +4,13 @@
 mod application;
 mod appproject;
 mod connect;
+mod resource;
 mod resync;
 mod watch;
 
 use application::{status_payload, strip_local};
 use appproject::strip_project;
+pub use resource::ResourceProxyClient;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -49,6 +51,10 @@ pub struct AgentConfig {
     pub backoff: Backoff,
     pub reconnect_min: Duration,
     pub reconnect_max: Duration,
+    /// Answer resource requests (the peer's `--enable-resource-proxy`, default true).
+    pub enable_resource_proxy: bool,
+    /// The agent's own API server for resource requests (`None`: requests are answered 403).
+    pub resource_proxy: Option<ResourceProxyClient>,
 }
 
 impl AgentConfig {
@@ -69,6 +75,8 @@ impl AgentConfig {
             backoff: Backoff::default(),
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(30),
+            enable_resource_proxy: true,
+            resource_proxy: None,
         }
     }
 }
@@ -316,6 +324,9 @@ struct SessionHandler {
 #[async_trait]
 impl Handler for SessionHandler {
     async fn handle(&self, ev: Event, out: &Outbox) -> Result<(), HandleError> {
+        if ev.target == Target::Resource {
+            return self.inner.handle_resource_request(&ev, out).await;
+        }
         match crate::checksum::resync_kind(&ev) {
             crate::checksum::ResyncKind::Handled
                 if ev.ty == EventType::ResponseSyncedResource

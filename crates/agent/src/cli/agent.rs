@@ -108,6 +108,9 @@ pub struct AgentArgs {
     )]
     pub max_event_size_legacy: Option<usize>,
     /// Send queue capacity (events).
+    /// Answer the principal's resource-proxy requests against this cluster's API server.
+    #[arg(long = "enable-resource-proxy", env = "ARGOCD_AGENT_ENABLE_RESOURCE_PROXY", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub enable_resource_proxy: bool,
     #[arg(long = "queue-capacity", env = "ARGOCD_AGENT_QUEUE_CAPACITY", default_value_t = crate::DEFAULT_QUEUE_CAPACITY)]
     pub queue_capacity: usize,
     /// Version string sent at login; the principal demands it equal to its own (the peer's rule).
@@ -285,6 +288,24 @@ async fn run(
     if !args.keepalive.is_zero() {
         cfg.keepalive_interval = args.keepalive;
     }
+    cfg.enable_resource_proxy = args.enable_resource_proxy;
+    let client = match (client, &store) {
+        (Some(c), _) => Some(c),
+        (None, None) => {
+            let Some(c) = super::or_shutdown(&shutdown, async {
+                kube::Client::try_default()
+                    .await
+                    .context("connecting to the local cluster")
+            })
+            .await?
+            else {
+                return Ok(());
+            };
+            Some(c)
+        }
+        (None, Some(_)) => None,
+    };
+    cfg.resource_proxy = client.clone().map(crate::agent::ResourceProxyClient);
     let Some(store) =
         super::or_shutdown(&shutdown, super::store_or(store, client, "local")).await?
     else {

@@ -191,6 +191,49 @@ pub struct PrincipalArgs {
         hide = true
     )]
     pub metrics_addr: Option<SocketAddr>,
+
+    /// Whether to enable the resource proxy (default true; when not given explicitly and its TLS
+    /// material cannot be loaded, the proxy is disabled with a warning instead of failing).
+    #[arg(long = "enable-resource-proxy", env = "ARGOCD_PRINCIPAL_ENABLE_RESOURCE_PROXY", num_args = 0..=1, default_missing_value = "true")]
+    pub enable_resource_proxy: Option<bool>,
+    /// Resource proxy address on principal side (what cluster secrets point Argo CD at).
+    #[arg(
+        long = "resource-proxy-address",
+        env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_ADDRESS",
+        default_value = "argocd-agent-resource-proxy:9090"
+    )]
+    pub resource_proxy_address: String,
+    /// Where the resource proxy listens (the peer always uses 0.0.0.0:9090).
+    #[arg(
+        long = "resource-proxy-listen-address",
+        env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_LISTEN_ADDRESS",
+        default_value = crate::principal::resource_proxy::DEFAULT_LISTEN
+    )]
+    pub resource_proxy_listen: SocketAddr,
+    /// Secret name of the resource proxy.
+    #[arg(long = "resource-proxy-secret-name", env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_SECRET_NAME", default_value = common::SECRET_RESOURCE_PROXY_TLS)]
+    pub resource_proxy_secret_name: String,
+    /// Path to a file containing the resource proxy's TLS certificate.
+    #[arg(
+        long = "resource-proxy-cert-path",
+        env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_TLS_CERT_PATH"
+    )]
+    pub resource_proxy_cert_path: Option<PathBuf>,
+    /// Path to a file containing the resource proxy's TLS private key.
+    #[arg(
+        long = "resource-proxy-key-path",
+        env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_TLS_KEY_PATH"
+    )]
+    pub resource_proxy_key_path: Option<PathBuf>,
+    /// Secret name of the resource proxy's CA certificate.
+    #[arg(long = "resource-proxy-ca-secret-name", env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_CA_SECRET_NAME", default_value = common::SECRET_CA)]
+    pub resource_proxy_ca_secret_name: String,
+    /// Path to a file containing the resource proxy's TLS CA data.
+    #[arg(
+        long = "resource-proxy-ca-path",
+        env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_TLS_CA_PATH"
+    )]
+    pub resource_proxy_ca_path: Option<PathBuf>,
 }
 
 impl PrincipalArgs {
@@ -248,6 +291,46 @@ pub async fn run_principal_in(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     run(args, Some(client), None, shutdown).await
+}
+
+/// The resource proxy's TLS material: from the three files when all are given (the peer's rule),
+/// else from the two Secrets.
+async fn proxy_material(
+    args: &PrincipalArgs,
+    client: Option<&kube::Client>,
+    namespace: &str,
+) -> anyhow::Result<TlsMaterial> {
+    if let (Some(c), Some(k), Some(ca)) = (
+        &args.resource_proxy_cert_path,
+        &args.resource_proxy_key_path,
+        &args.resource_proxy_ca_path,
+    ) {
+        return Ok(TlsMaterial {
+            cert_pem: read(c)?,
+            key_pem: read(k)?,
+            ca_pem: read(ca)?,
+        });
+    }
+    let Some(kube) = client else {
+        bail!(
+            "no Kubernetes client to read the resource proxy Secrets; give --resource-proxy-cert-path, --resource-proxy-key-path and --resource-proxy-ca-path"
+        );
+    };
+    tracing::info!(secret = %args.resource_proxy_secret_name, ca_secret = %args.resource_proxy_ca_secret_name, %namespace, "loading resource proxy TLS certificate from secrets");
+    let (cert_pem, key_pem) =
+        common::tls_from_secret(kube, namespace, &args.resource_proxy_secret_name).await?;
+    let ca_pem = common::ca_from_secret(
+        kube,
+        namespace,
+        &args.resource_proxy_ca_secret_name,
+        &["tls.crt", "ca.crt"],
+    )
+    .await?;
+    Ok(TlsMaterial {
+        cert_pem,
+        key_pem,
+        ca_pem,
+    })
 }
 
 struct Material {
@@ -368,6 +451,22 @@ async fn run(
     cfg.concurrency = args.event_processors.unwrap_or(args.concurrency).max(1);
     cfg.compression = args.compression;
     cfg.keepalive_min_interval = args.keepalive_min_interval;
+    if args.enable_resource_proxy != Some(false) {
+        match proxy_material(&args, m.client.as_ref(), &cfg.namespace).await {
+            Ok(t) => {
+                let mut rp =
+                    crate::principal::ResourceProxyConfig::new(args.resource_proxy_listen, t);
+                rp.allow_tls12 = allow_tls12;
+                cfg.resource_proxy = Some(rp);
+            }
+            Err(e) if args.enable_resource_proxy.is_none() => {
+                tracing::warn!(error = %format!("{e:#}"), "resource proxy disabled: its TLS material could not be loaded (create the Secrets, give the --resource-proxy-*-path files, or pass --enable-resource-proxy=false)");
+            }
+            Err(e) => {
+                return Err(e.context("Could not load resource proxy TLS configuration"));
+            }
+        }
+    }
     let Some(store) =
         super::or_shutdown(&shutdown, super::store_or(store, m.client, "hub")).await?
     else {

@@ -3,9 +3,11 @@
 mod application;
 mod appproject;
 mod hub;
+pub mod resource_proxy;
 mod resync;
 mod server;
 
+pub use resource_proxy::ResourceProxyConfig;
 use server::Svc;
 
 use std::collections::HashMap;
@@ -51,6 +53,8 @@ pub struct PrincipalConfig {
     pub compression: bool,
     pub keepalive_min_interval: Duration,
     pub backoff: Backoff,
+    /// The resource proxy (`None`: disabled, the peer's `--enable-resource-proxy=false`).
+    pub resource_proxy: Option<ResourceProxyConfig>,
 }
 
 impl PrincipalConfig {
@@ -69,6 +73,7 @@ impl PrincipalConfig {
             compression: false,
             keepalive_min_interval: Duration::from_secs(10),
             backoff: Backoff::default(),
+            resource_proxy: None,
         }
     }
 }
@@ -99,6 +104,8 @@ struct AgentState {
     /// this principal process has resynced with the agent (the peer's `resyncStatus`): the resync
     /// requests go out on the first stream only
     resynced: AtomicBool,
+    /// the live stream's direct sender (with its generation): resource requests go here
+    outbox: Mutex<Option<(u64, crate::session::Outbox)>>,
 }
 
 struct Inner {
@@ -112,12 +119,15 @@ struct Inner {
     cache: Mutex<HashMap<String, HashMap<String, Value>>>,
     /// hub AppProjects in the principal's namespace by name (kept by the project watcher)
     projects: Mutex<HashMap<String, Value>>,
+    /// resource-proxy requests waiting for their agent's answer
+    pending: resource_proxy::Pending,
 }
 
 /// A running principal.
 pub struct Principal {
     inner: Arc<Inner>,
     addr: SocketAddr,
+    resource_proxy_addr: Option<SocketAddr>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -144,6 +154,7 @@ impl Principal {
             agents: Mutex::new(HashMap::new()),
             cache: Mutex::new(HashMap::new()),
             projects: Mutex::new(HashMap::new()),
+            pending: Default::default(),
         });
         let mut tasks = Vec::new();
         // hub watchers (Applications, AppProjects)
@@ -200,11 +211,20 @@ impl Principal {
             }
         }));
         tasks.push(accept_task);
+        let resource_proxy_addr = match &cfg.resource_proxy {
+            Some(rp) => {
+                let (a, t) = resource_proxy::start(inner.clone(), rp).await?;
+                tasks.extend(t);
+                Some(a)
+            }
+            None => None,
+        };
         metrics.ready.set(true);
         tracing::info!(%addr, "principal listening");
         Ok(Principal {
             inner,
             addr,
+            resource_proxy_addr,
             shutdown: Some(stx),
             tasks,
         })
@@ -212,6 +232,16 @@ impl Principal {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where the resource proxy listens (`None`: disabled).
+    pub fn resource_proxy_addr(&self) -> Option<SocketAddr> {
+        self.resource_proxy_addr
+    }
+
+    /// Resource-proxy requests waiting for an agent's answer.
+    pub fn pending_resource_requests(&self) -> usize {
+        self.inner.pending.len()
     }
 
     pub fn metrics(&self) -> Arc<Metrics> {
@@ -311,6 +341,7 @@ impl Inner {
             locks: o::KeyedLocks::default(),
             projects: Mutex::new(HashMap::new()),
             resynced: AtomicBool::new(false),
+            outbox: Mutex::new(None),
         });
         g.insert(name.to_string(), a.clone());
         a

@@ -23,11 +23,16 @@ use super::{AgentState, Inner, SOURCE};
 pub(super) struct SessionHandler {
     inner: Arc<Inner>,
     agent: Arc<AgentState>,
+    /// the stream generation this handler serves
+    generation: u64,
 }
 
 #[async_trait]
 impl Handler for SessionHandler {
     async fn handle(&self, ev: Event, out: &Outbox) -> Result<(), HandleError> {
+        if ev.target == crate::event::Target::Resource {
+            return self.inner.resource_response(&self.agent, &ev);
+        }
         match crate::checksum::resync_kind(&ev) {
             crate::checksum::ResyncKind::Handled
                 if ev.ty == crate::event::EventType::ResponseSyncedResource
@@ -44,6 +49,13 @@ impl Handler for SessionHandler {
         }
     }
     async fn on_connect(&self, out: &Outbox) {
+        {
+            // a newer stream's sender is never replaced by an older one's
+            let mut o = self.agent.outbox.lock().expect("poisoned");
+            if o.as_ref().is_none_or(|(g, _)| *g <= self.generation) {
+                *o = Some((self.generation, out.clone()));
+            }
+        }
         self.inner.resync_on_connect(&self.agent, out).await
     }
 }
@@ -220,20 +232,30 @@ impl EventStream for Svc {
             concurrency: self.inner.cfg.concurrency,
             peer_label: agent.clone(),
         };
+        let gen_ = a.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let handler = Arc::new(SessionHandler {
             inner: self.inner.clone(),
             agent: a.clone(),
+            generation: gen_,
         });
-        let gen_ = a.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let metrics = self.inner.metrics.clone();
         let a2 = a.clone();
+        let pending = self.inner.pending.clone();
         let task = tokio::spawn(async move {
             let end = session::run(ctx, handler, inbound, tx).await;
             tracing::info!(agent = %a2.name, reason = %end, "agent stream ended");
+            {
+                let mut o = a2.outbox.lock().expect("poisoned");
+                if o.as_ref().is_some_and(|(g, _)| *g == gen_) {
+                    *o = None;
+                }
+            }
             let mut s = a2.session.lock().expect("poisoned");
             if s.as_ref().is_some_and(|(g, _)| *g == gen_) {
                 *s = None;
                 a2.connected.store(false, Ordering::SeqCst);
+                // requests in flight to this agent fail now (502), not at their timeout
+                pending.fail_agent(&a2.name);
                 metrics.agent_disconnected(&a2.name);
             }
         });

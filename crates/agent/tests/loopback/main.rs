@@ -8,5 +8,6 @@ mod managed;
 mod ops;
 mod projects;
 mod rejections;
+mod resource_proxy;
 mod restarts;
 mod resync;
