@@ -341,7 +341,7 @@ impl Inner {
         use crate::session::HandleError;
         if ev.ty != crate::event::EventType::Response {
             return Err(HandleError::Permanent(format!(
-                "the principal does not answer resource requests ({} from agent {:?})",
+                "resource requests to a principal are not supported ({} from agent {:?}); a principal only sends them",
                 ev.ty.short(),
                 a.name
             )));
