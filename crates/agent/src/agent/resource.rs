@@ -168,6 +168,29 @@ async fn send(
     Ok((status, body))
 }
 
+/// Query parameters passed to the API server (list, get, write and delete options).
+const QUERY_OPTIONS: [&str; 19] = [
+    "labelSelector",
+    "fieldSelector",
+    "resourceVersion",
+    "resourceVersionMatch",
+    "limit",
+    "continue",
+    "timeout",
+    "timeoutSeconds",
+    "pretty",
+    "dryRun",
+    "fieldManager",
+    "fieldValidation",
+    "force",
+    "gracePeriodSeconds",
+    "propagationPolicy",
+    "orphanDependents",
+    "allowWatchBookmarks",
+    "sendInitialEvents",
+    "export",
+];
+
 /// Patch content types passed through from the caller's `Content-Type`.
 const PATCH_TYPES: [&str; 4] = [
     "application/json-patch+json",
@@ -184,11 +207,14 @@ async fn call(
     let query = {
         let mut q = form_urlencoded::Serializer::new(String::new());
         for (k, v) in &req.params {
-            // a watch would never end inside one response; content-type is ours, not a query
-            if k == "watch" || k == "content-type" {
-                continue;
+            // only the API server's own request options go through (a watch would never end
+            // inside one response; `content-type` is the patch type; `agentName` and the like
+            // belong to the principal's URL, not to this API server)
+            if QUERY_OPTIONS.contains(&k.as_str()) {
+                q.append_pair(k, v);
+            } else {
+                tracing::debug!(param = %k, "query parameter not passed to the API server");
             }
-            q.append_pair(k, v);
         }
         q.finish()
     };
