@@ -129,16 +129,12 @@ async fn events_our_principal_does_not_handle_get_a_reply_never_silence() {
     let (_l, mut s) = peer_agent(&pki, &p, "agent-un", "managed").await;
     // (a `response` for the resource proxy is ACKed and dropped when no request waits for it:
     // tests/interop/resource_proxy.rs)
-    let cases: [(&str, &str, Value); 3] = [
+    // (cluster cache info is taken: tests/interop/resource_proxy.rs)
+    let cases: [(&str, &str, Value); 2] = [
         (
             "io.argoproj.argocd-agent.event.redis-response",
             "redis",
             json!({"uuid": "u", "connectionUUID": "c", "body": {}}),
-        ),
-        (
-            "io.argoproj.argocd-agent.event.cluster-cache-info-update",
-            "clusterCacheInfoUpdate",
-            json!({"applicationsCount": 1, "apisCount": 2, "resourcesCount": 3}),
         ),
         ("GET", "resource", json!({"uuid": "u", "method": "GET"})),
     ];

@@ -267,3 +267,46 @@ async fn our_principals_resource_request_is_answered_by_a_peer_agent() {
     );
     p.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_peer_agents_cluster_cache_info_and_connection_state_are_kept_for_argocd() {
+    let pki = LocalPki::new().expect("pki");
+    let p = our_principal_with_proxy(&pki).await;
+    let (_l, mut s) = peer_agent(&pki, &p, "agent-ci", "managed").await;
+    let uuid = emitter::new_uuid();
+    let ev = emitter::sent(
+        s.emitter.cluster_cache_info_update(&uuid, 3, 41, 950),
+        SENT_AT,
+    );
+    s.send(&ev).await;
+    s.expect("ACK of the cluster cache info", |e| {
+        e.typ == ty("processed")
+            && e.ext("resourceid") == Some(uuid.as_str())
+            && e.ext("eventid") == Some(uuid.as_str())
+    })
+    .await;
+    let info = p.cluster_info("agent-ci").expect("known agent");
+    assert_eq!(
+        info["connectionState"]["message"],
+        "Agent: 'agent-ci' is connected with principal"
+    );
+    assert_eq!(info["connectionState"]["status"], "Successful");
+    assert_eq!(info["applicationsCount"], 3);
+    assert_eq!(
+        info["cacheInfo"],
+        json!({"resourcesCount": 950, "apisCount": 41})
+    );
+    // the stream ends: Failed, the counts stay
+    drop(s);
+    tokio::time::timeout(T, async {
+        while !p.connected_agents().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the principal sees the stream end");
+    let info = p.cluster_info("agent-ci").unwrap();
+    assert_eq!(info["connectionState"]["status"], "Failed");
+    assert_eq!(info["applicationsCount"], 3);
+    p.shutdown().await;
+}

@@ -2,6 +2,7 @@
 
 mod application;
 mod appproject;
+pub mod cluster_info;
 mod hub;
 pub mod resource_proxy;
 mod resync;
@@ -106,6 +107,8 @@ struct AgentState {
     resynced: AtomicBool,
     /// the live stream's direct sender (with its generation): resource requests go here
     outbox: Mutex<Option<(u64, crate::session::Outbox)>>,
+    /// connection state and the agent's cache counts (what Argo CD shows for the cluster)
+    cluster: Mutex<cluster_info::ClusterState>,
 }
 
 struct Inner {
@@ -239,6 +242,14 @@ impl Principal {
         self.resource_proxy_addr
     }
 
+    /// Argo CD's `ClusterInfo` for `agent` (connection state and cache counts), as the peer
+    /// writes it to Argo CD's cache; `None` for an agent never seen.
+    pub fn cluster_info(&self, agent: &str) -> Option<Value> {
+        let a = self.inner.agent(agent)?;
+        let s = a.cluster.lock().expect("poisoned").clone();
+        Some(s.argocd_cluster_info(agent))
+    }
+
     /// Resource-proxy requests waiting for an agent's answer.
     pub fn pending_resource_requests(&self) -> usize {
         self.inner.pending.len()
@@ -342,6 +353,7 @@ impl Inner {
             projects: Mutex::new(HashMap::new()),
             resynced: AtomicBool::new(false),
             outbox: Mutex::new(None),
+            cluster: Mutex::new(Default::default()),
         });
         g.insert(name.to_string(), a.clone());
         a

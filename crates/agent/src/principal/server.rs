@@ -33,6 +33,9 @@ impl Handler for SessionHandler {
         if ev.target == crate::event::Target::Resource {
             return self.inner.resource_response(&self.agent, &ev);
         }
+        if ev.target == crate::event::Target::ClusterCacheInfoUpdate {
+            return self.inner.cluster_cache_info(&self.agent, &ev);
+        }
         match crate::checksum::resync_kind(&ev) {
             crate::checksum::ResyncKind::Handled
                 if ev.ty == crate::event::EventType::ResponseSyncedResource
@@ -254,6 +257,11 @@ impl EventStream for Svc {
             if s.as_ref().is_some_and(|(g, _)| *g == gen_) {
                 *s = None;
                 a2.connected.store(false, Ordering::SeqCst);
+                {
+                    let mut c = a2.cluster.lock().expect("poisoned");
+                    c.connected = false;
+                    c.modified_at = jiff::Timestamp::now();
+                }
                 // requests in flight to this agent fail now (502), not at their timeout
                 pending.fail_agent(&a2.name);
                 metrics.agent_disconnected(&a2.name);
@@ -268,6 +276,11 @@ impl EventStream for Svc {
                 self.inner.metrics.agent_connected(&agent);
             }
             a.connected.store(true, Ordering::SeqCst);
+            let mut c = a.cluster.lock().expect("poisoned");
+            if !c.connected {
+                c.connected = true;
+                c.modified_at = jiff::Timestamp::now();
+            }
         }
         tracing::info!(agent, mode = mode.as_str(), "agent subscribed");
         let out = ReceiverStream::new(rx).map(|e| Ok(*e));
