@@ -234,6 +234,25 @@ pub struct PrincipalArgs {
         env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_TLS_CA_PATH"
     )]
     pub resource_proxy_ca_path: Option<PathBuf>,
+
+    /// Redis server hostname and port (e.g. argocd-redis:6379): agents' cluster info is written
+    /// there for Argo CD.
+    #[arg(
+        long = "redis-server-address",
+        env = "ARGOCD_PRINCIPAL_REDIS_SERVER_ADDRESS",
+        default_value = "argocd-redis:6379"
+    )]
+    pub redis_server_address: String,
+    /// The password to connect to redis with.
+    #[arg(long = "redis-password", env = "REDIS_PASSWORD", default_value = "")]
+    pub redis_password: String,
+    /// Compression algorithm required by Redis (gzip, none).
+    #[arg(
+        long = "redis-compression-type",
+        env = "ARGOCD_PRINCIPAL_REDIS_COMPRESSION_TYPE",
+        default_value = "gzip"
+    )]
+    pub redis_compression_type: String,
 }
 
 impl PrincipalArgs {
@@ -451,6 +470,17 @@ async fn run(
     cfg.concurrency = args.event_processors.unwrap_or(args.concurrency).max(1);
     cfg.compression = args.compression;
     cfg.keepalive_min_interval = args.keepalive_min_interval;
+    let gzip = match args.redis_compression_type.as_str() {
+        "gzip" => true,
+        "none" => false,
+        other => bail!("--redis-compression-type {other:?} is not supported; use gzip or none"),
+    };
+    cfg.argocd_cache = Some(crate::principal::argocd_cache::ArgoCacheConfig {
+        address: args.redis_server_address.clone(),
+        password: Some(args.redis_password.clone()).filter(|p| !p.is_empty()),
+        gzip,
+        resource_proxy_address: args.resource_proxy_address.clone(),
+    });
     if args.enable_resource_proxy != Some(false) {
         match proxy_material(&args, m.client.as_ref(), &cfg.namespace).await {
             Ok(t) => {
@@ -498,4 +528,46 @@ async fn run(
     })
     .await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_proxy_and_redis_flags_as_the_peer() {
+        let a = PrincipalArgs::try_parse_flags(Vec::<String>::new()).unwrap();
+        assert_eq!(a.enable_resource_proxy, None, "default on, lenient");
+        assert_eq!(a.resource_proxy_address, "argocd-agent-resource-proxy:9090");
+        assert_eq!(a.resource_proxy_listen.to_string(), "0.0.0.0:9090");
+        assert_eq!(
+            a.resource_proxy_secret_name,
+            "argocd-agent-resource-proxy-tls"
+        );
+        assert_eq!(a.resource_proxy_ca_secret_name, "argocd-agent-ca");
+        assert_eq!(a.redis_server_address, "argocd-redis:6379");
+        assert_eq!(a.redis_compression_type, "gzip");
+        let a = PrincipalArgs::try_parse_flags(["--enable-resource-proxy=false"]).unwrap();
+        assert_eq!(a.enable_resource_proxy, Some(false));
+        let a = PrincipalArgs::try_parse_flags([
+            "--enable-resource-proxy",
+            "--resource-proxy-cert-path",
+            "/c",
+            "--resource-proxy-key-path",
+            "/k",
+            "--resource-proxy-ca-path",
+            "/ca",
+        ])
+        .unwrap();
+        assert_eq!(a.enable_resource_proxy, Some(true));
+        assert_eq!(a.resource_proxy_ca_path, Some(PathBuf::from("/ca")));
+        let a = crate::cli::agent::AgentArgs::try_parse_flags([
+            "--server-address",
+            "p",
+            "--enable-resource-proxy=false",
+        ]);
+        assert!(!a.unwrap().enable_resource_proxy);
+        let a = crate::cli::agent::AgentArgs::try_parse_flags(["--server-address", "p"]).unwrap();
+        assert!(a.enable_resource_proxy);
+    }
 }

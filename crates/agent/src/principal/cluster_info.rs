@@ -97,7 +97,49 @@ impl super::Inner {
         let counts = CacheCounts::from_json(&ev.data).map_err(HandleError::Permanent)?;
         tracing::debug!(agent = %a.name, applications = counts.applications, apis = counts.apis, resources = counts.resources, "cluster cache info updated");
         a.cluster.lock().expect("poisoned").cache = Some(counts);
+        self.cluster_changed(&a.name);
         Ok(())
+    }
+
+    /// Queues `agent`'s cluster info for the Argo CD cache writer (when one is configured).
+    pub(super) fn cluster_changed(&self, agent: &str) {
+        if let Some(tx) = &self.cluster_changed {
+            let _ = tx.send(agent.to_string());
+        }
+    }
+
+    /// Writes changed agents' cluster info at once and every agent's every
+    /// [`super::argocd_cache::REFRESH`] (before Argo CD's 10 minute expiry).
+    pub(super) async fn write_cluster_info(
+        self: std::sync::Arc<Self>,
+        cfg: super::argocd_cache::ArgoCacheConfig,
+        mut rx: tokio::sync::mpsc::UnboundedReceiver<String>,
+    ) {
+        let w = super::argocd_cache::RedisWriter::new(cfg);
+        let mut tick = tokio::time::interval(super::argocd_cache::REFRESH);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let names: Vec<String> = tokio::select! {
+                n = rx.recv() => match n {
+                    Some(n) => {
+                        let mut v = vec![n];
+                        while let Ok(n) = rx.try_recv() {
+                            if !v.contains(&n) { v.push(n); }
+                        }
+                        v
+                    }
+                    None => return,
+                },
+                _ = tick.tick() => self.agents.lock().expect("poisoned").keys().cloned().collect(),
+            };
+            for n in names {
+                let Some(a) = self.agent(&n) else { continue };
+                let info = a.cluster.lock().expect("poisoned").argocd_cluster_info(&n);
+                if let Err(e) = w.write_cluster_info(&n, &info).await {
+                    tracing::warn!(agent = %n, error = %format!("{e:#}"), "writing the cluster info to Argo CD's Redis failed; retried at the next change or refresh");
+                }
+            }
+        }
     }
 }
 

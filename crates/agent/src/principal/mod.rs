@@ -2,6 +2,7 @@
 
 mod application;
 mod appproject;
+pub mod argocd_cache;
 pub mod cluster_info;
 mod hub;
 pub mod resource_proxy;
@@ -56,6 +57,8 @@ pub struct PrincipalConfig {
     pub backoff: Backoff,
     /// The resource proxy (`None`: disabled, the peer's `--enable-resource-proxy=false`).
     pub resource_proxy: Option<ResourceProxyConfig>,
+    /// Where agents' cluster info is written for Argo CD (`None`: kept in memory only).
+    pub argocd_cache: Option<argocd_cache::ArgoCacheConfig>,
 }
 
 impl PrincipalConfig {
@@ -75,6 +78,7 @@ impl PrincipalConfig {
             keepalive_min_interval: Duration::from_secs(10),
             backoff: Backoff::default(),
             resource_proxy: None,
+            argocd_cache: None,
         }
     }
 }
@@ -124,6 +128,8 @@ struct Inner {
     projects: Mutex<HashMap<String, Value>>,
     /// resource-proxy requests waiting for their agent's answer
     pending: resource_proxy::Pending,
+    /// agents whose cluster info changed, for the Argo CD cache writer
+    cluster_changed: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 /// A running principal.
@@ -148,6 +154,14 @@ impl Principal {
         let server_tls = Arc::new(tls::server_config(&cfg.tls, cfg.allow_tls12)?);
         let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
         let addr = listener.local_addr()?;
+        let mut tasks_pre = Vec::new();
+        let (cluster_tx, cluster_rx) = match &cfg.argocd_cache {
+            Some(_) => {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
         let inner = Arc::new(Inner {
             cfg: cfg.clone(),
             store,
@@ -158,8 +172,15 @@ impl Principal {
             cache: Mutex::new(HashMap::new()),
             projects: Mutex::new(HashMap::new()),
             pending: Default::default(),
+            cluster_changed: cluster_tx,
         });
-        let mut tasks = Vec::new();
+        if let (Some(rx), Some(c)) = (cluster_rx, cfg.argocd_cache.clone()) {
+            let w = inner.clone();
+            tasks_pre.push(tokio::spawn(
+                async move { w.write_cluster_info(c, rx).await },
+            ));
+        }
+        let mut tasks = tasks_pre;
         // hub watchers (Applications, AppProjects)
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let w = inner.clone();

@@ -244,6 +244,7 @@ impl EventStream for Svc {
         let metrics = self.inner.metrics.clone();
         let a2 = a.clone();
         let pending = self.inner.pending.clone();
+        let inner = self.inner.clone();
         let task = tokio::spawn(async move {
             let end = session::run(ctx, handler, inbound, tx).await;
             tracing::info!(agent = %a2.name, reason = %end, "agent stream ended");
@@ -262,6 +263,7 @@ impl EventStream for Svc {
                     c.connected = false;
                     c.modified_at = jiff::Timestamp::now();
                 }
+                inner.cluster_changed(&a2.name);
                 // requests in flight to this agent fail now (502), not at their timeout
                 pending.fail_agent(&a2.name);
                 metrics.agent_disconnected(&a2.name);
@@ -282,6 +284,7 @@ impl EventStream for Svc {
                 c.modified_at = jiff::Timestamp::now();
             }
         }
+        self.inner.cluster_changed(&agent);
         tracing::info!(agent, mode = mode.as_str(), "agent subscribed");
         let out = ReceiverStream::new(rx).map(|e| Ok(*e));
         Ok(Response::new(Box::pin(out)))

@@ -1,5 +1,6 @@
 //! Loopback tests: real TLS 1.3 + gRPC between a principal and agents in one process.
 mod autonomous;
+mod cluster_info;
 mod deletion;
 mod e2e;
 mod harness;

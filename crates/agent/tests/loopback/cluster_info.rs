@@ -1,0 +1,175 @@
+//! The agents' cluster info where Argo CD reads it: a real `redis-server` as the hub Redis (the
+//! test prints `SKIP:` when `redis-server`/`redis-cli` are not installed).
+
+use std::io::Read;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
+use argocd_pull_agent::metrics::Metrics;
+use argocd_pull_agent::principal::argocd_cache::ArgoCacheConfig;
+use argocd_pull_agent::principal::{Principal, PrincipalConfig};
+use argocd_pull_agent::store::MemStore;
+use serde_json::Value;
+
+use crate::harness::*;
+
+fn on_path(bin: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
+}
+
+struct Redis {
+    port: u16,
+    _child: tokio::process::Child,
+}
+
+async fn redis() -> Redis {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = tokio::process::Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // a started process announces nothing we can await: poll its port under a timeout
+    tokio::time::timeout(T, async {
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("redis-server listens");
+    Redis {
+        port,
+        _child: child,
+    }
+}
+
+async fn cli(port: u16, args: &[&str]) -> Vec<u8> {
+    let out = tokio::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "--raw"])
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    let mut v = out.stdout;
+    if v.last() == Some(&b'\n') {
+        v.pop(); // redis-cli's own newline
+    }
+    v
+}
+
+async fn info(port: u16, key: &str) -> Option<Value> {
+    let raw = cli(port, &["GET", key]).await;
+    if raw.is_empty() {
+        return None;
+    }
+    let mut s = String::new();
+    flate2::read::GzDecoder::new(&raw[..])
+        .read_to_string(&mut s)
+        .ok()?;
+    assert!(s.ends_with('\n'), "json.Encoder's newline: {s:?}");
+    serde_json::from_str(&s).ok()
+}
+
+async fn until(port: u16, key: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    // Redis offers no event for a key written by another client without keyspace notifications
+    // set up; poll under a timeout
+    let r = tokio::time::timeout(T, async {
+        loop {
+            if let Some(v) = info(port, key).await
+                && pred(&v)
+            {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await;
+    r.unwrap_or_else(|_| panic!("timed out waiting for {key}: {what}"))
+}
+
+#[tokio::test]
+async fn connection_state_is_written_to_argocds_redis() {
+    if !on_path("redis-server") || !on_path("redis-cli") {
+        println!(
+            "SKIP: redis-server/redis-cli not installed; the Argo CD cluster-info test did not run"
+        );
+        return;
+    }
+    init();
+    let r = redis().await;
+    let pki = LocalPki::new().unwrap();
+    let mut cfg = PrincipalConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        pki.principal.clone(),
+        throwaway_jwt_key(),
+    );
+    cfg.argocd_cache = Some(ArgoCacheConfig {
+        address: format!("127.0.0.1:{}", r.port),
+        password: None,
+        gzip: true,
+        resource_proxy_address: "argocd-agent-resource-proxy:9090".into(),
+    });
+    let p = Principal::start(
+        cfg,
+        Arc::new(MemStore::new()),
+        Metrics::new("argocd_principal"),
+    )
+    .await
+    .unwrap();
+    let a = agent(
+        &pki,
+        &p,
+        "cluster-9",
+        argocd_pull_agent::Mode::Managed,
+        &MemStore::new(),
+    )
+    .await;
+    let key = "cluster|info|https://argocd-agent-resource-proxy:9090?agentName=cluster-9|1.8.3.gz";
+    let v = until(r.port, key, "connected", |v| {
+        v["connectionState"]["status"] == "Successful"
+    })
+    .await;
+    assert_eq!(
+        v["connectionState"]["message"],
+        "Agent: 'cluster-9' is connected with principal"
+    );
+    let ttl: u64 = String::from_utf8(cli(r.port, &["PTTL", key]).await)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        ttl > 0 && ttl <= 600_000,
+        "expires as Argo CD's 10 minutes: {ttl}"
+    );
+    a.shutdown().await;
+    let v = until(r.port, key, "disconnected", |v| {
+        v["connectionState"]["status"] == "Failed"
+    })
+    .await;
+    assert_eq!(
+        v["connectionState"]["message"],
+        "Agent: 'cluster-9' is disconnected with principal"
+    );
+    p.shutdown().await;
+}
