@@ -1,5 +1,6 @@
 //! Agent-based pull model: principal and agent over mTLS gRPC streams, wire-compatible with
 //! argoproj-labs/argocd-agent. See `README.md` for the design and every deviation from the peer.
+pub mod argocd_cache;
 pub mod auth;
 pub mod checksum;
 pub mod event;

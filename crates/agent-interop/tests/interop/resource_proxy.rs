@@ -310,3 +310,88 @@ async fn a_peer_agents_cluster_cache_info_and_connection_state_are_kept_for_argo
     assert_eq!(info["applicationsCount"], 3);
     p.shutdown().await;
 }
+
+#[tokio::test]
+async fn our_agents_cluster_cache_info_reads_as_the_peers() {
+    let on_path = |b: &str| {
+        std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(b).is_file()))
+    };
+    if !on_path("redis-server") {
+        println!(
+            "SKIP: redis-server not installed; our_agents_cluster_cache_info_reads_as_the_peers did not run"
+        );
+        return;
+    }
+    init();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _redis = tokio::process::Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    // a process start announces nothing to await: poll its port under a timeout
+    tokio::time::timeout(T, async {
+        while tokio::net::TcpStream::connect(&addr).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("redis-server listens");
+    let cfg = argocd_pull_agent::argocd_cache::ArgoCacheConfig {
+        address: addr.clone(),
+        password: None,
+        gzip: true,
+        resource_proxy_address: String::new(),
+    };
+    let key =
+        argocd_pull_agent::argocd_cache::cluster_info_key("https://kubernetes.default.svc", true);
+    argocd_pull_agent::argocd_cache::RedisClient::new(&addr, None)
+        .call(&[
+            b"SET",
+            key.as_bytes(),
+            &cfg.value(&json!({"cacheInfo": {"resourcesCount": 812, "apisCount": 40}, "applicationsCount": 5})),
+        ])
+        .await
+        .unwrap();
+
+    let pki = LocalPki::new().expect("pki");
+    let pp = peer_principal(&pki, argocd_pull_agent::VERSION).await;
+    let mut c = AgentConfig::new(pp.addr, pki.agent("agent-cc").unwrap(), Mode::Managed);
+    c.local_redis = Some(argocd_pull_agent::agent::LocalRedis {
+        address: addr,
+        password: None,
+    });
+    c.cache_refresh_interval = Duration::from_millis(100);
+    let a = Agent::start(c, Arc::new(MemStore::new()), Metrics::new("argocd_agent"))
+        .await
+        .unwrap();
+    let r = pp
+        .expect("a cluster cache info update", |i| {
+            i.event.dataschema == "clusterCacheInfoUpdate"
+        })
+        .await;
+    assert_eq!(r.event.typ, ty("cluster-cache-info-update"));
+    let uuid = r.event.ext("eventid").unwrap().to_string();
+    assert_eq!(r.event.ext("resourceid"), Some(uuid.as_str()));
+    let want = pp.emitter.cluster_cache_info_update(&uuid, 5, 40, 812);
+    assert_eq!(
+        String::from_utf8_lossy(&r.event.data),
+        String::from_utf8_lossy(&want.data)
+    );
+    a.shutdown().await;
+    pp.shutdown().await;
+}

@@ -3,6 +3,7 @@
 
 mod application;
 mod appproject;
+mod cache_info;
 mod connect;
 mod resource;
 mod resync;
@@ -10,6 +11,7 @@ mod watch;
 
 use application::{status_payload, strip_local};
 use appproject::strip_project;
+pub use cache_info::LocalRedis;
 pub use resource::ResourceProxyClient;
 
 use std::collections::HashMap;
@@ -55,6 +57,10 @@ pub struct AgentConfig {
     pub enable_resource_proxy: bool,
     /// The agent's own API server for resource requests (`None`: requests are answered 403).
     pub resource_proxy: Option<ResourceProxyClient>,
+    /// The local Argo CD's Redis (managed mode: its cluster info goes to the principal).
+    pub local_redis: Option<LocalRedis>,
+    /// How often the cluster cache info is sent (the peer's `--cache-refresh-interval`).
+    pub cache_refresh_interval: Duration,
 }
 
 impl AgentConfig {
@@ -77,6 +83,8 @@ impl AgentConfig {
             reconnect_max: Duration::from_secs(30),
             enable_resource_proxy: true,
             resource_proxy: None,
+            local_redis: None,
+            cache_refresh_interval: Duration::from_secs(10),
         }
     }
 }
@@ -109,6 +117,8 @@ struct Inner {
     /// the resync requests of this process went out (the peer's `resyncedOnStart`): they are sent
     /// on the first stream only
     resynced_on_start: AtomicBool,
+    /// the live stream's direct sender (periodic cluster cache info goes here)
+    outbox: Mutex<Option<Outbox>>,
 }
 
 /// A running agent.
@@ -144,6 +154,7 @@ impl Agent {
             proj_cache: Mutex::new(HashMap::new()),
             deleting: Mutex::new(Default::default()),
             resynced_on_start: AtomicBool::new(false),
+            outbox: Mutex::new(None),
         });
         let me = Arc::downgrade(&inner);
         queue.set_regenerate(Arc::new(move |key: &str| {
@@ -192,6 +203,13 @@ impl Agent {
         }));
         let _ = tokio::time::timeout(Duration::from_secs(30), ready_rx).await;
         let _ = tokio::time::timeout(Duration::from_secs(30), pready_rx).await;
+        if let (Mode::Managed, Some(r)) = (cfg.mode, cfg.local_redis.clone()) {
+            let w = inner.clone();
+            let every = cfg.cache_refresh_interval;
+            tasks.push(tokio::spawn(async move {
+                w.send_cache_info_loop(r, every).await
+            }));
+        }
         let c = inner.clone();
         tasks.push(tokio::spawn(
             async move { c.connect_loop(client_tls).await },
@@ -340,6 +358,7 @@ impl Handler for SessionHandler {
         }
     }
     async fn on_connect(&self, out: &Outbox) {
+        *self.inner.outbox.lock().expect("poisoned") = Some(out.clone());
         self.inner.resync_on_start(out).await
     }
 }

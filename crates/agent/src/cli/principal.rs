@@ -475,7 +475,7 @@ async fn run(
         "none" => false,
         other => bail!("--redis-compression-type {other:?} is not supported; use gzip or none"),
     };
-    cfg.argocd_cache = Some(crate::principal::argocd_cache::ArgoCacheConfig {
+    cfg.argocd_cache = Some(crate::argocd_cache::ArgoCacheConfig {
         address: args.redis_server_address.clone(),
         password: Some(args.redis_password.clone()).filter(|p| !p.is_empty()),
         gzip,

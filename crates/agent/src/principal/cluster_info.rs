@@ -109,14 +109,14 @@ impl super::Inner {
     }
 
     /// Writes changed agents' cluster info at once and every agent's every
-    /// [`super::argocd_cache::REFRESH`] (before Argo CD's 10 minute expiry).
+    /// [`crate::argocd_cache::REFRESH`] (before Argo CD's 10 minute expiry).
     pub(super) async fn write_cluster_info(
         self: std::sync::Arc<Self>,
-        cfg: super::argocd_cache::ArgoCacheConfig,
+        cfg: crate::argocd_cache::ArgoCacheConfig,
         mut rx: tokio::sync::mpsc::UnboundedReceiver<String>,
     ) {
-        let w = super::argocd_cache::RedisWriter::new(cfg);
-        let mut tick = tokio::time::interval(super::argocd_cache::REFRESH);
+        let w = crate::argocd_cache::ClusterInfoWriter::new(cfg);
+        let mut tick = tokio::time::interval(crate::argocd_cache::REFRESH);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let names: Vec<String> = tokio::select! {

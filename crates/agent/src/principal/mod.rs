@@ -2,7 +2,6 @@
 
 mod application;
 mod appproject;
-pub mod argocd_cache;
 pub mod cluster_info;
 mod hub;
 pub mod resource_proxy;
@@ -58,7 +57,7 @@ pub struct PrincipalConfig {
     /// The resource proxy (`None`: disabled, the peer's `--enable-resource-proxy=false`).
     pub resource_proxy: Option<ResourceProxyConfig>,
     /// Where agents' cluster info is written for Argo CD (`None`: kept in memory only).
-    pub argocd_cache: Option<argocd_cache::ArgoCacheConfig>,
+    pub argocd_cache: Option<crate::argocd_cache::ArgoCacheConfig>,
 }
 
 impl PrincipalConfig {

@@ -6,9 +6,9 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use argocd_pull_agent::argocd_cache::ArgoCacheConfig;
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
 use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::argocd_cache::ArgoCacheConfig;
 use argocd_pull_agent::principal::{Principal, PrincipalConfig};
 use argocd_pull_agent::store::MemStore;
 use serde_json::Value;
@@ -171,5 +171,85 @@ async fn connection_state_is_written_to_argocds_redis() {
         v["connectionState"]["message"],
         "Agent: 'cluster-9' is disconnected with principal"
     );
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_agents_local_argocd_cache_counts_reach_the_hub_cache() {
+    if !on_path("redis-server") || !on_path("redis-cli") {
+        println!(
+            "SKIP: redis-server/redis-cli not installed; the cluster-cache-info test did not run"
+        );
+        return;
+    }
+    init();
+    let (hub_redis, local_redis) = (redis().await, redis().await);
+    // what the managed cluster's Argo CD application controller caches about its own cluster
+    let local = argocd_pull_agent::argocd_cache::RedisClient::new(
+        &format!("127.0.0.1:{}", local_redis.port),
+        None,
+    );
+    let argo = ArgoCacheConfig {
+        address: String::new(),
+        password: None,
+        gzip: true,
+        resource_proxy_address: String::new(),
+    };
+    let info = serde_json::json!({"connectionState": {"status": "Successful", "message": "", "attemptedAt": "2026-11-25T09:00:00Z"},
+                                  "serverVersion": "1.24", "cacheInfo": {"resourcesCount": 812, "apisCount": 40}, "applicationsCount": 5});
+    let key =
+        argocd_pull_agent::argocd_cache::cluster_info_key("https://kubernetes.default.svc", true);
+    local
+        .call(&[b"SET", key.as_bytes(), &argo.value(&info)])
+        .await
+        .unwrap();
+
+    let pki = LocalPki::new().unwrap();
+    let mut cfg = PrincipalConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        pki.principal.clone(),
+        throwaway_jwt_key(),
+    );
+    cfg.argocd_cache = Some(ArgoCacheConfig {
+        address: format!("127.0.0.1:{}", hub_redis.port),
+        password: None,
+        gzip: true,
+        resource_proxy_address: "rp.example:9090".into(),
+    });
+    let p = Principal::start(
+        cfg,
+        Arc::new(MemStore::new()),
+        Metrics::new("argocd_principal"),
+    )
+    .await
+    .unwrap();
+    let mut c = argocd_pull_agent::agent::AgentConfig::new(
+        p.local_addr(),
+        pki.agent("cluster-7").unwrap(),
+        argocd_pull_agent::Mode::Managed,
+    );
+    c.local_redis = Some(argocd_pull_agent::agent::LocalRedis {
+        address: format!("127.0.0.1:{}", local_redis.port),
+        password: None,
+    });
+    c.cache_refresh_interval = Duration::from_millis(100);
+    let a = argocd_pull_agent::agent::Agent::start(
+        c,
+        Arc::new(MemStore::new()),
+        Metrics::new("argocd_agent"),
+    )
+    .await
+    .unwrap();
+    let hub_key = "cluster|info|https://rp.example:9090?agentName=cluster-7|1.8.3.gz";
+    let v = until(hub_redis.port, hub_key, "the agent's counts", |v| {
+        v["applicationsCount"] == 5
+    })
+    .await;
+    assert_eq!(
+        v["cacheInfo"],
+        serde_json::json!({"resourcesCount": 812, "apisCount": 40})
+    );
+    assert_eq!(v["connectionState"]["status"], "Successful");
+    a.shutdown().await;
     p.shutdown().await;
 }

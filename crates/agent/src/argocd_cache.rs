@@ -1,4 +1,6 @@
-//! Writes each agent's `ClusterInfo` where Argo CD reads it: the hub Redis, key
+//! Argo CD's cluster-info cache in Redis. The principal writes each agent's `ClusterInfo` where
+//! Argo CD reads it; the agent reads its local Argo CD's (for `clusterCacheInfoUpdate`). Redis
+//! key
 //! `cluster|info|<server>|1.8.3` (`.gz` with gzip compression), JSON as Go's `json.Encoder`
 //! writes it, 10 minutes expiry (Argo CD's util/cache/appstate `SetClusterInfo`, as the peer's
 //! cluster manager calls it). `<server>` is the cluster secret's server URL, as `argocd-agentctl
@@ -9,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 /// Argo CD's `common.CacheVersion`, suffixed to every cache key.
@@ -40,8 +42,7 @@ impl ArgoCacheConfig {
 
     /// The Redis key Argo CD reads the cluster info of `server` from.
     pub fn key(&self, server: &str) -> String {
-        let k = format!("cluster|info|{server}|{CACHE_VERSION}");
-        if self.gzip { format!("{k}.gz") } else { k }
+        cluster_info_key(server, self.gzip)
     }
 
     /// The value: `json.Encoder.Encode` (compact, newline-terminated, Go escaping), gzipped
@@ -58,9 +59,29 @@ impl ArgoCacheConfig {
     }
 }
 
-/// One RESP connection to the hub Redis (reconnected on error).
-pub struct RedisWriter {
-    cfg: ArgoCacheConfig,
+/// Argo CD's key of `server`'s cluster info.
+pub fn cluster_info_key(server: &str, gzip: bool) -> String {
+    let k = format!("cluster|info|{server}|{CACHE_VERSION}");
+    if gzip { format!("{k}.gz") } else { k }
+}
+
+/// Decodes a cached value (gunzip when `gzip`, then JSON).
+pub fn decode_value(raw: &[u8], gzip: bool) -> anyhow::Result<Value> {
+    let json = if gzip {
+        let mut s = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(raw), &mut s)
+            .context("cached value is not gzip")?;
+        s
+    } else {
+        raw.to_vec()
+    };
+    serde_json::from_slice(&json).context("cached value is not JSON")
+}
+
+/// One RESP connection to a Redis (reconnected on error).
+pub struct RedisClient {
+    address: String,
+    password: Option<String>,
     conn: tokio::sync::Mutex<Option<BufReader<TcpStream>>>,
 }
 
@@ -78,7 +99,8 @@ fn command(args: &[&[u8]]) -> Vec<u8> {
     out
 }
 
-async fn reply(c: &mut BufReader<TcpStream>) -> anyhow::Result<String> {
+/// One reply: simple strings and integers as text, bulk strings as bytes (`None`: nil).
+async fn reply(c: &mut BufReader<TcpStream>) -> anyhow::Result<Option<Vec<u8>>> {
     let mut line = String::new();
     let n = tokio::time::timeout(Duration::from_secs(5), c.read_line(&mut line))
         .await
@@ -88,35 +110,41 @@ async fn reply(c: &mut BufReader<TcpStream>) -> anyhow::Result<String> {
     }
     let line = line.trim_end().to_string();
     match line.chars().next() {
-        Some('+') | Some(':') => Ok(line[1..].to_string()),
+        Some('+') | Some(':') => Ok(Some(line[1..].as_bytes().to_vec())),
         Some('-') => bail!("Redis error: {}", &line[1..]),
+        Some('$') => {
+            let n: i64 = line[1..].parse().context("bad Redis bulk length")?;
+            if n < 0 {
+                return Ok(None);
+            }
+            let mut buf = vec![0u8; n as usize + 2];
+            tokio::time::timeout(Duration::from_secs(5), c.read_exact(&mut buf))
+                .await
+                .context("Redis did not answer within 5s")??;
+            buf.truncate(n as usize);
+            Ok(Some(buf))
+        }
         _ => bail!("unexpected Redis reply {line:?}"),
     }
 }
 
-impl RedisWriter {
-    pub fn new(cfg: ArgoCacheConfig) -> Self {
+impl RedisClient {
+    pub fn new(address: &str, password: Option<String>) -> Self {
         Self {
-            cfg,
+            address: address.to_string(),
+            password: password.filter(|p| !p.is_empty()),
             conn: tokio::sync::Mutex::new(None),
         }
     }
 
-    pub fn config(&self) -> &ArgoCacheConfig {
-        &self.cfg
-    }
-
     async fn connect(&self) -> anyhow::Result<BufReader<TcpStream>> {
-        let tcp = tokio::time::timeout(
-            Duration::from_secs(5),
-            TcpStream::connect(&self.cfg.address),
-        )
-        .await
-        .with_context(|| format!("connecting to Redis at {} timed out", self.cfg.address))?
-        .with_context(|| format!("connecting to Redis at {}", self.cfg.address))?;
+        let tcp = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(&self.address))
+            .await
+            .with_context(|| format!("connecting to Redis at {} timed out", self.address))?
+            .with_context(|| format!("connecting to Redis at {}", self.address))?;
         let _ = tcp.set_nodelay(true);
         let mut c = BufReader::new(tcp);
-        if let Some(p) = self.cfg.password.as_deref().filter(|p| !p.is_empty()) {
+        if let Some(p) = self.password.as_deref() {
             c.get_mut()
                 .write_all(&command(&[b"AUTH", p.as_bytes()]))
                 .await?;
@@ -125,12 +153,9 @@ impl RedisWriter {
         Ok(c)
     }
 
-    /// Writes `agent`'s cluster info (one attempt, reconnecting once on a broken connection).
-    pub async fn write_cluster_info(&self, agent: &str, info: &Value) -> anyhow::Result<()> {
-        let key = self.cfg.key(&self.cfg.server_url(agent));
-        let value = self.cfg.value(info);
-        let ms = CLUSTER_INFO_EXPIRY.as_millis().to_string();
-        let cmd = command(&[b"SET", key.as_bytes(), &value, b"PX", ms.as_bytes()]);
+    /// Runs one command (reconnecting once on a broken connection).
+    pub async fn call(&self, args: &[&[u8]]) -> anyhow::Result<Option<Vec<u8>>> {
+        let cmd = command(args);
         let mut g = self.conn.lock().await;
         for attempt in 0..2 {
             if g.is_none() {
@@ -143,7 +168,7 @@ impl RedisWriter {
             }
             .await;
             match r {
-                Ok(_) => return Ok(()),
+                Ok(v) => return Ok(v),
                 Err(e) if attempt == 0 && !e.to_string().starts_with("Redis error") => {
                     *g = None;
                 }
@@ -154,6 +179,30 @@ impl RedisWriter {
             }
         }
         unreachable!("the loop returns")
+    }
+}
+
+/// Writes agents' cluster info to the hub Redis.
+pub struct ClusterInfoWriter {
+    cfg: ArgoCacheConfig,
+    redis: RedisClient,
+}
+
+impl ClusterInfoWriter {
+    pub fn new(cfg: ArgoCacheConfig) -> Self {
+        let redis = RedisClient::new(&cfg.address, cfg.password.clone());
+        Self { cfg, redis }
+    }
+
+    /// `SET <key> <value> PX 600000`.
+    pub async fn write_cluster_info(&self, agent: &str, info: &Value) -> anyhow::Result<()> {
+        let key = self.cfg.key(&self.cfg.server_url(agent));
+        let value = self.cfg.value(info);
+        let ms = CLUSTER_INFO_EXPIRY.as_millis().to_string();
+        self.redis
+            .call(&[b"SET", key.as_bytes(), &value, b"PX", ms.as_bytes()])
+            .await?;
+        Ok(())
     }
 }
 
