@@ -110,7 +110,7 @@ async fn reply(c: &mut BufReader<TcpStream>) -> anyhow::Result<Option<Vec<u8>>> 
     }
     let line = line.trim_end().to_string();
     match line.chars().next() {
-        Some('+') | Some(':') => Ok(Some(line[1..].as_bytes().to_vec())),
+        Some('+') | Some(':') => Ok(Some(line.as_bytes()[1..].to_vec())),
         Some('-') => bail!("Redis error: {}", &line[1..]),
         Some('$') => {
             let n: i64 = line[1..].parse().context("bad Redis bulk length")?;
