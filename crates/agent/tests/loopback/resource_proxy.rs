@@ -88,12 +88,24 @@ fn cm(name: &str, labels: Value) -> ConfigMap {
 }
 
 async fn raw(c: &kube::Client, method: &str, uri: &str, body: Vec<u8>) -> (u16, Value) {
-    let req = http::Request::builder()
+    raw_with(c, method, uri, body, None).await
+}
+
+async fn raw_with(
+    c: &kube::Client,
+    method: &str,
+    uri: &str,
+    body: Vec<u8>,
+    bearer: Option<&str>,
+) -> (u16, Value) {
+    let mut b = http::Request::builder()
         .method(method)
         .uri(uri)
-        .header("content-type", "application/json")
-        .body(kube::client::Body::from(body))
-        .unwrap();
+        .header("content-type", "application/json");
+    if let Some(t) = bearer {
+        b = b.header("authorization", format!("Bearer {t}"));
+    }
+    let req = b.body(kube::client::Body::from(body)).unwrap();
     let resp = tokio::time::timeout(T, c.send(req)).await.unwrap().unwrap();
     let status = resp.status().as_u16();
     use http_body_util::BodyExt;
@@ -219,6 +231,29 @@ async fn a_caller_reaches_only_the_agent_its_certificate_names() {
     assert_eq!(st, 502);
     assert!(
         body["message"].as_str().unwrap().contains("not connected"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn a_resource_proxy_bearer_token_names_the_agent_over_a_shared_certificate() {
+    let r = rig(&["c1", "c2"], |_| {}).await;
+    Api::<ConfigMap>::namespaced(r.agents[1].2.client(), "default")
+        .create(&PostParams::default(), &cm("on-c2", json!({})))
+        .await
+        .unwrap();
+    // one shared client certificate (a self-registered cluster secret), the token picks the agent
+    let shared = r.client("shared-client").await;
+    let issuer = argocd_pull_agent::auth::TokenIssuer::from_pem(&throwaway_jwt_key()).unwrap();
+    let token = issuer.issue_resource_proxy("c2").unwrap();
+    let uri = "/api/v1/namespaces/default/configmaps/on-c2";
+    let (st, body) = raw_with(&shared, "GET", uri, vec![], Some(&token)).await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["metadata"]["name"], "on-c2");
+    let (st, body) = raw_with(&shared, "GET", uri, vec![], Some("not-a-jwt")).await;
+    assert_eq!(st, 401);
+    assert!(
+        body["message"].as_str().unwrap().contains("bearer"),
         "{body}"
     );
 }

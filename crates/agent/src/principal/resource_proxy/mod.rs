@@ -156,6 +156,20 @@ async fn handle(
     caller: Result<String, String>,
     req: Request<Incoming>,
 ) -> Resp {
+    // as the peer's extractAgentFromAuth: a resource-proxy JWT bearer (self-registered cluster
+    // secrets share one client certificate) names the agent first, else the certificate's CN
+    let bearer = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let caller = match bearer {
+        Some(token) => inner
+            .tokens
+            .verify_resource_proxy(token.trim())
+            .map_err(|e| format!("invalid bearer token: {e}")),
+        None => caller,
+    };
     let agent = match caller {
         Ok(a) => a,
         Err(e) => {
