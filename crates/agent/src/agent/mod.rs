@@ -119,6 +119,8 @@ struct Inner {
     resynced_on_start: AtomicBool,
     /// the live stream's direct sender (periodic cluster cache info goes here)
     outbox: Mutex<Option<Outbox>>,
+    /// slots for resource requests performed at once
+    resource_requests: Arc<tokio::sync::Semaphore>,
 }
 
 /// A running agent.
@@ -155,6 +157,7 @@ impl Agent {
             deleting: Mutex::new(Default::default()),
             resynced_on_start: AtomicBool::new(false),
             outbox: Mutex::new(None),
+            resource_requests: Arc::new(tokio::sync::Semaphore::new(resource::CONCURRENT_REQUESTS)),
         });
         let me = Arc::downgrade(&inner);
         queue.set_regenerate(Arc::new(move |key: &str| {

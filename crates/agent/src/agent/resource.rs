@@ -20,6 +20,8 @@ use super::Inner;
 
 /// How long the agent waits for its API server (the principal gives up at 30 s).
 pub const API_TIMEOUT: Duration = Duration::from_secs(25);
+/// Resource requests performed at once (more wait for a slot).
+pub const CONCURRENT_REQUESTS: usize = 32;
 
 /// The Kubernetes client the resource proxy uses (a newtype so the config stays `Debug`).
 #[derive(Clone)]
@@ -48,23 +50,30 @@ impl Inner {
                 return Err(HandleError::Permanent(e));
             }
         };
-        let resp = match (&self.cfg.resource_proxy, self.cfg.enable_resource_proxy) {
-            (Some(client), true) => perform(&client.0, &req, self.cfg.max_event_size).await,
-            _ => fail(
-                403,
-                "the resource proxy is disabled on this agent (--enable-resource-proxy=false or no Kubernetes client)",
-            ),
-        };
-        if !(200..300).contains(&resp.0) {
-            m.agent_resource_proxy_errors.inc();
-        }
-        tracing::debug!(uuid = %req.uuid, method = %req.method, path = %req.api_path(), status = resp.0, "resource request answered");
-        let answer = ResourceResponse {
-            uuid: req.uuid,
-            status: resp.0,
-            resource: resp.1,
-        };
-        out.send(answer.to_event(&self.source())).await;
+        // the API call runs beside the stream's event handlers: a slow API server never holds
+        // up the agent's other events (the request is ACKed now, answered when done)
+        let me = self.clone();
+        let out = out.clone();
+        tokio::spawn(async move {
+            let _permit = me.resource_requests.clone().acquire_owned().await;
+            let resp = match (&me.cfg.resource_proxy, me.cfg.enable_resource_proxy) {
+                (Some(client), true) => perform(&client.0, &req, me.cfg.max_event_size).await,
+                _ => fail(
+                    403,
+                    "the resource proxy is disabled on this agent (--enable-resource-proxy=false or no Kubernetes client)",
+                ),
+            };
+            if !(200..300).contains(&resp.0) {
+                me.metrics.peer.agent_resource_proxy_errors.inc();
+            }
+            tracing::debug!(uuid = %req.uuid, method = %req.method, path = %req.api_path(), status = resp.0, "resource request answered");
+            let answer = ResourceResponse {
+                uuid: req.uuid,
+                status: resp.0,
+                resource: resp.1,
+            };
+            out.send(answer.to_event(&me.source())).await;
+        });
         Ok(())
     }
 }

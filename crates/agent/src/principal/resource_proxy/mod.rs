@@ -30,6 +30,8 @@ use super::{Inner, SOURCE};
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9090";
 /// The peer's `requestTimeout`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The peer's `ReadHeaderTimeout`.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest request body accepted (it travels base64 in one event).
 pub const DEFAULT_MAX_BODY: usize = 2 * 1024 * 1024;
 
@@ -98,9 +100,13 @@ pub(super) async fn start(
                     let caller = caller.clone();
                     async move { Ok::<_, Infallible>(handle(&inner, caller, req).await) }
                 });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
+                let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                // as the peer's ReadHeaderTimeout: a caller that never finishes its headers
+                // does not hold a connection
+                b.http1()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(HEADER_TIMEOUT);
+                let _ = b.serve_connection(TokioIo::new(stream), svc).await;
             });
         }
     });
