@@ -48,6 +48,8 @@ impl LocalPki {
 pub struct LocalDeployment {
     pub principal: Principal,
     pub agents: Vec<(String, Agent)>,
+    /// The throwaway PKI (the resource proxy trusts its agent certificates).
+    pub pki: LocalPki,
 }
 
 impl LocalDeployment {
@@ -60,6 +62,19 @@ impl LocalDeployment {
         })
         .await
         .map_err(|_| anyhow::anyhow!("agents did not connect within {timeout:?}"))
+    }
+
+    /// A kubeconfig pointing `kubectl` at the resource proxy as `agent` (its own cluster through
+    /// the principal); `None` when the proxy is off.
+    pub fn resource_proxy_kubeconfig(&self, agent: &str) -> anyhow::Result<Option<String>> {
+        let Some(addr) = self.principal.resource_proxy_addr() else {
+            return Ok(None);
+        };
+        Ok(Some(crate::resource::kubeconfig_yaml(
+            &format!("https://{addr}"),
+            &self.pki.agent(agent)?,
+            agent,
+        )))
     }
 
     /// Stops all agents, then the principal.
@@ -133,5 +148,6 @@ async fn start(
     Ok(LocalDeployment {
         principal,
         agents: out,
+        pki,
     })
 }

@@ -466,3 +466,53 @@ fn which_kubectl() -> Option<std::path::PathBuf> {
             .find(|f| f.is_file())
     })
 }
+
+#[tokio::test]
+async fn a_local_deployment_serves_each_agents_cluster_through_the_proxy() {
+    init();
+    let with_crds = || {
+        let h = argocd_pull_hub::Hub::new();
+        h.install_crds_yaml(include_str!(
+            "../../../api/crds/argocd/application-crd.yaml"
+        ))
+        .unwrap();
+        h.install_crds_yaml(include_str!("../../../api/crds/argocd/appproject-crd.yaml"))
+            .unwrap();
+        h
+    };
+    let (hub, spoke) = (with_crds(), with_crds());
+    Api::<ConfigMap>::namespaced(spoke.client(), "default")
+        .create(&PostParams::default(), &cm("on-spoke", json!({})))
+        .await
+        .unwrap();
+    let d = argocd_pull_agent::start_local(
+        hub.client(),
+        vec![("spoke-1".into(), spoke.client())],
+        Mode::Managed,
+    )
+    .await
+    .unwrap();
+    d.wait_connected(T).await.unwrap();
+    let kc = d
+        .resource_proxy_kubeconfig("spoke-1")
+        .unwrap()
+        .expect("proxy on");
+    let cfg = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::from_yaml(&kc).unwrap(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let c = kube::Client::try_from(cfg).unwrap();
+    let (st, body) = raw(
+        &c,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/on-spoke",
+        vec![],
+    )
+    .await;
+    assert_eq!(st, 200, "{body}");
+    let api = Api::<ConfigMap>::namespaced(c, "default");
+    assert!(api.get_opt("on-spoke").await.unwrap().is_some());
+    d.shutdown().await;
+}
