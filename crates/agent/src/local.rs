@@ -48,8 +48,9 @@ impl LocalPki {
 pub struct LocalDeployment {
     pub principal: Principal,
     pub agents: Vec<(String, Agent)>,
-    /// The throwaway PKI (the resource proxy trusts its agent certificates).
-    pub pki: LocalPki,
+    /// The throwaway PKI (the resource proxy trusts its agent certificates); boxed to keep the
+    /// deployment small.
+    pub pki: Box<LocalPki>,
 }
 
 impl LocalDeployment {
@@ -148,6 +149,6 @@ async fn start(
     Ok(LocalDeployment {
         principal,
         agents: out,
-        pki,
+        pki: Box::new(pki),
     })
 }

@@ -192,6 +192,14 @@ pub struct PrincipalArgs {
     )]
     pub metrics_addr: Option<SocketAddr>,
 
+    /// Resource proxy and Redis (boxed: keeps the CLI's command enum small).
+    #[command(flatten)]
+    pub proxy: Box<ProxyArgs>,
+}
+
+/// The resource proxy's and the Argo CD Redis cache's flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ProxyArgs {
     /// Whether to enable the resource proxy (default true; when not given explicitly and its TLS
     /// material cannot be loaded, the proxy is disabled with a warning instead of failing).
     #[arg(long = "enable-resource-proxy", env = "ARGOCD_PRINCIPAL_ENABLE_RESOURCE_PROXY", num_args = 0..=1, default_missing_value = "true")]
@@ -320,9 +328,9 @@ async fn proxy_material(
     namespace: &str,
 ) -> anyhow::Result<TlsMaterial> {
     if let (Some(c), Some(k), Some(ca)) = (
-        &args.resource_proxy_cert_path,
-        &args.resource_proxy_key_path,
-        &args.resource_proxy_ca_path,
+        &args.proxy.resource_proxy_cert_path,
+        &args.proxy.resource_proxy_key_path,
+        &args.proxy.resource_proxy_ca_path,
     ) {
         return Ok(TlsMaterial {
             cert_pem: read(c)?,
@@ -335,13 +343,13 @@ async fn proxy_material(
             "no Kubernetes client to read the resource proxy Secrets; give --resource-proxy-cert-path, --resource-proxy-key-path and --resource-proxy-ca-path"
         );
     };
-    tracing::info!(secret = %args.resource_proxy_secret_name, ca_secret = %args.resource_proxy_ca_secret_name, %namespace, "loading resource proxy TLS certificate from secrets");
+    tracing::info!(secret = %args.proxy.resource_proxy_secret_name, ca_secret = %args.proxy.resource_proxy_ca_secret_name, %namespace, "loading resource proxy TLS certificate from secrets");
     let (cert_pem, key_pem) =
-        common::tls_from_secret(kube, namespace, &args.resource_proxy_secret_name).await?;
+        common::tls_from_secret(kube, namespace, &args.proxy.resource_proxy_secret_name).await?;
     let ca_pem = common::ca_from_secret(
         kube,
         namespace,
-        &args.resource_proxy_ca_secret_name,
+        &args.proxy.resource_proxy_ca_secret_name,
         &["tls.crt", "ca.crt"],
     )
     .await?;
@@ -470,26 +478,26 @@ async fn run(
     cfg.concurrency = args.event_processors.unwrap_or(args.concurrency).max(1);
     cfg.compression = args.compression;
     cfg.keepalive_min_interval = args.keepalive_min_interval;
-    let gzip = match args.redis_compression_type.as_str() {
+    let gzip = match args.proxy.redis_compression_type.as_str() {
         "gzip" => true,
         "none" => false,
         other => bail!("--redis-compression-type {other:?} is not supported; use gzip or none"),
     };
     cfg.argocd_cache = Some(crate::argocd_cache::ArgoCacheConfig {
-        address: args.redis_server_address.clone(),
-        password: Some(args.redis_password.clone()).filter(|p| !p.is_empty()),
+        address: args.proxy.redis_server_address.clone(),
+        password: Some(args.proxy.redis_password.clone()).filter(|p| !p.is_empty()),
         gzip,
-        resource_proxy_address: args.resource_proxy_address.clone(),
+        resource_proxy_address: args.proxy.resource_proxy_address.clone(),
     });
-    if args.enable_resource_proxy != Some(false) {
+    if args.proxy.enable_resource_proxy != Some(false) {
         match proxy_material(&args, m.client.as_ref(), &cfg.namespace).await {
             Ok(t) => {
                 let mut rp =
-                    crate::principal::ResourceProxyConfig::new(args.resource_proxy_listen, t);
+                    crate::principal::ResourceProxyConfig::new(args.proxy.resource_proxy_listen, t);
                 rp.allow_tls12 = allow_tls12;
                 cfg.resource_proxy = Some(rp);
             }
-            Err(e) if args.enable_resource_proxy.is_none() => {
+            Err(e) if args.proxy.enable_resource_proxy.is_none() => {
                 tracing::warn!(error = %format!("{e:#}"), "resource proxy disabled: its TLS material could not be loaded (create the Secrets, give the --resource-proxy-*-path files, or pass --enable-resource-proxy=false)");
             }
             Err(e) => {
@@ -537,18 +545,21 @@ mod tests {
     #[test]
     fn resource_proxy_and_redis_flags_as_the_peer() {
         let a = PrincipalArgs::try_parse_flags(Vec::<String>::new()).unwrap();
-        assert_eq!(a.enable_resource_proxy, None, "default on, lenient");
-        assert_eq!(a.resource_proxy_address, "argocd-agent-resource-proxy:9090");
-        assert_eq!(a.resource_proxy_listen.to_string(), "0.0.0.0:9090");
+        assert_eq!(a.proxy.enable_resource_proxy, None, "default on, lenient");
         assert_eq!(
-            a.resource_proxy_secret_name,
+            a.proxy.resource_proxy_address,
+            "argocd-agent-resource-proxy:9090"
+        );
+        assert_eq!(a.proxy.resource_proxy_listen.to_string(), "0.0.0.0:9090");
+        assert_eq!(
+            a.proxy.resource_proxy_secret_name,
             "argocd-agent-resource-proxy-tls"
         );
-        assert_eq!(a.resource_proxy_ca_secret_name, "argocd-agent-ca");
-        assert_eq!(a.redis_server_address, "argocd-redis:6379");
-        assert_eq!(a.redis_compression_type, "gzip");
+        assert_eq!(a.proxy.resource_proxy_ca_secret_name, "argocd-agent-ca");
+        assert_eq!(a.proxy.redis_server_address, "argocd-redis:6379");
+        assert_eq!(a.proxy.redis_compression_type, "gzip");
         let a = PrincipalArgs::try_parse_flags(["--enable-resource-proxy=false"]).unwrap();
-        assert_eq!(a.enable_resource_proxy, Some(false));
+        assert_eq!(a.proxy.enable_resource_proxy, Some(false));
         let a = PrincipalArgs::try_parse_flags([
             "--enable-resource-proxy",
             "--resource-proxy-cert-path",
@@ -559,8 +570,8 @@ mod tests {
             "/ca",
         ])
         .unwrap();
-        assert_eq!(a.enable_resource_proxy, Some(true));
-        assert_eq!(a.resource_proxy_ca_path, Some(PathBuf::from("/ca")));
+        assert_eq!(a.proxy.enable_resource_proxy, Some(true));
+        assert_eq!(a.proxy.resource_proxy_ca_path, Some(PathBuf::from("/ca")));
         let a = crate::cli::agent::AgentArgs::try_parse_flags([
             "--server-address",
             "p",
