@@ -6,6 +6,7 @@ mod appproject;
 mod cache_info;
 mod connect;
 mod resource;
+mod resource_scope;
 mod resync;
 mod watch;
 
@@ -57,6 +58,8 @@ pub struct AgentConfig {
     pub enable_resource_proxy: bool,
     /// The agent's own API server for resource requests (`None`: requests are answered 403).
     pub resource_proxy: Option<ResourceProxyClient>,
+    /// The peer's rule: serve only resources Argo CD manages (and list only events).
+    pub resource_proxy_managed_only: bool,
     /// The local Argo CD's Redis (managed mode: its cluster info goes to the principal).
     pub local_redis: Option<LocalRedis>,
     /// How often the cluster cache info is sent (the peer's `--cache-refresh-interval`).
@@ -83,6 +86,7 @@ impl AgentConfig {
             reconnect_max: Duration::from_secs(30),
             enable_resource_proxy: true,
             resource_proxy: None,
+            resource_proxy_managed_only: false,
             local_redis: None,
             cache_refresh_interval: Duration::from_secs(10),
         }

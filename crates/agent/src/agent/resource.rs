@@ -57,7 +57,15 @@ impl Inner {
         tokio::spawn(async move {
             let _permit = me.resource_requests.clone().acquire_owned().await;
             let resp = match (&me.cfg.resource_proxy, me.cfg.enable_resource_proxy) {
-                (Some(client), true) => perform(&client.0, &req, me.cfg.max_event_size).await,
+                (Some(client), true) => {
+                    perform(
+                        &client.0,
+                        &req,
+                        me.cfg.max_event_size,
+                        me.cfg.resource_proxy_managed_only,
+                    )
+                    .await
+                }
                 _ => fail(
                     403,
                     "the resource proxy is disabled on this agent (--enable-resource-proxy=false or no Kubernetes client)",
@@ -84,7 +92,12 @@ fn fail(code: u16, message: &str) -> (u16, String) {
 
 /// Performs the request; returns (status, body). Success is reported as 200 whatever 2xx the
 /// server answered (a peer principal only forwards a body with 200).
-pub async fn perform(client: &kube::Client, req: &ResourceRequest, limit: usize) -> (u16, String) {
+pub async fn perform(
+    client: &kube::Client,
+    req: &ResourceRequest,
+    limit: usize,
+    managed_only: bool,
+) -> (u16, String) {
     let method = match req.method.as_str() {
         "GET" => http::Method::GET,
         "POST" => http::Method::POST,
@@ -100,6 +113,9 @@ pub async fn perform(client: &kube::Client, req: &ResourceRequest, limit: usize)
         }
     };
     let r = tokio::time::timeout(API_TIMEOUT, async {
+        if managed_only && let Err((st, body)) = super::resource_scope::check(client, req).await {
+            return Ok((st, bytes::Bytes::from(body)));
+        }
         if method == http::Method::GET && req.is_root_discovery() {
             discovery(client).await
         } else {

@@ -111,6 +111,10 @@ pub struct AgentArgs {
     /// Answer the principal's resource-proxy requests against this cluster's API server.
     #[arg(long = "enable-resource-proxy", env = "ARGOCD_AGENT_ENABLE_RESOURCE_PROXY", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub enable_resource_proxy: bool,
+    /// Serve only resources Argo CD manages (tracking label/annotation or owner chain) and list
+    /// only events through the resource proxy, as argocd-agent does (default: the agent's RBAC).
+    #[arg(long = "resource-proxy-managed-only", env = "ARGOCD_AGENT_RESOURCE_PROXY_MANAGED_ONLY", default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub resource_proxy_managed_only: bool,
     /// The local Argo CD's Redis (host:port): its cluster info is reported to the principal.
     #[arg(
         long = "redis-addr",
@@ -302,6 +306,7 @@ async fn run(
         cfg.keepalive_interval = args.keepalive;
     }
     cfg.enable_resource_proxy = args.enable_resource_proxy;
+    cfg.resource_proxy_managed_only = args.resource_proxy_managed_only;
     if args.cache_refresh_interval.is_zero() {
         bail!("--cache-refresh-interval must be greater than 0");
     }

@@ -34,7 +34,18 @@ impl Rig {
 }
 
 pub async fn agent_on(pki: &LocalPki, p: &Principal, name: &str, api: kube::Client) -> Agent {
+    agent_with(pki, p, name, api, |_| {}).await
+}
+
+pub async fn agent_with(
+    pki: &LocalPki,
+    p: &Principal,
+    name: &str,
+    api: kube::Client,
+    f: impl FnOnce(&mut AgentConfig),
+) -> Agent {
     let mut c = AgentConfig::new(p.local_addr(), pki.agent(name).unwrap(), Mode::Managed);
+    f(&mut c);
     c.reconnect_max = Duration::from_millis(500);
     c.resource_proxy = Some(ResourceProxyClient(api));
     let a = Agent::start(c, Arc::new(MemStore::new()), Metrics::new("argocd_agent"))
@@ -515,4 +526,85 @@ async fn a_local_deployment_serves_each_agents_cluster_through_the_proxy() {
     let api = Api::<ConfigMap>::namespaced(c, "default");
     assert!(api.get_opt("on-spoke").await.unwrap().is_some());
     d.shutdown().await;
+}
+
+#[tokio::test]
+async fn managed_only_agents_serve_argocd_managed_resources_as_the_peer() {
+    let r = rig(&[], |_| {}).await;
+    let own = argocd_pull_hub::Hub::new();
+    let deploy: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default", "labels": {"app.kubernetes.io/instance": "guestbook"}},
+        "spec": {"selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}
+    }))
+    .unwrap();
+    let d = Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(own.client(), "default")
+        .create(&PostParams::default(), &deploy)
+        .await
+        .unwrap();
+    let cms = Api::<ConfigMap>::namespaced(own.client(), "default");
+    cms.create(&PostParams::default(), &cm("plain", json!({})))
+        .await
+        .unwrap();
+    let mut child = cm("child", json!({}));
+    child.metadata.owner_references = Some(vec![serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": d.metadata.uid.clone().unwrap()
+    }))
+    .unwrap()]);
+    cms.create(&PostParams::default(), &child).await.unwrap();
+    let _a = agent_with(&r.pki, &r.principal, "strict", own.client(), |c| {
+        c.resource_proxy_managed_only = true
+    })
+    .await;
+    let c = r.client("strict").await;
+    let ns = "/api/v1/namespaces/default";
+    // tracked directly, and through its owner
+    let (st, _) = raw(
+        &c,
+        "GET",
+        "/apis/apps/v1/namespaces/default/deployments/web",
+        vec![],
+    )
+    .await;
+    assert_eq!(st, 200);
+    let (st, body) = raw(&c, "GET", &format!("{ns}/configmaps/child"), vec![]).await;
+    assert_eq!(st, 200, "{body}");
+    // not managed: forbidden, also for writes, nothing changes
+    let (st, body) = raw(&c, "GET", &format!("{ns}/configmaps/plain"), vec![]).await;
+    assert_eq!(st, 403);
+    assert!(
+        body["message"].as_str().unwrap().contains("not managed"),
+        "{body}"
+    );
+    let (st, _) = raw(
+        &c,
+        "PATCH",
+        &format!("{ns}/configmaps/plain"),
+        br#"{"data":{"x":"y"}}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(st, 403);
+    assert!(
+        !cms.get("plain")
+            .await
+            .unwrap()
+            .data
+            .unwrap()
+            .contains_key("x")
+    );
+    // lists: events only
+    let (st, body) = raw(&c, "GET", &format!("{ns}/configmaps"), vec![]).await;
+    assert_eq!(st, 403);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("not authorized to list"),
+        "{body}"
+    );
+    let (st, _) = raw(&c, "GET", &format!("{ns}/events"), vec![]).await;
+    assert_eq!(st, 200);
+    // a missing object keeps the API server's 404
+    let (st, body) = raw(&c, "GET", &format!("{ns}/configmaps/nope"), vec![]).await;
+    assert_eq!((st, body["reason"].as_str()), (404, Some("NotFound")));
 }
