@@ -608,3 +608,75 @@ async fn managed_only_agents_serve_argocd_managed_resources_as_the_peer() {
     let (st, body) = raw(&c, "GET", &format!("{ns}/configmaps/nope"), vec![]).await;
     assert_eq!((st, body["reason"].as_str()), (404, Some("NotFound")));
 }
+
+#[tokio::test]
+async fn hanging_api_calls_never_hold_up_the_agents_application_events() {
+    init();
+    let pki = LocalPki::new().unwrap();
+    let hub = MemStore::new();
+    let mut cfg = PrincipalConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        pki.principal.clone(),
+        throwaway_jwt_key(),
+    );
+    let mut rp = ResourceProxyConfig::new("127.0.0.1:0".parse().unwrap(), pki.principal.clone());
+    rp.timeout = Duration::from_secs(60);
+    cfg.resource_proxy = Some(rp);
+    let p = Principal::start(cfg, Arc::new(hub.clone()), Metrics::new("argocd_principal"))
+        .await
+        .unwrap();
+    let hang = kube::Client::new(
+        tower::service_fn(|_req: http::Request<kube::client::Body>| async {
+            std::future::pending::<Result<http::Response<kube::client::Body>, std::io::Error>>()
+                .await
+        }),
+        "default",
+    );
+    let local = MemStore::new();
+    let mut c = AgentConfig::new(p.local_addr(), pki.agent("slow").unwrap(), Mode::Managed);
+    c.resource_proxy = Some(ResourceProxyClient(hang));
+    let a = Agent::start(c, Arc::new(local.clone()), Metrics::new("argocd_agent"))
+        .await
+        .unwrap();
+    tokio::time::timeout(T, a.wait_connected(0)).await.unwrap();
+    // more hanging requests than the stream processes at once (64) and than API slots (32)
+    let url = format!("https://{}", p.resource_proxy_addr().unwrap());
+    let client = proxy_client(&url, &pki.agent("slow").unwrap(), "slow")
+        .await
+        .unwrap();
+    let mut calls = Vec::new();
+    for i in 0..100 {
+        let c = client.clone();
+        calls.push(tokio::spawn(async move {
+            raw(
+                &c,
+                "GET",
+                &format!("/api/v1/namespaces/default/configmaps/c{i}"),
+                vec![],
+            )
+            .await
+        }));
+    }
+    tokio::time::timeout(T, async {
+        while p.pending_resource_requests() < 100 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("all requests are waiting");
+    // an Application for the agent still arrives at once
+    put(&hub, app("slow", "guestbook", "v1")).await;
+    wait_for(
+        &local,
+        "argocd",
+        "guestbook",
+        "delivered despite 100 hanging requests",
+        |o| o.is_some(),
+    )
+    .await;
+    for c in calls {
+        c.abort();
+    }
+    a.shutdown().await;
+    p.shutdown().await;
+}
