@@ -10,5 +10,6 @@ mod ops;
 mod projects;
 mod rejections;
 mod resource_proxy;
+mod resource_proxy_kubectl;
 mod restarts;
 mod resync;
