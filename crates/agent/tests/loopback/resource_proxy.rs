@@ -486,3 +486,33 @@ async fn hanging_api_calls_never_hold_up_the_agents_application_events() {
     a.shutdown().await;
     p.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_answer_over_the_event_size_limit_is_refused_with_the_limit_named() {
+    let r = rig(&[], |_| {}).await;
+    let own = argocd_pull_hub::Hub::new();
+    let mut big = cm("big", json!({}));
+    big.data = Some([("k".to_string(), "x".repeat(8192))].into());
+    Api::<ConfigMap>::namespaced(own.client(), "default")
+        .create(&PostParams::default(), &big)
+        .await
+        .unwrap();
+    let _a = agent_with(&r.pki, &r.principal, "small", own.client(), |c| {
+        c.max_event_size = 4096
+    })
+    .await;
+    let c = r.client("small").await;
+    let (st, body) = raw(
+        &c,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/big",
+        vec![],
+    )
+    .await;
+    assert_eq!(st, 500, "{body}");
+    let msg = body["message"].as_str().unwrap();
+    assert!(msg.contains("4096") && msg.contains("limit"), "{msg}");
+    // a small object still passes
+    let (st, _) = raw(&c, "GET", "/api/v1/namespaces/default", vec![]).await;
+    assert_eq!(st, 200);
+}
