@@ -57,6 +57,9 @@ pub trait Handler: Send + Sync + 'static {
     async fn handle(&self, ev: Event, out: &Outbox) -> Result<(), HandleError>;
     /// Called once the stream is up (resync requests go here).
     async fn on_connect(&self, out: &Outbox);
+    /// Called after an event over the size limit was refused (`event_id` as far as it could be
+    /// read): a side waiting for that event can give up at once.
+    async fn on_oversized(&self, _event_id: &str, _size: usize) {}
 }
 
 /// Stream parameters.
@@ -243,6 +246,7 @@ where
                 ),
             ))
             .await;
+            handler.on_oversized(&eid, size).await;
             continue;
         }
         let ev = match Event::from_wire(&msg) {

@@ -51,6 +51,23 @@ impl Handler for SessionHandler {
             crate::checksum::ResyncKind::Refused(msg) => Err(HandleError::Permanent(msg)),
         }
     }
+    async fn on_oversized(&self, event_id: &str, size: usize) {
+        // a resource response too large for this principal: its HTTP request fails now (502)
+        let msg = format!(
+            "the answer of agent {:?} ({size} bytes) exceeds the principal's event size limit of {} bytes (--grpc-max-message-size)",
+            self.agent.name, self.inner.cfg.max_event_size
+        );
+        let resp = crate::resource::ResourceResponse {
+            uuid: event_id.to_string(),
+            status: 502,
+            resource: crate::resource::status_body(502, "InternalError", &msg),
+        };
+        let _ = self
+            .inner
+            .pending
+            .complete(&self.agent.name, event_id, resp);
+    }
+
     async fn on_connect(&self, out: &Outbox) {
         {
             // a newer stream's sender is never replaced by an older one's

@@ -516,3 +516,53 @@ async fn an_answer_over_the_event_size_limit_is_refused_with_the_limit_named() {
     let (st, _) = raw(&c, "GET", "/api/v1/namespaces/default", vec![]).await;
     assert_eq!(st, 200);
 }
+
+#[tokio::test]
+async fn an_answer_over_the_principals_limit_fails_its_request_at_once() {
+    init();
+    let pki = LocalPki::new().unwrap();
+    let mut cfg = PrincipalConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        pki.principal.clone(),
+        throwaway_jwt_key(),
+    );
+    cfg.max_event_size = 4096;
+    let mut rp = ResourceProxyConfig::new("127.0.0.1:0".parse().unwrap(), pki.principal.clone());
+    rp.timeout = Duration::from_secs(60);
+    cfg.resource_proxy = Some(rp);
+    let p = Principal::start(
+        cfg,
+        Arc::new(MemStore::new()),
+        Metrics::new("argocd_principal"),
+    )
+    .await
+    .unwrap();
+    let own = argocd_pull_hub::Hub::new();
+    let mut big = cm("big", json!({}));
+    // over the principal's 4096-byte event limit, under the gRPC frame limit (twice that)
+    big.data = Some([("k".to_string(), "x".repeat(5000))].into());
+    Api::<ConfigMap>::namespaced(own.client(), "default")
+        .create(&PostParams::default(), &big)
+        .await
+        .unwrap();
+    let _a = agent_on(&pki, &p, "c1", own.client()).await;
+    let url = format!("https://{}", p.resource_proxy_addr().unwrap());
+    let c = proxy_client(&url, &pki.agent("c1").unwrap(), "c1")
+        .await
+        .unwrap();
+    // answered well before the 60 s timeout
+    let (st, body) = tokio::time::timeout(
+        Duration::from_secs(10),
+        raw(
+            &c,
+            "GET",
+            "/api/v1/namespaces/default/configmaps/big",
+            vec![],
+        ),
+    )
+    .await
+    .expect("no wait for the timeout");
+    assert_eq!(st, 502, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("4096"), "{body}");
+    assert_eq!(p.pending_resource_requests(), 0);
+}
