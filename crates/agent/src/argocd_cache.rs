@@ -194,9 +194,13 @@ impl ClusterInfoWriter {
         Self { cfg, redis }
     }
 
-    /// `SET <key> <value> PX 600000`.
-    pub async fn write_cluster_info(&self, agent: &str, info: &Value) -> anyhow::Result<()> {
-        let key = self.cfg.key(&self.cfg.server_url(agent));
+    pub fn config(&self) -> &ArgoCacheConfig {
+        &self.cfg
+    }
+
+    /// `SET <key of server> <value> PX 600000`.
+    pub async fn write_cluster_info(&self, server: &str, info: &Value) -> anyhow::Result<()> {
+        let key = self.cfg.key(server);
         let value = self.cfg.value(info);
         let ms = CLUSTER_INFO_EXPIRY.as_millis().to_string();
         self.redis

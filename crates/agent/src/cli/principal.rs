@@ -483,6 +483,10 @@ async fn run(
         "none" => false,
         other => bail!("--redis-compression-type {other:?} is not supported; use gzip or none"),
     };
+    cfg.cluster_secrets = m
+        .client
+        .clone()
+        .map(crate::principal::cluster_secrets::SecretsClient);
     cfg.argocd_cache = Some(crate::argocd_cache::ArgoCacheConfig {
         address: args.proxy.redis_server_address.clone(),
         password: Some(args.proxy.redis_password.clone()).filter(|p| !p.is_empty()),

@@ -135,7 +135,10 @@ impl super::Inner {
             for n in names {
                 let Some(a) = self.agent(&n) else { continue };
                 let info = a.cluster.lock().expect("poisoned").argocd_cluster_info(&n);
-                if let Err(e) = w.write_cluster_info(&n, &info).await {
+                let server = self
+                    .cluster_server(&n)
+                    .unwrap_or_else(|| w.config().server_url(&n));
+                if let Err(e) = w.write_cluster_info(&server, &info).await {
                     tracing::warn!(agent = %n, error = %format!("{e:#}"), "writing the cluster info to Argo CD's Redis failed; retried at the next change or refresh");
                 }
             }

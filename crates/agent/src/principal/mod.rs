@@ -3,6 +3,7 @@
 mod application;
 mod appproject;
 pub mod cluster_info;
+pub mod cluster_secrets;
 mod hub;
 pub mod resource_proxy;
 mod resync;
@@ -58,6 +59,8 @@ pub struct PrincipalConfig {
     pub resource_proxy: Option<ResourceProxyConfig>,
     /// Where agents' cluster info is written for Argo CD (`None`: kept in memory only).
     pub argocd_cache: Option<crate::argocd_cache::ArgoCacheConfig>,
+    /// Reads Argo CD cluster secrets (agent → server URL) in the principal's namespace.
+    pub cluster_secrets: Option<cluster_secrets::SecretsClient>,
 }
 
 impl PrincipalConfig {
@@ -78,6 +81,7 @@ impl PrincipalConfig {
             backoff: Backoff::default(),
             resource_proxy: None,
             argocd_cache: None,
+            cluster_secrets: None,
         }
     }
 }
@@ -129,6 +133,8 @@ struct Inner {
     pending: resource_proxy::Pending,
     /// agents whose cluster info changed, for the Argo CD cache writer
     cluster_changed: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    /// agent → server URL from Argo CD cluster secrets
+    cluster_servers: Mutex<HashMap<String, String>>,
 }
 
 /// A running principal.
@@ -172,7 +178,14 @@ impl Principal {
             projects: Mutex::new(HashMap::new()),
             pending: Default::default(),
             cluster_changed: cluster_tx,
+            cluster_servers: Mutex::new(HashMap::new()),
         });
+        if let Some(c) = cfg.cluster_secrets.clone() {
+            let w = inner.clone();
+            tasks_pre.push(tokio::spawn(
+                async move { w.watch_cluster_secrets(c.0).await },
+            ));
+        }
         if let (Some(rx), Some(c)) = (cluster_rx, cfg.argocd_cache.clone()) {
             let w = inner.clone();
             tasks_pre.push(tokio::spawn(

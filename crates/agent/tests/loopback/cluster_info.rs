@@ -253,3 +253,76 @@ async fn the_agents_local_argocd_cache_counts_reach_the_hub_cache() {
     a.shutdown().await;
     p.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_cluster_secrets_server_url_names_the_key() {
+    if !on_path("redis-server") || !on_path("redis-cli") {
+        println!(
+            "SKIP: redis-server/redis-cli not installed; the cluster-secret mapping test did not run"
+        );
+        return;
+    }
+    init();
+    let r = redis().await;
+    // the hub: an Argo CD cluster secret maps the agent to a server URL of its own
+    let hub = argocd_pull_hub::Hub::new();
+    let client = hub.client();
+    kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(
+            &Default::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "argocd"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "cluster-cluster-5", "namespace": "argocd",
+                     "labels": {"argocd.argoproj.io/secret-type": "cluster",
+                                "argocd-agent.argoproj-labs.io/agent-name": "cluster-5"}},
+        "stringData": {"server": "https://proxy.example.com:443?agentName=cluster-5", "name": "cluster-5", "config": "{}"}
+    }))
+    .unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), "argocd")
+        .create(&Default::default(), &secret)
+        .await
+        .unwrap();
+    let pki = LocalPki::new().unwrap();
+    let mut cfg = PrincipalConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        pki.principal.clone(),
+        throwaway_jwt_key(),
+    );
+    cfg.argocd_cache = Some(ArgoCacheConfig {
+        address: format!("127.0.0.1:{}", r.port),
+        password: None,
+        gzip: true,
+        resource_proxy_address: "argocd-agent-resource-proxy:9090".into(),
+    });
+    cfg.cluster_secrets =
+        Some(argocd_pull_agent::principal::cluster_secrets::SecretsClient(client));
+    let p = Principal::start(
+        cfg,
+        Arc::new(MemStore::new()),
+        Metrics::new("argocd_principal"),
+    )
+    .await
+    .unwrap();
+    let a = agent(
+        &pki,
+        &p,
+        "cluster-5",
+        argocd_pull_agent::Mode::Managed,
+        &MemStore::new(),
+    )
+    .await;
+    let key = "cluster|info|https://proxy.example.com:443?agentName=cluster-5|1.8.3.gz";
+    let v = until(r.port, key, "connected under the secret's server", |v| {
+        v["connectionState"]["status"] == "Successful"
+    })
+    .await;
+    assert_eq!(
+        v["connectionState"]["message"],
+        "Agent: 'cluster-5' is connected with principal"
+    );
+    a.shutdown().await;
+    p.shutdown().await;
+}
