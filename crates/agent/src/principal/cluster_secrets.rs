@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event as W};
 
 use crate::ctl::{LABEL_AGENT_NAME, LABEL_SECRET_TYPE};
@@ -51,7 +52,8 @@ impl super::Inner {
         let cfg = watcher::Config::default().labels(&format!("{LABEL_SECRET_TYPE}=cluster"));
         let mut init: HashMap<String, String> = HashMap::new();
         let mut names: HashMap<String, String> = HashMap::new(); // secret → agent
-        let mut w = watcher::watcher(api, cfg).boxed();
+        // errors back off (kube's default) instead of retrying in a tight loop
+        let mut w = watcher::watcher(api, cfg).default_backoff().boxed();
         while let Some(e) = w.next().await {
             let changed: Vec<String> = match e {
                 Ok(W::Init) => {
