@@ -46,15 +46,25 @@ impl Inner {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await; // the peer's ticker fires first after one interval
+        let mut failing = false;
         loop {
             tick.tick().await;
             let out = self.outbox.lock().expect("poisoned").clone();
             let Some(out) = out else { continue };
             let raw = match client.call(&[b"GET", key.as_bytes()]).await {
-                Ok(Some(raw)) => raw,
-                Ok(None) => continue, // cache miss: nothing to report
+                Ok(v) => {
+                    failing = false;
+                    match v {
+                        Some(raw) => raw,
+                        None => continue, // cache miss: nothing to report
+                    }
+                }
                 Err(e) => {
-                    tracing::warn!(address = %redis.address, error = %format!("{e:#}"), "reading the local Argo CD cluster info failed");
+                    // warned once per outage, not every interval
+                    if !failing {
+                        tracing::warn!(address = %redis.address, error = %format!("{e:#}"), "reading the local Argo CD cluster info failed (no cluster cache info is sent until it works)");
+                    }
+                    failing = true;
                     continue;
                 }
             };
