@@ -325,8 +325,8 @@ async fn our_agents_cluster_cache_info_reads_as_the_peers() {
             .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(b).is_file()))
     };
     if !on_path("redis-server") {
-        println!(
-            "SKIP: redis-server not installed; our_agents_cluster_cache_info_reads_as_the_peers did not run"
+        skip(
+            "SKIP: redis-server not installed; our_agents_cluster_cache_info_reads_as_the_peers did not run",
         );
         return;
     }
@@ -401,4 +401,10 @@ async fn our_agents_cluster_cache_info_reads_as_the_peers() {
     );
     a.shutdown().await;
     pp.shutdown().await;
+}
+
+/// Prints a `SKIP:` line straight to stderr (not captured by the test harness, so CI shows it).
+fn skip(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{msg}");
 }

@@ -110,8 +110,8 @@ async fn until(port: u16, key: &str, what: &str, pred: impl Fn(&Value) -> bool) 
 #[tokio::test]
 async fn connection_state_is_written_to_argocds_redis() {
     if !on_path("redis-server") || !on_path("redis-cli") {
-        println!(
-            "SKIP: redis-server/redis-cli not installed; the Argo CD cluster-info test did not run"
+        skip(
+            "SKIP: redis-server/redis-cli not installed; the Argo CD cluster-info test did not run",
         );
         return;
     }
@@ -177,9 +177,7 @@ async fn connection_state_is_written_to_argocds_redis() {
 #[tokio::test]
 async fn the_agents_local_argocd_cache_counts_reach_the_hub_cache() {
     if !on_path("redis-server") || !on_path("redis-cli") {
-        println!(
-            "SKIP: redis-server/redis-cli not installed; the cluster-cache-info test did not run"
-        );
+        skip("SKIP: redis-server/redis-cli not installed; the cluster-cache-info test did not run");
         return;
     }
     init();
@@ -257,8 +255,8 @@ async fn the_agents_local_argocd_cache_counts_reach_the_hub_cache() {
 #[tokio::test]
 async fn the_cluster_secrets_server_url_names_the_key() {
     if !on_path("redis-server") || !on_path("redis-cli") {
-        println!(
-            "SKIP: redis-server/redis-cli not installed; the cluster-secret mapping test did not run"
+        skip(
+            "SKIP: redis-server/redis-cli not installed; the cluster-secret mapping test did not run",
         );
         return;
     }
@@ -325,4 +323,10 @@ async fn the_cluster_secrets_server_url_names_the_key() {
     );
     a.shutdown().await;
     p.shutdown().await;
+}
+
+/// Prints a `SKIP:` line straight to stderr (not captured by the test harness, so CI shows it).
+fn skip(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{msg}");
 }

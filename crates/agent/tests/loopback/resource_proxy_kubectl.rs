@@ -70,7 +70,7 @@ async fn kubectl_suite(kc: &std::path::Path, ns: &str, name: &str, describe_even
 #[tokio::test]
 async fn kubectl_through_the_proxy() {
     if which_kubectl().is_none() {
-        println!("SKIP: kubectl not on PATH; the kubectl-through-the-proxy test did not run");
+        skip("SKIP: kubectl not on PATH; the kubectl-through-the-proxy test did not run");
         return;
     }
     let r = rig(&["c1"], |_| {}).await;
@@ -97,13 +97,13 @@ async fn kubectl_through_the_proxy() {
 #[tokio::test]
 async fn real_cluster_kubectl_through_the_resource_proxy() {
     let Ok(managed_kc) = std::env::var("ARGOCD_PULL_E2E_MANAGED_KUBECONFIG") else {
-        eprintln!(
-            "SKIP: real_cluster_kubectl_through_the_resource_proxy needs ARGOCD_PULL_E2E_MANAGED_KUBECONFIG"
+        skip(
+            "SKIP: real_cluster_kubectl_through_the_resource_proxy needs ARGOCD_PULL_E2E_MANAGED_KUBECONFIG",
         );
         return;
     };
     if which_kubectl().is_none() {
-        eprintln!("SKIP: real_cluster_kubectl_through_the_resource_proxy needs kubectl on PATH");
+        skip("SKIP: real_cluster_kubectl_through_the_resource_proxy needs kubectl on PATH");
         return;
     }
     init();
@@ -202,4 +202,10 @@ async fn a_local_deployment_serves_each_agents_cluster_through_the_proxy() {
     let api = Api::<ConfigMap>::namespaced(c, "default");
     assert!(api.get_opt("on-spoke").await.unwrap().is_some());
     d.shutdown().await;
+}
+
+/// Prints a `SKIP:` line straight to stderr (not captured by the test harness, so CI shows it).
+fn skip(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{msg}");
 }
