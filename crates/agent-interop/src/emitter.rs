@@ -188,6 +188,72 @@ impl Emitter {
         )
     }
 
+    /// `NewResourceRequestEvent(gvr, namespace, name, subresource, method, body, params)`: type =
+    /// the raw HTTP method, dataschema `resource`, `resourceid` = `eventid` = the request UUID;
+    /// the payload is `ResourceRequest` (struct field order, `omitempty`, `body` base64, params a
+    /// sorted map, the embedded `GroupVersionResource` last).
+    #[allow(clippy::too_many_arguments)]
+    pub fn resource_request(
+        &self,
+        uuid: &str,
+        gvr: (&str, &str, &str),
+        namespace: &str,
+        name: &str,
+        subresource: &str,
+        method: &str,
+        body: &[u8],
+        params: &[(&str, &str)],
+    ) -> Event {
+        let mut e = self.base(method);
+        e.set_ext("resourceid", uuid);
+        e.set_ext("eventid", uuid);
+        e.dataschema = "resource".into();
+        let mut m = serde_json::Map::new();
+        m.insert("uuid".into(), json!(uuid));
+        if !namespace.is_empty() {
+            m.insert("namespace".into(), json!(namespace));
+        }
+        m.insert("name".into(), json!(name));
+        if !subresource.is_empty() {
+            m.insert("subresource".into(), json!(subresource));
+        }
+        if !method.is_empty() {
+            m.insert("method".into(), json!(method));
+        }
+        if !body.is_empty() {
+            m.insert("body".into(), b64(Some(body)));
+        }
+        if !params.is_empty() {
+            let mut p: Vec<_> = params.to_vec();
+            p.sort();
+            let p: serde_json::Map<String, Value> = p
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), json!(v)))
+                .collect();
+            m.insert("params".into(), Value::Object(p));
+        }
+        m.insert("group".into(), json!(gvr.0));
+        m.insert("version".into(), json!(gvr.1));
+        m.insert("resource".into(), json!(gvr.2));
+        Self::with_json(e, &Value::Object(m))
+    }
+
+    /// `NewResourceResponseEvent(reqUUID, status, data)`: type `response`, dataschema `resource`,
+    /// a fresh `resourceid`, `eventid` = the request UUID.
+    pub fn resource_response(&self, req_uuid: &str, status: u16, data: &str) -> Event {
+        let mut e = self.base(&ty("response"));
+        e.set_ext("resourceid", new_uuid());
+        e.set_ext("eventid", req_uuid);
+        e.dataschema = "resource".into();
+        let mut m = serde_json::Map::new();
+        m.insert("uuid".into(), json!(req_uuid));
+        m.insert("status".into(), json!(status));
+        if !data.is_empty() {
+            m.insert("resource".into(), json!(data));
+        }
+        Self::with_json(e, &Value::Object(m))
+    }
+
     /// `ClusterCacheInfoUpdateEvent`.
     pub fn cluster_cache_info_update(&self, uuid: &str, apps: i64, apis: i64, res: i64) -> Event {
         let mut e = self.base(&ty("cluster-cache-info-update"));

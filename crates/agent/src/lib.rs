@@ -1,5 +1,6 @@
 //! Agent-based pull model: principal and agent over mTLS gRPC streams, wire-compatible with
 //! argoproj-labs/argocd-agent. See `README.md` for the design and every deviation from the peer.
+pub mod argocd_cache;
 pub mod auth;
 pub mod blocklist;
 pub mod checksum;
@@ -7,6 +8,7 @@ pub mod event;
 pub mod metrics;
 pub mod proto;
 pub mod queue;
+pub mod resource;
 pub mod session;
 pub mod store;
 pub mod tls;

@@ -48,6 +48,9 @@ impl LocalPki {
 pub struct LocalDeployment {
     pub principal: Principal,
     pub agents: Vec<(String, Agent)>,
+    /// The throwaway PKI (the resource proxy trusts its agent certificates); boxed to keep the
+    /// deployment small.
+    pub pki: Box<LocalPki>,
 }
 
 impl LocalDeployment {
@@ -60,6 +63,19 @@ impl LocalDeployment {
         })
         .await
         .map_err(|_| anyhow::anyhow!("agents did not connect within {timeout:?}"))
+    }
+
+    /// A kubeconfig pointing `kubectl` at the resource proxy as `agent` (its own cluster through
+    /// the principal); `None` when the proxy is off.
+    pub fn resource_proxy_kubeconfig(&self, agent: &str) -> anyhow::Result<Option<String>> {
+        let Some(addr) = self.principal.resource_proxy_addr() else {
+            return Ok(None);
+        };
+        Ok(Some(crate::resource::kubeconfig_yaml(
+            &format!("https://{addr}"),
+            &self.pki.agent(agent)?,
+            agent,
+        )))
     }
 
     /// Stops all agents, then the principal.
@@ -80,15 +96,33 @@ pub async fn start_local(
     let hub: Arc<dyn Store> = Arc::new(KubeStore::new(hub));
     let agents = agents
         .into_iter()
-        .map(|(n, c)| (n, Arc::new(KubeStore::new(c)) as Arc<dyn Store>))
+        .map(|(n, c)| {
+            let store = Arc::new(KubeStore::new(c.clone())) as Arc<dyn Store>;
+            (n, store, Some(c))
+        })
         .collect();
-    start_local_stores(hub, agents, mode).await
+    start(hub, agents, mode).await
 }
 
 /// Like [`start_local`] over any [`Store`]s.
 pub async fn start_local_stores(
     hub: Arc<dyn Store>,
     agents: Vec<(String, Arc<dyn Store>)>,
+    mode: Mode,
+) -> anyhow::Result<LocalDeployment> {
+    start(
+        hub,
+        agents.into_iter().map(|(n, s)| (n, s, None)).collect(),
+        mode,
+    )
+    .await
+}
+
+/// The principal serves the resource proxy on an ephemeral loopback port (same server
+/// certificate); agents with a Kubernetes client answer its requests.
+async fn start(
+    hub: Arc<dyn Store>,
+    agents: Vec<(String, Arc<dyn Store>, Option<kube::Client>)>,
     mode: Mode,
 ) -> anyhow::Result<LocalDeployment> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -100,17 +134,23 @@ pub async fn start_local_stores(
     );
     // a local deployment creates the hub namespaces of its autonomous agents
     cfg.namespace_create = Some(Default::default());
+    cfg.resource_proxy = Some(crate::principal::ResourceProxyConfig::new(
+        "127.0.0.1:0".parse()?,
+        pki.principal.clone(),
+    ));
     let principal = Principal::start(cfg, hub, Metrics::new("argocd_principal")).await?;
     let addr = principal.local_addr();
     let mut out = Vec::new();
-    for (name, store) in agents {
+    for (name, store, client) in agents {
         let mut c = AgentConfig::new(addr, pki.agent(&name)?, mode);
         c.reconnect_max = Duration::from_secs(2);
+        c.resource_proxy = client.map(crate::agent::ResourceProxyClient);
         let a = Agent::start(c, store, Metrics::new("argocd_agent")).await?;
         out.push((name, a));
     }
     Ok(LocalDeployment {
         principal,
         agents: out,
+        pki: Box::new(pki),
     })
 }

@@ -127,7 +127,15 @@ pub struct PeerMetrics {
     pub repositories_deleted: PlainCounter,
     /// keys in the hub's GPG keys ConfigMap
     pub gpg_keys_count: Gauge,
+    /// `argocd_principal_resource_proxy_requests_total{agent_name}`
+    pub resource_proxy_requests: Family<Labels, Counter>,
+    /// `argocd_principal_resource_proxy_errors_total{agent_name, reason}`
+    pub resource_proxy_errors: Family<Labels, Counter>,
     // agent only
+    /// `argocd_agent_resource_proxy_requests_total`
+    pub agent_resource_proxy_requests: Counter,
+    /// `argocd_agent_resource_proxy_errors_total`
+    pub agent_resource_proxy_errors: Counter,
     pub propagation_latency: Family<Labels, Histogram, fn() -> Histogram>,
     pub connection_status: Gauge,
     pub connection_start_timestamp: Gauge<f64, AtomicU64>,
@@ -157,6 +165,10 @@ impl PeerMetrics {
             repositories_updated: Default::default(),
             repositories_deleted: Default::default(),
             gpg_keys_count: Default::default(),
+            resource_proxy_requests: Default::default(),
+            resource_proxy_errors: Default::default(),
+            agent_resource_proxy_requests: Default::default(),
+            agent_resource_proxy_errors: Default::default(),
             propagation_latency: Family::new_with_constructor(go_histogram),
             connection_status: Default::default(),
             connection_start_timestamp: Default::default(),
@@ -279,6 +291,16 @@ impl PeerMetrics {
                     m.events_discarded.clone(),
                 );
                 reg.register(
+                    "argocd_principal_resource_proxy_requests",
+                    "The total number of resource proxy requests received",
+                    m.resource_proxy_requests.clone(),
+                );
+                reg.register(
+                    "argocd_principal_resource_proxy_errors",
+                    "The total number of resource proxy request failures",
+                    m.resource_proxy_errors.clone(),
+                );
+                reg.register(
                     "principal_errors",
                     "The total number of errors occurred in principal",
                     m.errors.clone(),
@@ -309,6 +331,16 @@ impl PeerMetrics {
                     "argocd_agent_event_writer_events_discarded",
                     "The total number of events discarded by the EventWriter after exhausting retries",
                     m.events_discarded.clone(),
+                );
+                reg.register(
+                    "argocd_agent_resource_proxy_requests",
+                    "The total number of resource proxy requests processed by the agent",
+                    m.agent_resource_proxy_requests.clone(),
+                );
+                reg.register(
+                    "argocd_agent_resource_proxy_errors",
+                    "The total number of resource proxy request failures on the agent",
+                    m.agent_resource_proxy_errors.clone(),
                 );
                 reg.register(
                     "agent_errors",
@@ -566,6 +598,26 @@ impl Metrics {
 
     /// Principal: `agent` opened an event stream (`argocd_principal_connected_agents` +1,
     /// `argocd_principal_agent_connections_total{agent_name}`, average connection time).
+    /// Principal: one resource-proxy request of `agent`.
+    pub fn resource_proxy_request(&self, agent: &str) {
+        self.peer
+            .resource_proxy_requests
+            .get_or_create(&l("agent_name", agent))
+            .inc();
+    }
+
+    /// Principal: a failed resource-proxy request (`reason` as the peer: `agent_disconnected`,
+    /// `timeout`, `agent_error`, ...).
+    pub fn resource_proxy_error(&self, agent: &str, reason: &str) {
+        self.peer
+            .resource_proxy_errors
+            .get_or_create(&vec![
+                ("agent_name".to_string(), agent.to_string()),
+                ("reason".to_string(), reason.to_string()),
+            ])
+            .inc();
+    }
+
     pub fn agent_connected(&self, agent: &str) {
         self.connected_agents.inc();
         self.peer

@@ -57,6 +57,9 @@ pub trait Handler: Send + Sync + 'static {
     async fn handle(&self, ev: Event, out: &Outbox) -> Result<(), HandleError>;
     /// Called once the stream is up (resync requests go here).
     async fn on_connect(&self, out: &Outbox);
+    /// Called after an event over the size limit was refused (`event_id` as far as it could be
+    /// read): a side waiting for that event can give up at once.
+    async fn on_oversized(&self, _event_id: &str, _size: usize) {}
 }
 
 /// Stream parameters.
@@ -243,6 +246,7 @@ where
                 ),
             ))
             .await;
+            handler.on_oversized(&eid, size).await;
             continue;
         }
         let ev = match Event::from_wire(&msg) {
@@ -312,8 +316,15 @@ where
             let _permit = permit;
             // resync requests are ACKed like changes: the peer's event writer resends every
             // non-ACK, non-heartbeat event until its ACK arrives (internal/event/event_writer.go)
-            let is_change =
-                ev.ty.is_resource_change() || ev.target == crate::event::Target::ResourceResync;
+            // resource requests/responses and cache info are ACKed too (the peer ACKs every
+            // processed event; its event writer resends them otherwise)
+            let is_change = ev.ty.is_resource_change()
+                || matches!(
+                    ev.target,
+                    crate::event::Target::ResourceResync
+                        | crate::event::Target::Resource
+                        | crate::event::Target::ClusterCacheInfoUpdate
+                );
             let (rid, eid, ty) = (ev.resource_id.clone(), ev.event_id.clone(), ev.ty);
             let target = ev.target;
             let t0 = std::time::Instant::now();

@@ -11,4 +11,5 @@ mod common;
 mod golden;
 mod peer_events;
 mod principal;
+mod resource_proxy;
 mod resync;

@@ -3,13 +3,18 @@
 
 mod application;
 mod appproject;
+mod cache_info;
 mod connect;
 mod repository;
+mod resource;
+mod resource_scope;
 mod resync;
 mod watch;
 
 use application::{status_payload, strip_local};
 use appproject::strip_project;
+pub use cache_info::LocalRedis;
+pub use resource::ResourceProxyClient;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -63,6 +68,16 @@ pub struct AgentConfig {
     pub insecure_plaintext: bool,
     /// The login method (`mtls`, or `header` with `--creds header:`).
     pub auth_method: String,
+    /// Answer resource requests (the peer's `--enable-resource-proxy`, default true).
+    pub enable_resource_proxy: bool,
+    /// The agent's own API server for resource requests (`None`: requests are answered 403).
+    pub resource_proxy: Option<ResourceProxyClient>,
+    /// The peer's rule: serve only resources Argo CD manages (and list only events).
+    pub resource_proxy_managed_only: bool,
+    /// The local Argo CD's Redis (managed mode: its cluster info goes to the principal).
+    pub local_redis: Option<LocalRedis>,
+    /// How often the cluster cache info is sent (the peer's `--cache-refresh-interval`).
+    pub cache_refresh_interval: Duration,
 }
 
 impl AgentConfig {
@@ -89,6 +104,11 @@ impl AgentConfig {
             on_recreate: Default::default(),
             insecure_plaintext: false,
             auth_method: "mtls".into(),
+            enable_resource_proxy: true,
+            resource_proxy: None,
+            resource_proxy_managed_only: false,
+            local_redis: None,
+            cache_refresh_interval: Duration::from_secs(10),
         }
     }
 }
@@ -124,6 +144,10 @@ struct Inner {
     /// the resync requests of this process went out (the peer's `resyncedOnStart`): they are sent
     /// on the first stream only
     resynced_on_start: AtomicBool,
+    /// the live stream's direct sender (periodic cluster cache info goes here)
+    outbox: Mutex<Option<Outbox>>,
+    /// slots for resource requests performed at once
+    resource_requests: Arc<tokio::sync::Semaphore>,
 }
 
 /// A running agent.
@@ -163,6 +187,8 @@ impl Agent {
             data_copies: Mutex::new(HashMap::new()),
             deleting: Mutex::new(Default::default()),
             resynced_on_start: AtomicBool::new(false),
+            outbox: Mutex::new(None),
+            resource_requests: Arc::new(tokio::sync::Semaphore::new(resource::CONCURRENT_REQUESTS)),
         });
         let me = Arc::downgrade(&inner);
         queue.set_regenerate(Arc::new(move |key: &str| {
@@ -238,6 +264,13 @@ impl Agent {
                 }));
                 let _ = tokio::time::timeout(Duration::from_secs(30), rready_rx).await;
             }
+        }
+        if let (Mode::Managed, Some(r)) = (cfg.mode, cfg.local_redis.clone()) {
+            let w = inner.clone();
+            let every = cfg.cache_refresh_interval;
+            tasks.push(tokio::spawn(async move {
+                w.send_cache_info_loop(r, every).await
+            }));
         }
         let c = inner.clone();
         tasks.push(tokio::spawn(
@@ -389,6 +422,9 @@ struct SessionHandler {
 #[async_trait]
 impl Handler for SessionHandler {
     async fn handle(&self, ev: Event, out: &Outbox) -> Result<(), HandleError> {
+        if ev.target == Target::Resource {
+            return self.inner.handle_resource_request(&ev, out).await;
+        }
         match crate::checksum::resync_kind(&ev) {
             crate::checksum::ResyncKind::Handled
                 if ev.ty == EventType::ResponseSyncedResource
@@ -402,6 +438,7 @@ impl Handler for SessionHandler {
         }
     }
     async fn on_connect(&self, out: &Outbox) {
+        *self.inner.outbox.lock().expect("poisoned") = Some(out.clone());
         self.inner.resync_on_start(out).await;
         // application-level heartbeats, as the peer's `--heartbeat-interval` (its
         // `HeartbeatEvent(Ping)`): the principal ACKs each; this task ends with the stream

@@ -108,6 +108,26 @@ pub struct AgentArgs {
     )]
     pub max_event_size_legacy: Option<usize>,
     /// Send queue capacity (events).
+    /// Answer the principal's resource-proxy requests against this cluster's API server.
+    #[arg(long = "enable-resource-proxy", env = "ARGOCD_AGENT_ENABLE_RESOURCE_PROXY", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub enable_resource_proxy: bool,
+    /// Serve only resources Argo CD manages (tracking label/annotation or owner chain) and list
+    /// only events through the resource proxy, as argocd-agent does (default: the agent's RBAC).
+    #[arg(long = "resource-proxy-managed-only", env = "ARGOCD_AGENT_RESOURCE_PROXY_MANAGED_ONLY", default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub resource_proxy_managed_only: bool,
+    /// The local Argo CD's Redis (host:port): its cluster info is reported to the principal.
+    #[arg(
+        long = "redis-addr",
+        env = "REDIS_ADDR",
+        default_value = "argocd-redis:6379"
+    )]
+    pub redis_addr: String,
+    /// The password to connect to the local Redis with.
+    #[arg(long = "redis-password", env = "REDIS_PASSWORD", default_value = "")]
+    pub redis_password: String,
+    /// Interval to refresh cluster cache info in principal.
+    #[arg(long = "cache-refresh-interval", env = "ARGOCD_AGENT_CACHE_REFRESH_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub cache_refresh_interval: Duration,
     #[arg(long = "queue-capacity", env = "ARGOCD_AGENT_QUEUE_CAPACITY", default_value_t = crate::DEFAULT_QUEUE_CAPACITY)]
     pub queue_capacity: usize,
     /// Version string sent at login; the principal demands it equal to its own (the peer's rule).
@@ -384,6 +404,33 @@ async fn run(
     if !args.keepalive.is_zero() {
         cfg.keepalive_interval = args.keepalive;
     }
+    cfg.enable_resource_proxy = args.enable_resource_proxy;
+    cfg.resource_proxy_managed_only = args.resource_proxy_managed_only;
+    if args.cache_refresh_interval.is_zero() {
+        bail!("--cache-refresh-interval must be greater than 0");
+    }
+    cfg.cache_refresh_interval = args.cache_refresh_interval;
+    cfg.local_redis = Some(crate::agent::LocalRedis {
+        address: args.redis_addr.clone(),
+        password: Some(args.redis_password.clone()).filter(|p| !p.is_empty()),
+    });
+    let client = match (client, &store) {
+        (Some(c), _) => Some(c),
+        (None, None) => {
+            let Some(c) = super::or_shutdown(&shutdown, async {
+                kube::Client::try_default()
+                    .await
+                    .context("connecting to the local cluster")
+            })
+            .await?
+            else {
+                return Ok(());
+            };
+            Some(c)
+        }
+        (None, Some(_)) => None,
+    };
+    cfg.resource_proxy = client.clone().map(crate::agent::ResourceProxyClient);
     let Some(store) =
         super::or_shutdown(&shutdown, super::store_or(store, client, "local")).await?
     else {

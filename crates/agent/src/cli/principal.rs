@@ -245,6 +245,75 @@ pub struct PrincipalArgs {
           default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true")]
     pub insecure_plaintext: bool,
+    /// Resource proxy and Redis (boxed: keeps the CLI's command enum small).
+    #[command(flatten)]
+    pub proxy: Box<ProxyArgs>,
+}
+
+/// The resource proxy's and the Argo CD Redis cache's flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ProxyArgs {
+    /// Whether to enable the resource proxy (default true; when not given explicitly and its TLS
+    /// material cannot be loaded, the proxy is disabled with a warning instead of failing).
+    #[arg(long = "enable-resource-proxy", env = "ARGOCD_PRINCIPAL_ENABLE_RESOURCE_PROXY", num_args = 0..=1, default_missing_value = "true")]
+    pub enable_resource_proxy: Option<bool>,
+    /// Resource proxy address on principal side (what cluster secrets point Argo CD at).
+    #[arg(
+        long = "resource-proxy-address",
+        env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_ADDRESS",
+        default_value = "argocd-agent-resource-proxy:9090"
+    )]
+    pub resource_proxy_address: String,
+    /// Where the resource proxy listens (the peer always uses 0.0.0.0:9090).
+    #[arg(
+        long = "resource-proxy-listen-address",
+        env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_LISTEN_ADDRESS",
+        default_value = crate::principal::resource_proxy::DEFAULT_LISTEN
+    )]
+    pub resource_proxy_listen: SocketAddr,
+    /// Secret name of the resource proxy.
+    #[arg(long = "resource-proxy-secret-name", env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_SECRET_NAME", default_value = common::SECRET_RESOURCE_PROXY_TLS)]
+    pub resource_proxy_secret_name: String,
+    /// Path to a file containing the resource proxy's TLS certificate.
+    #[arg(
+        long = "resource-proxy-cert-path",
+        env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_TLS_CERT_PATH"
+    )]
+    pub resource_proxy_cert_path: Option<PathBuf>,
+    /// Path to a file containing the resource proxy's TLS private key.
+    #[arg(
+        long = "resource-proxy-key-path",
+        env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_TLS_KEY_PATH"
+    )]
+    pub resource_proxy_key_path: Option<PathBuf>,
+    /// Secret name of the resource proxy's CA certificate.
+    #[arg(long = "resource-proxy-ca-secret-name", env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_CA_SECRET_NAME", default_value = common::SECRET_CA)]
+    pub resource_proxy_ca_secret_name: String,
+    /// Path to a file containing the resource proxy's TLS CA data.
+    #[arg(
+        long = "resource-proxy-ca-path",
+        env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_TLS_CA_PATH"
+    )]
+    pub resource_proxy_ca_path: Option<PathBuf>,
+
+    /// Redis server hostname and port (e.g. argocd-redis:6379): agents' cluster info is written
+    /// there for Argo CD.
+    #[arg(
+        long = "redis-server-address",
+        env = "ARGOCD_PRINCIPAL_REDIS_SERVER_ADDRESS",
+        default_value = "argocd-redis:6379"
+    )]
+    pub redis_server_address: String,
+    /// The password to connect to redis with.
+    #[arg(long = "redis-password", env = "REDIS_PASSWORD", default_value = "")]
+    pub redis_password: String,
+    /// Compression algorithm required by Redis (gzip, none).
+    #[arg(
+        long = "redis-compression-type",
+        env = "ARGOCD_PRINCIPAL_REDIS_COMPRESSION_TYPE",
+        default_value = "gzip"
+    )]
+    pub redis_compression_type: String,
 }
 
 impl PrincipalArgs {
@@ -303,6 +372,46 @@ pub async fn run_principal_in(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     run(args, Some(client), None, shutdown).await
+}
+
+/// The resource proxy's TLS material: from the three files when all are given (the peer's rule),
+/// else from the two Secrets.
+async fn proxy_material(
+    args: &PrincipalArgs,
+    client: Option<&kube::Client>,
+    namespace: &str,
+) -> anyhow::Result<TlsMaterial> {
+    if let (Some(c), Some(k), Some(ca)) = (
+        &args.proxy.resource_proxy_cert_path,
+        &args.proxy.resource_proxy_key_path,
+        &args.proxy.resource_proxy_ca_path,
+    ) {
+        return Ok(TlsMaterial {
+            cert_pem: read(c)?,
+            key_pem: read(k)?,
+            ca_pem: read(ca)?,
+        });
+    }
+    let Some(kube) = client else {
+        bail!(
+            "no Kubernetes client to read the resource proxy Secrets; give --resource-proxy-cert-path, --resource-proxy-key-path and --resource-proxy-ca-path"
+        );
+    };
+    tracing::info!(secret = %args.proxy.resource_proxy_secret_name, ca_secret = %args.proxy.resource_proxy_ca_secret_name, %namespace, "loading resource proxy TLS certificate from secrets");
+    let (cert_pem, key_pem) =
+        common::tls_from_secret(kube, namespace, &args.proxy.resource_proxy_secret_name).await?;
+    let ca_pem = common::ca_from_secret(
+        kube,
+        namespace,
+        &args.proxy.resource_proxy_ca_secret_name,
+        &["tls.crt", "ca.crt"],
+    )
+    .await?;
+    Ok(TlsMaterial {
+        cert_pem,
+        key_pem,
+        ca_pem,
+    })
 }
 
 struct Material {
@@ -453,6 +562,37 @@ async fn run(
         .filter(|n| !n.is_empty())
         .cloned()
         .collect();
+    let gzip = match args.proxy.redis_compression_type.as_str() {
+        "gzip" => true,
+        "none" => false,
+        other => bail!("--redis-compression-type {other:?} is not supported; use gzip or none"),
+    };
+    cfg.cluster_secrets = m
+        .client
+        .clone()
+        .map(crate::principal::cluster_secrets::SecretsClient);
+    cfg.argocd_cache = Some(crate::argocd_cache::ArgoCacheConfig {
+        address: args.proxy.redis_server_address.clone(),
+        password: Some(args.proxy.redis_password.clone()).filter(|p| !p.is_empty()),
+        gzip,
+        resource_proxy_address: args.proxy.resource_proxy_address.clone(),
+    });
+    if args.proxy.enable_resource_proxy != Some(false) {
+        match proxy_material(&args, m.client.as_ref(), &cfg.namespace).await {
+            Ok(t) => {
+                let mut rp =
+                    crate::principal::ResourceProxyConfig::new(args.proxy.resource_proxy_listen, t);
+                rp.allow_tls12 = allow_tls12;
+                cfg.resource_proxy = Some(rp);
+            }
+            Err(e) if args.proxy.enable_resource_proxy.is_none() => {
+                tracing::warn!(error = %format!("{e:#}"), "resource proxy disabled: its TLS material could not be loaded (create the Secrets, give the --resource-proxy-*-path files, or pass --enable-resource-proxy=false)");
+            }
+            Err(e) => {
+                return Err(e.context("Could not load resource proxy TLS configuration"));
+            }
+        }
+    }
     let Some(store) =
         super::or_shutdown(&shutdown, super::store_or(store, m.client, "hub")).await?
     else {
@@ -514,4 +654,49 @@ fn namespace_create(
         labels.insert(k.trim().to_string(), v.trim().to_string());
     }
     Ok(Some(crate::principal::NamespaceCreate { pattern, labels }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_proxy_and_redis_flags_as_the_peer() {
+        let a = PrincipalArgs::try_parse_flags(Vec::<String>::new()).unwrap();
+        assert_eq!(a.proxy.enable_resource_proxy, None, "default on, lenient");
+        assert_eq!(
+            a.proxy.resource_proxy_address,
+            "argocd-agent-resource-proxy:9090"
+        );
+        assert_eq!(a.proxy.resource_proxy_listen.to_string(), "0.0.0.0:9090");
+        assert_eq!(
+            a.proxy.resource_proxy_secret_name,
+            "argocd-agent-resource-proxy-tls"
+        );
+        assert_eq!(a.proxy.resource_proxy_ca_secret_name, "argocd-agent-ca");
+        assert_eq!(a.proxy.redis_server_address, "argocd-redis:6379");
+        assert_eq!(a.proxy.redis_compression_type, "gzip");
+        let a = PrincipalArgs::try_parse_flags(["--enable-resource-proxy=false"]).unwrap();
+        assert_eq!(a.proxy.enable_resource_proxy, Some(false));
+        let a = PrincipalArgs::try_parse_flags([
+            "--enable-resource-proxy",
+            "--resource-proxy-cert-path",
+            "/c",
+            "--resource-proxy-key-path",
+            "/k",
+            "--resource-proxy-ca-path",
+            "/ca",
+        ])
+        .unwrap();
+        assert_eq!(a.proxy.enable_resource_proxy, Some(true));
+        assert_eq!(a.proxy.resource_proxy_ca_path, Some(PathBuf::from("/ca")));
+        let a = crate::cli::agent::AgentArgs::try_parse_flags([
+            "--server-address",
+            "p",
+            "--enable-resource-proxy=false",
+        ]);
+        assert!(!a.unwrap().enable_resource_proxy);
+        let a = crate::cli::agent::AgentArgs::try_parse_flags(["--server-address", "p"]).unwrap();
+        assert!(a.enable_resource_proxy);
+    }
 }

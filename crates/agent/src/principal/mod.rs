@@ -2,11 +2,15 @@
 
 mod application;
 mod appproject;
+pub mod cluster_info;
+pub mod cluster_secrets;
 mod hub;
 mod repository;
+pub mod resource_proxy;
 mod resync;
 mod server;
 
+pub use resource_proxy::ResourceProxyConfig;
 use server::Svc;
 
 use std::collections::HashMap;
@@ -60,6 +64,12 @@ pub struct PrincipalConfig {
     pub compression: bool,
     pub keepalive_min_interval: Duration,
     pub backoff: Backoff,
+    /// The resource proxy (`None`: disabled, the peer's `--enable-resource-proxy=false`).
+    pub resource_proxy: Option<ResourceProxyConfig>,
+    /// Where agents' cluster info is written for Argo CD (`None`: kept in memory only).
+    pub argocd_cache: Option<crate::argocd_cache::ArgoCacheConfig>,
+    /// Reads Argo CD cluster secrets (agent → server URL) in the principal's namespace.
+    pub cluster_secrets: Option<cluster_secrets::SecretsClient>,
     /// `--namespace-create-*`: create the hub namespace of an autonomous agent when its
     /// Applications arrive (`None`: never, the peer's default).
     pub namespace_create: Option<NamespaceCreate>,
@@ -98,6 +108,9 @@ impl PrincipalConfig {
             backoff: Backoff::default(),
             namespace_create: None,
             allowed_namespaces: Vec::new(),
+            resource_proxy: None,
+            argocd_cache: None,
+            cluster_secrets: None,
         }
     }
 }
@@ -134,6 +147,10 @@ struct AgentState {
     /// this principal process has resynced with the agent (the peer's `resyncStatus`): the resync
     /// requests go out on the first stream only
     resynced: AtomicBool,
+    /// the live stream's direct sender (with its generation): resource requests go here
+    outbox: Mutex<Option<(u64, crate::session::Outbox)>>,
+    /// connection state and the agent's cache counts (what Argo CD shows for the cluster)
+    cluster: Mutex<cluster_info::ClusterState>,
 }
 
 struct Inner {
@@ -147,6 +164,12 @@ struct Inner {
     cache: Mutex<HashMap<String, HashMap<String, Value>>>,
     /// hub AppProjects in the principal's namespace by name (kept by the project watcher)
     projects: Mutex<HashMap<String, Value>>,
+    /// resource-proxy requests waiting for their agent's answer
+    pending: resource_proxy::Pending,
+    /// agents whose cluster info changed, for the Argo CD cache writer
+    cluster_changed: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    /// agent → server URL from Argo CD cluster secrets
+    cluster_servers: Mutex<HashMap<String, String>>,
     /// hub Secrets of the principal's namespace that matter to agents, by name: repository /
     /// repo-creds Secrets and agent cluster secrets (see `crate::repository::is_watched`)
     secrets: Mutex<HashMap<String, Value>>,
@@ -170,6 +193,7 @@ enum Incoming {
 pub struct Principal {
     inner: Arc<Inner>,
     addr: SocketAddr,
+    resource_proxy_addr: Option<SocketAddr>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -195,6 +219,14 @@ impl Principal {
         };
         let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
         let addr = listener.local_addr()?;
+        let mut tasks_pre = Vec::new();
+        let (cluster_tx, cluster_rx) = match &cfg.argocd_cache {
+            Some(_) => {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
         let inner = Arc::new(Inner {
             cfg: cfg.clone(),
             store,
@@ -207,8 +239,23 @@ impl Principal {
             secrets: Mutex::new(HashMap::new()),
             gpg: Mutex::new(HashMap::new()),
             blocklist: Default::default(),
+            pending: Default::default(),
+            cluster_changed: cluster_tx,
+            cluster_servers: Mutex::new(HashMap::new()),
         });
-        let mut tasks = Vec::new();
+        if let Some(c) = cfg.cluster_secrets.clone() {
+            let w = inner.clone();
+            tasks_pre.push(tokio::spawn(
+                async move { w.watch_cluster_secrets(c.0).await },
+            ));
+        }
+        if let (Some(rx), Some(c)) = (cluster_rx, cfg.argocd_cache.clone()) {
+            let w = inner.clone();
+            tasks_pre.push(tokio::spawn(
+                async move { w.write_cluster_info(c, rx).await },
+            ));
+        }
+        let mut tasks = tasks_pre;
         // hub watchers (Applications, AppProjects)
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let w = inner.clone();
@@ -293,11 +340,20 @@ impl Principal {
             }
         }));
         tasks.push(accept_task);
+        let resource_proxy_addr = match &cfg.resource_proxy {
+            Some(rp) => {
+                let (a, t) = resource_proxy::start(inner.clone(), rp).await?;
+                tasks.extend(t);
+                Some(a)
+            }
+            None => None,
+        };
         metrics.ready.set(true);
         tracing::info!(%addr, "principal listening");
         Ok(Principal {
             inner,
             addr,
+            resource_proxy_addr,
             shutdown: Some(stx),
             tasks,
         })
@@ -305,6 +361,24 @@ impl Principal {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where the resource proxy listens (`None`: disabled).
+    pub fn resource_proxy_addr(&self) -> Option<SocketAddr> {
+        self.resource_proxy_addr
+    }
+
+    /// Argo CD's `ClusterInfo` for `agent` (connection state and cache counts), as the peer
+    /// writes it to Argo CD's cache; `None` for an agent never seen.
+    pub fn cluster_info(&self, agent: &str) -> Option<Value> {
+        let a = self.inner.agent(agent)?;
+        let s = a.cluster.lock().expect("poisoned").clone();
+        Some(s.argocd_cluster_info(agent))
+    }
+
+    /// Resource-proxy requests waiting for an agent's answer.
+    pub fn pending_resource_requests(&self) -> usize {
+        self.inner.pending.len()
     }
 
     pub fn metrics(&self) -> Arc<Metrics> {
@@ -408,6 +482,8 @@ impl Inner {
             repos: Mutex::new(HashMap::new()),
             gpg: Mutex::new(HashMap::new()),
             resynced: AtomicBool::new(false),
+            outbox: Mutex::new(None),
+            cluster: Mutex::new(Default::default()),
         });
         g.insert(name.to_string(), a.clone());
         a

@@ -23,11 +23,19 @@ use super::{AgentState, Inner, SOURCE};
 pub(super) struct SessionHandler {
     inner: Arc<Inner>,
     agent: Arc<AgentState>,
+    /// the stream generation this handler serves
+    generation: u64,
 }
 
 #[async_trait]
 impl Handler for SessionHandler {
     async fn handle(&self, ev: Event, out: &Outbox) -> Result<(), HandleError> {
+        if ev.target == crate::event::Target::Resource {
+            return self.inner.resource_response(&self.agent, &ev);
+        }
+        if ev.target == crate::event::Target::ClusterCacheInfoUpdate {
+            return self.inner.cluster_cache_info(&self.agent, &ev);
+        }
         match crate::checksum::resync_kind(&ev) {
             crate::checksum::ResyncKind::Handled
                 if ev.ty == crate::event::EventType::ResponseSyncedResource
@@ -43,7 +51,31 @@ impl Handler for SessionHandler {
             crate::checksum::ResyncKind::Refused(msg) => Err(HandleError::Permanent(msg)),
         }
     }
+    async fn on_oversized(&self, event_id: &str, size: usize) {
+        // a resource response too large for this principal: its HTTP request fails now (502)
+        let msg = format!(
+            "the answer of agent {:?} ({size} bytes) exceeds the principal's event size limit of {} bytes (--grpc-max-message-size)",
+            self.agent.name, self.inner.cfg.max_event_size
+        );
+        let resp = crate::resource::ResourceResponse {
+            uuid: event_id.to_string(),
+            status: 502,
+            resource: crate::resource::status_body(502, "InternalError", &msg),
+        };
+        let _ = self
+            .inner
+            .pending
+            .complete(&self.agent.name, event_id, resp);
+    }
+
     async fn on_connect(&self, out: &Outbox) {
+        {
+            // a newer stream's sender is never replaced by an older one's
+            let mut o = self.agent.outbox.lock().expect("poisoned");
+            if o.as_ref().is_none_or(|(g, _)| *g <= self.generation) {
+                *o = Some((self.generation, out.clone()));
+            }
+        }
         self.inner.resync_on_connect(&self.agent, out).await
     }
 }
@@ -288,20 +320,37 @@ impl EventStream for Svc {
             concurrency: self.inner.cfg.concurrency,
             peer_label: agent.clone(),
         };
+        let gen_ = a.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let handler = Arc::new(SessionHandler {
             inner: self.inner.clone(),
             agent: a.clone(),
+            generation: gen_,
         });
-        let gen_ = a.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let metrics = self.inner.metrics.clone();
         let a2 = a.clone();
+        let pending = self.inner.pending.clone();
+        let inner = self.inner.clone();
         let task = tokio::spawn(async move {
             let end = session::run(ctx, handler, inbound, tx).await;
             tracing::info!(agent = %a2.name, reason = %end, "agent stream ended");
+            {
+                let mut o = a2.outbox.lock().expect("poisoned");
+                if o.as_ref().is_some_and(|(g, _)| *g == gen_) {
+                    *o = None;
+                }
+            }
             let mut s = a2.session.lock().expect("poisoned");
             if s.as_ref().is_some_and(|(g, _)| *g == gen_) {
                 *s = None;
                 a2.connected.store(false, Ordering::SeqCst);
+                {
+                    let mut c = a2.cluster.lock().expect("poisoned");
+                    c.connected = false;
+                    c.modified_at = jiff::Timestamp::now();
+                }
+                inner.cluster_changed(&a2.name);
+                // requests in flight to this agent fail now (502), not at their timeout
+                pending.fail_agent(&a2.name);
                 metrics.agent_disconnected(&a2.name);
             }
         });
@@ -314,7 +363,13 @@ impl EventStream for Svc {
                 self.inner.metrics.agent_connected(&agent);
             }
             a.connected.store(true, Ordering::SeqCst);
+            let mut c = a.cluster.lock().expect("poisoned");
+            if !c.connected {
+                c.connected = true;
+                c.modified_at = jiff::Timestamp::now();
+            }
         }
+        self.inner.cluster_changed(&agent);
         tracing::info!(agent, mode = mode.as_str(), "agent subscribed");
         let out = ReceiverStream::new(rx).map(|e| Ok(*e));
         Ok(Response::new(Box::pin(out)))

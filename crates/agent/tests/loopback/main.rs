@@ -1,5 +1,6 @@
 //! Loopback tests: real TLS 1.3 + gRPC between a principal and agents in one process.
 mod autonomous;
+mod cluster_info;
 mod cuts;
 mod deletion;
 mod e2e;
@@ -12,5 +13,7 @@ mod policies;
 mod projects;
 mod rejections;
 mod repos;
+mod resource_proxy;
+mod resource_proxy_kubectl;
 mod restarts;
 mod resync;
