@@ -143,7 +143,11 @@ enum Parts {
         controllers: argocd_pull_controller::RunningControllers,
         gitops: argocd_pull_gitops::Running,
     },
-    Agents(LocalDeployment),
+    Agents {
+        local: LocalDeployment,
+        /// kubeconfig of the first agent's cluster through the principal's resource proxy
+        proxy_kubeconfig: Option<PathBuf>,
+    },
 }
 
 /// The result of [`Demo::drive`].
@@ -256,7 +260,32 @@ impl Demo {
                     local.agents.len(),
                     mode.as_str()
                 );
-                Parts::Agents(local)
+                let proxy_kubeconfig = match local.agents.first() {
+                    Some((agent, _)) => match local.resource_proxy_kubeconfig(agent)? {
+                        Some(yaml) => {
+                            let path = kubeconfig.with_file_name(format!(
+                                "argocd-pull-demo-{agent}-resource-proxy.kubeconfig"
+                            ));
+                            std::fs::write(&path, yaml).with_context(|| {
+                                format!(
+                                    "writing the resource-proxy kubeconfig to {}",
+                                    path.display()
+                                )
+                            })?;
+                            println!(
+                                "resource proxy: kubectl --kubeconfig {} get applications -n argocd  ({agent}'s cluster, through the principal and the agent)",
+                                path.display()
+                            );
+                            Some(path)
+                        }
+                        None => None,
+                    },
+                    None => None,
+                };
+                Parts::Agents {
+                    local,
+                    proxy_kubeconfig,
+                }
             }
         };
         Ok(Demo {
@@ -277,6 +306,17 @@ impl Demo {
     /// The fleet (clusters, their clients).
     pub fn fleet(&self) -> &Fleet {
         &self.fleet
+    }
+
+    /// Agent models: the kubeconfig that reaches the first agent's cluster through the
+    /// principal's resource proxy (what Argo CD on the hub uses).
+    pub fn resource_proxy_kubeconfig(&self) -> Option<&Path> {
+        match &self.parts {
+            Parts::Agents {
+                proxy_kubeconfig, ..
+            } => proxy_kubeconfig.as_deref(),
+            Parts::Basic { .. } => None,
+        }
     }
 
     /// Where the hub's kubeconfig was written.
@@ -567,7 +607,7 @@ impl Demo {
                 gitops.shutdown().await;
                 controllers.shutdown().await;
             }
-            Parts::Agents(local) => local.shutdown().await,
+            Parts::Agents { local, .. } => local.shutdown().await,
         }
         self.server.shutdown().await;
         self.fleet.shutdown().await;
@@ -602,6 +642,12 @@ impl Demo {
                 );
             }
             DemoModel::Autonomous => {}
+        }
+        if let Some(p) = self.resource_proxy_kubeconfig() {
+            println!(
+                "  kubectl --kubeconfig {} get applications -n argocd   # a managed cluster, through the resource proxy",
+                p.display()
+            );
         }
         println!("Press Ctrl-C to stop.");
     }

@@ -191,6 +191,20 @@ async fn agent_model_delivers_through_the_agents() {
             );
         }
     }
+    // the printed resource-proxy kubeconfig reaches cluster1 through the principal and its agent
+    let path = demo
+        .resource_proxy_kubeconfig()
+        .expect("resource proxy kubeconfig");
+    let kc = kube::config::Kubeconfig::read_from(path).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    let through_proxy = kube::Client::try_from(cfg).unwrap();
+    let via_proxy = Api::<Application>::namespaced(through_proxy, "argocd")
+        .get("guestbook")
+        .await
+        .expect("get through the resource proxy");
+    assert_eq!(via_proxy.health_status(), Some("Healthy"));
     // No ManifestWork took part.
     let works = Api::<ManifestWork>::all(hub.clone())
         .list(&ListParams::default())
