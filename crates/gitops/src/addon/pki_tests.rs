@@ -61,13 +61,18 @@ fn server_leaf_has_the_sans_server_auth_and_the_ca_in_its_chain() {
     assert!(signed_by(i, &ca_info));
     let want = Leaf::Server(server_sans());
     assert_eq!(
-        leaf_decision(Some(&leaf), &want, &[ca_info.clone()], t),
+        leaf_decision(Some(&leaf), &want, std::slice::from_ref(&ca_info), t),
         None
     );
     let mut moved = server_sans();
     moved[4] = "198.51.100.7".into();
     assert_eq!(
-        leaf_decision(Some(&leaf), &Leaf::Server(moved), &[ca_info.clone()], t),
+        leaf_decision(
+            Some(&leaf),
+            &Leaf::Server(moved),
+            std::slice::from_ref(&ca_info),
+            t
+        ),
         Some(Reissue::SansChanged),
         "a new advertised address re-issues the certificate"
     );

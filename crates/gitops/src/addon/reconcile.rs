@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::apply::{self, Key};
 use super::desired::{self, Inputs, Invalid};
 use super::discovery::{self, PRINCIPAL_SERVICES};
+use super::pki;
 use super::*;
 use crate::metrics::Metrics;
 
@@ -374,8 +375,29 @@ async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
         ))
         .and_then(|v| serde_json::from_value::<ConfigMap>(v.clone()).ok())
         .and_then(|c| c.data?.get("ca-bundle.crt").cloned());
+    let new_jwt = if desired::existing_jwt(&secrets).is_none() {
+        let key = tokio::task::spawn_blocking(pki::jwt_key)
+            .await
+            .map_err(|e| Error::Kube(format!("generating the JWT key: {e}")))?;
+        match key {
+            Ok(k) => Some(k),
+            Err(e) => {
+                let m = format!("Failed to create JWT secret: {e}");
+                return reject(
+                    &ctx,
+                    &gc,
+                    conds,
+                    invalid(COND_JWT_SECRET_READY, REASON_FAILED, m),
+                )
+                .await;
+            }
+        }
+    } else {
+        None
+    };
     let now = time::OffsetDateTime::now_utc();
     let inputs = Inputs {
+        new_jwt,
         name: &name,
         namespace: &ns,
         spec: &spec,

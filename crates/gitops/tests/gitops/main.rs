@@ -1,5 +1,6 @@
 //! GitOpsCluster, basic-mode secrets and ApplicationSet report controllers on the embedded hub.
 
+mod addon;
 mod e2e;
 mod gitopscluster;
 mod report;
