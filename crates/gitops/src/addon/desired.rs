@@ -339,9 +339,16 @@ pub fn plan(inp: &Inputs) -> Result<Plan, Invalid> {
                 .push(json!({"apiVersion": WORK_API, "kind": "ManifestWork",
                 "metadata": {"name": CA_WORK, "namespace": c, "labels": wl,
                     "annotations": {ANNOTATION_PROPAGATE_CA: "true"}},
-                "spec": {"workload": {"manifests": [{"apiVersion": "v1", "kind": "Secret",
-                    "metadata": {"name": SECRET_CA, "namespace": agent_ns},
-                    "type": "Opaque", "data": {"ca.crt": b64(&bundle)}}]}}}));
+                // The namespace comes along (the agent's install namespace too), orphaned on
+                // delete: removing the work must never delete a namespace the spoke had.
+                "spec": {"workload": {"manifests": [
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": agent_ns}},
+                    {"apiVersion": "v1", "kind": "Secret",
+                     "metadata": {"name": SECRET_CA, "namespace": agent_ns},
+                     "type": "Opaque", "data": {"ca.crt": b64(&bundle)}}]},
+                    "deleteOption": {"propagationPolicy": "SelectivelyOrphan",
+                        "selectivelyOrphans": {"orphaningRules": [
+                            {"group": "", "resource": "namespaces", "name": agent_ns}]}}}}));
             let mut cl = labels("argocd-cr", inp);
             cl[LABEL_GITOPSCLUSTER] = json!("true");
             plan.objects

@@ -2,9 +2,10 @@
 //! an existing certificate must be re-issued (the peer's sdk-go `certrotation` rules, plus the
 //! CA-rotation grace this project adds).
 //!
-//! Keys: ECDSA P-256 (PKCS#8) for the CA and every leaf (rcgen/ring cannot generate RSA; OCM's
-//! CustomSigner reads PKCS#8 keys of any type), RSA-4096 PKCS#8 only for `jwt.key`, which the
-//! principal requires to be RSA.
+//! Keys: the CA is RSA-2048 with a PKCS#1 key (`RSA PRIVATE KEY`, as the peer): OCM's CSR signer
+//! (library-go) fails on any other CA key ("failed to parse private key"), found on the real env.
+//! Leaves are ECDSA P-256 (PKCS#8; fast, so 1,000 clusters issue in seconds). `jwt.key` is
+//! RSA-4096 PKCS#8, which the principal requires.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -173,12 +174,39 @@ pub fn new_ca(now: OffsetDateTime) -> Result<Pem, String> {
     p.not_before = now - Duration::seconds(1);
     p.not_after = now + CA_LIFETIME;
     p.serial_number = Some(random_serial());
-    let key = KeyPair::generate().map_err(|e| e.to_string())?;
+    let (key, pkcs1) = rsa_key(2048)?;
     let cert = p.self_signed(&key).map_err(|e| e.to_string())?;
     Ok(Pem {
         cert: cert.pem(),
-        key: key.serialize_pem(),
+        key: pkcs1,
     })
+}
+
+/// A new RSA key: the rcgen key pair and its PKCS#1 PEM.
+fn rsa_key(bits: usize) -> Result<(KeyPair, String), String> {
+    use rsa::pkcs1::{EncodeRsaPrivateKey, LineEnding};
+    let key = rsa::RsaPrivateKey::new(&mut rand::thread_rng(), bits).map_err(|e| e.to_string())?;
+    let pem = key
+        .to_pkcs1_pem(LineEnding::LF)
+        .map_err(|e| e.to_string())?
+        .to_string();
+    Ok((ca_keypair(&pem)?, pem))
+}
+
+/// The CA's key pair from PEM: PKCS#8 (any type) or PKCS#1 RSA.
+pub fn ca_keypair(pem: &str) -> Result<KeyPair, String> {
+    if let Ok(k) = KeyPair::from_pem(pem) {
+        return Ok(k);
+    }
+    use rsa::pkcs1::DecodeRsaPrivateKey;
+    use rsa::pkcs8::EncodePrivateKey;
+    let key = rsa::RsaPrivateKey::from_pkcs1_pem(pem).map_err(|e| format!("CA key: {e}"))?;
+    let der = key.to_pkcs8_der().map_err(|e| e.to_string())?;
+    KeyPair::from_pkcs8_der_and_sign_algo(
+        &rustls::pki_types::PrivatePkcs8KeyDer::from(der.as_bytes()),
+        &rcgen::PKCS_RSA_SHA256,
+    )
+    .map_err(|e| format!("CA key: {e}"))
 }
 
 /// The kind of leaf to issue.
@@ -193,7 +221,7 @@ pub enum Leaf {
 /// Issues `leaf` signed by `ca`: 30 days capped at the CA's notAfter − 2 s.
 pub fn issue(ca: &Pem, leaf: &Leaf, now: OffsetDateTime) -> Result<Pem, String> {
     let ca_info = parse(&ca.cert)?;
-    let ca_key = KeyPair::from_pem(&ca.key).map_err(|e| format!("CA key: {e}"))?;
+    let ca_key = ca_keypair(&ca.key)?;
     let issuer = Issuer::from_ca_cert_pem(&ca.cert, ca_key).map_err(|e| format!("CA: {e}"))?;
     let mut p = CertificateParams::default();
     p.distinguished_name = DistinguishedName::new();
@@ -248,8 +276,14 @@ pub fn ca_decision(existing: Option<&Pem>, now: OffsetDateTime) -> Option<Reissu
         Ok(i) => i,
         Err(e) => return Some(Reissue::Invalid(e)),
     };
-    if KeyPair::from_pem(&ca.key).is_err() {
-        return Some(Reissue::Invalid("unreadable key".into()));
+    match ca_keypair(&ca.key) {
+        Err(_) => return Some(Reissue::Invalid("unreadable key".into())),
+        Ok(k) if k.algorithm() != &rcgen::PKCS_RSA_SHA256 => {
+            return Some(Reissue::Invalid(
+                "the CA key must be RSA (OCM's CSR signer reads no other)".into(),
+            ));
+        }
+        Ok(_) => {}
     }
     if !info.is_ca {
         return Some(Reissue::WrongUsage);

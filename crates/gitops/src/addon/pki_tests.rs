@@ -27,7 +27,19 @@ fn ca_is_a_ca_named_like_the_peer_for_365_days() {
         format!("argocd-agent-ca@{}", t.unix_timestamp())
     );
     assert_eq!((i.not_after - i.not_before).whole_days(), 365);
+    assert!(
+        ca.key.starts_with("-----BEGIN RSA PRIVATE KEY-----"),
+        "PKCS#1 RSA: OCM's CSR signer reads no other CA key"
+    );
     assert_eq!(ca_decision(Some(&ca), t), None);
+    let ec = Pem {
+        cert: ca.cert.clone(),
+        key: KeyPair::generate().unwrap().serialize_pem(),
+    };
+    assert!(matches!(
+        ca_decision(Some(&ec), t),
+        Some(Reissue::Invalid(_))
+    ));
     assert_eq!(ca_decision(None, t), Some(Reissue::Missing));
     assert_eq!(
         ca_decision(Some(&ca), t + Duration::days(293)),

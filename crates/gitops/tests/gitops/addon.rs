@@ -235,7 +235,11 @@ async fn addon_sets_up_the_fleet_converges_and_cleans_up() {
         work["metadata"]["annotations"]["apps.open-cluster-management.io/propagate-argocd-agent-ca"],
         "true"
     );
-    let m = &work["spec"]["workload"]["manifests"][0];
+    assert_eq!(
+        work["spec"]["workload"]["manifests"][0]["kind"],
+        "Namespace"
+    );
+    let m = &work["spec"]["workload"]["manifests"][1];
     assert_eq!(
         (
             m["metadata"]["namespace"].as_str(),
