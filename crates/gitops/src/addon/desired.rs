@@ -87,8 +87,13 @@ pub fn cr_work_name(ns: &str, name: &str) -> String {
     format!("{}-{}", &n[..54], &h[..8])
 }
 
-/// The ArgoCD CRs to deliver: the custom list (validated), else the default CR.
-pub fn argocd_crs(spec: &ArgoCDAgentAddonSpec) -> Result<Vec<Value>, Invalid> {
+/// The ArgoCD CRs to deliver: the custom list (validated), else the default CR. With `principal`
+/// (address, port), a custom ArgoCD gets them where they are empty, as the peer: under
+/// `spec.argoCDAgent.agent.client`, or else `spec.extraConfig["agent.principal.server.*"]`.
+pub fn argocd_crs(
+    spec: &ArgoCDAgentAddonSpec,
+    principal: Option<(&str, &str)>,
+) -> Result<Vec<Value>, Invalid> {
     let ns = agent_namespace(spec);
     let Some(custom) = &spec.argo_cd_cr_manifest_work else {
         return Ok(vec![json!({
@@ -125,6 +130,9 @@ pub fn argocd_crs(spec: &ArgoCDAgentAddonSpec) -> Result<Vec<Value>, Invalid> {
             if m.pointer("/metadata/namespace").is_none() {
                 m["metadata"]["namespace"] = json!(ns);
             }
+            if let Some((address, port)) = principal {
+                inject_principal(&mut m, address, port);
+            }
         }
         out.push(m);
     }
@@ -132,6 +140,39 @@ pub fn argocd_crs(spec: &ArgoCDAgentAddonSpec) -> Result<Vec<Value>, Invalid> {
         return Err(bad("no argoproj.io/v1beta1 ArgoCD in manifests".into()));
     }
     Ok(out)
+}
+
+fn inject_principal(cr: &mut Value, address: &str, port: &str) {
+    let empty = |v: Option<&Value>| v.and_then(Value::as_str).is_none_or(str::is_empty);
+    if let Some(client) = cr
+        .pointer_mut("/spec/argoCDAgent/agent/client")
+        .and_then(Value::as_object_mut)
+    {
+        for (k, v) in [
+            ("principalServerAddress", address),
+            ("principalServerPort", port),
+        ] {
+            if empty(client.get(k)) {
+                client.insert(k.into(), json!(v));
+            }
+        }
+        return;
+    }
+    if !cr["spec"].is_object() {
+        cr["spec"] = json!({});
+    }
+    if !cr["spec"]["extraConfig"].is_object() {
+        cr["spec"]["extraConfig"] = json!({});
+    }
+    let extra = &mut cr["spec"]["extraConfig"];
+    for (k, v) in [
+        ("agent.principal.server.address", address),
+        ("agent.principal.server.port", port),
+    ] {
+        if empty(extra.get(k)) {
+            extra[k] = json!(v);
+        }
+    }
 }
 
 fn labels(component: &str, inp: &Inputs) -> Value {
@@ -196,7 +237,7 @@ pub fn existing_jwt(secrets: &BTreeMap<String, Secret>) -> Option<String> {
 /// The full plan. `Err` only for bad input (nothing is written then); certificate issuance
 /// errors are reported as `Invalid` on the certificate's condition as well.
 pub fn plan(inp: &Inputs) -> Result<Plan, Invalid> {
-    let crs = argocd_crs(inp.spec)?;
+    let crs = argocd_crs(inp.spec, Some((inp.address, inp.port)))?;
     let ns = inp.namespace;
     let now = inp.now;
     let mut plan = Plan::default();
@@ -390,4 +431,78 @@ pub fn plan(inp: &Inputs) -> Result<Plan, Invalid> {
         }
     }
     Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use argocd_pull_api::addon::ArgoCDCRManifestWork;
+
+    fn custom(manifests: Vec<Value>) -> ArgoCDAgentAddonSpec {
+        ArgoCDAgentAddonSpec {
+            argo_cd_cr_manifest_work: Some(ArgoCDCRManifestWork { manifests }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn custom_cr_gets_the_principal_only_where_empty() {
+        let spec = custom(vec![
+            json!({"apiVersion": "argoproj.io/v1beta1", "kind": "ArgoCD",
+            "metadata": {"name": "argocd"},
+            "spec": {"argoCDAgent": {"agent": {"client": {"principalServerAddress": "", "principalServerPort": "9443"}}}}}),
+        ]);
+        let crs = argocd_crs(&spec, Some(("p.example.com", "443"))).unwrap();
+        let client = &crs[0]["spec"]["argoCDAgent"]["agent"]["client"];
+        assert_eq!(client["principalServerAddress"], "p.example.com");
+        assert_eq!(
+            client["principalServerPort"], "9443",
+            "a value the user set is kept"
+        );
+        assert_eq!(crs[0]["metadata"]["namespace"], "argocd");
+        let spec = custom(vec![
+            json!({"apiVersion": "argoproj.io/v1beta1", "kind": "ArgoCD", "metadata": {"name": "a"}}),
+        ]);
+        let crs = argocd_crs(&spec, Some(("p.example.com", "443"))).unwrap();
+        assert_eq!(
+            crs[0]["spec"]["extraConfig"]["agent.principal.server.address"],
+            "p.example.com"
+        );
+    }
+
+    #[test]
+    fn invalid_custom_lists_name_the_fix() {
+        let e = argocd_crs(&custom(vec![]), None).unwrap_err();
+        assert_eq!(e.condition, COND_ARGOCD_CR_DELIVERED);
+        assert!(e.message.contains("manifests is empty"), "{}", e.message);
+        let e = argocd_crs(&custom(vec![json!({"kind": "ArgoCD"})]), None).unwrap_err();
+        assert!(
+            e.message
+                .contains("manifests[0] needs apiVersion, kind and metadata.name"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn long_names_are_truncated_with_a_hash() {
+        let n = cr_work_name("argocd", &"x".repeat(80));
+        assert_eq!(n.len(), 63);
+        assert!(n.starts_with("argocd-agent-cr-argocd-xxx"));
+        assert_eq!(cr_work_name("argocd", "gc"), "argocd-agent-cr-argocd-gc");
+    }
+
+    #[test]
+    fn autonomous_is_the_only_other_mode() {
+        let m = |s: &str| {
+            mode(&ArgoCDAgentAddonSpec {
+                mode: Some(s.into()),
+                ..Default::default()
+            })
+        };
+        assert_eq!(
+            (m("autonomous"), m("Managed"), m("x")),
+            ("autonomous", "managed", "managed")
+        );
+    }
 }

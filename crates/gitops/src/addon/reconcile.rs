@@ -278,7 +278,7 @@ async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
         )
         .await;
     };
-    if let Err(bad) = desired::argocd_crs(&spec) {
+    if let Err(bad) = desired::argocd_crs(&spec, None) {
         return reject(&ctx, &gc, conds, bad).await;
     }
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
