@@ -8,7 +8,9 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::Value;
 
-use super::{LABEL_GC_NAME, LABEL_GC_NAMESPACE};
+use serde_json::json;
+
+use super::*;
 
 /// The kinds a plan can hold: (apiVersion, kind, plural, namespaced).
 pub const KINDS: &[(&str, &str, &str, bool)] = &[
@@ -204,6 +206,46 @@ pub async fn sweep(
         tracing::info!(kind = %kind, namespace = %ns, name = %name, "deleted (no longer wanted)");
     }
     (clusters, errors)
+}
+
+/// The condition a failed write of this object is reported in.
+pub fn condition_of(k: &Key) -> &'static str {
+    match (k.0.as_str(), k.2.as_str()) {
+        ("Role" | "RoleBinding", _) => COND_RBAC_READY,
+        ("Secret", SECRET_JWT) => COND_JWT_SECRET_READY,
+        ("Secret", SECRET_CA) | ("ConfigMap", _) => COND_CA_CERTIFICATE_READY,
+        ("Secret", SECRET_PRINCIPAL_TLS) => COND_PRINCIPAL_CERTIFICATE_READY,
+        ("Secret", SECRET_RESOURCE_PROXY_TLS) => COND_RESOURCE_PROXY_CERTIFICATE_READY,
+        ("Secret", _) => COND_CLUSTERS_IMPORTED,
+        ("ManifestWork", CA_WORK) => COND_MANIFEST_WORK_CREATED,
+        ("ManifestWork", _) => COND_ARGOCD_CR_DELIVERED,
+        ("AddOnDeploymentConfig" | "ManagedClusterAddOn", _) => COND_ADDON_CONFIGURED,
+        _ => COND_ADDON_TEMPLATE_READY,
+    }
+}
+
+/// The cluster a per-cluster object belongs to (`None` for the hub-wide ones).
+pub fn cluster_of(k: &Key) -> Option<String> {
+    match k.0.as_str() {
+        "ManifestWork" | "AddOnDeploymentConfig" | "ManagedClusterAddOn" => Some(k.1.clone()),
+        "Secret" => k.2.strip_prefix("cluster-").map(String::from),
+        _ => None,
+    }
+}
+
+pub fn rbac(ns: &str, name: &str) -> Vec<Value> {
+    let labels = json!({LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: "rbac",
+        LABEL_GC_NAME: name, LABEL_GC_NAMESPACE: ns});
+    vec![
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": RBAC_ROLE, "namespace": ns, "labels": labels},
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": RBAC_BINDING, "namespace": ns, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RBAC_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": "addon-manager-controller-sa",
+                "namespace": "open-cluster-management-hub"}]}),
+    ]
 }
 
 #[cfg(test)]

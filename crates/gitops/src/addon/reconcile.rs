@@ -449,7 +449,7 @@ async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
             format!("Failed to configure placement tolerations: {e}"),
         ),
     }
-    let mut objects = rbac(&ns, &name);
+    let mut objects = apply::rbac(&ns, &name);
     objects.extend(plan.objects);
     let mut keep: BTreeSet<Key> = BTreeSet::new();
     let mut failed: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
@@ -470,8 +470,8 @@ async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
             }
             Ok(false) => {}
             Err(e) => {
-                let cond = condition_of(&k);
-                if let Some(cluster) = cluster_of(&k) {
+                let cond = apply::condition_of(&k);
+                if let Some(cluster) = apply::cluster_of(&k) {
                     failed.entry(cond).or_default().push(cluster);
                 } else {
                     global_error.get_or_insert((cond, e));
@@ -587,46 +587,6 @@ async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
         .unwrap_or(RESYNC)
         .min(RESYNC);
     Ok(Action::requeue(wait))
-}
-
-/// The condition a failed write of this object is reported in.
-fn condition_of(k: &Key) -> &'static str {
-    match (k.0.as_str(), k.2.as_str()) {
-        ("Role" | "RoleBinding", _) => COND_RBAC_READY,
-        ("Secret", SECRET_JWT) => COND_JWT_SECRET_READY,
-        ("Secret", SECRET_CA) | ("ConfigMap", _) => COND_CA_CERTIFICATE_READY,
-        ("Secret", SECRET_PRINCIPAL_TLS) => COND_PRINCIPAL_CERTIFICATE_READY,
-        ("Secret", SECRET_RESOURCE_PROXY_TLS) => COND_RESOURCE_PROXY_CERTIFICATE_READY,
-        ("Secret", _) => COND_CLUSTERS_IMPORTED,
-        ("ManifestWork", CA_WORK) => COND_MANIFEST_WORK_CREATED,
-        ("ManifestWork", _) => COND_ARGOCD_CR_DELIVERED,
-        ("AddOnDeploymentConfig" | "ManagedClusterAddOn", _) => COND_ADDON_CONFIGURED,
-        _ => COND_ADDON_TEMPLATE_READY,
-    }
-}
-
-/// The cluster a per-cluster object belongs to (`None` for the hub-wide ones).
-fn cluster_of(k: &Key) -> Option<String> {
-    match k.0.as_str() {
-        "ManifestWork" | "AddOnDeploymentConfig" | "ManagedClusterAddOn" => Some(k.1.clone()),
-        "Secret" => k.2.strip_prefix("cluster-").map(String::from),
-        _ => None,
-    }
-}
-
-fn rbac(ns: &str, name: &str) -> Vec<Value> {
-    let labels = json!({LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: "rbac",
-        LABEL_GC_NAME: name, LABEL_GC_NAMESPACE: ns});
-    vec![
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": RBAC_ROLE, "namespace": ns, "labels": labels},
-            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": RBAC_BINDING, "namespace": ns, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RBAC_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": "addon-manager-controller-sa",
-                "namespace": "open-cluster-management-hub"}]}),
-    ]
 }
 
 /// The peer's tolerations (`unreachable`, `unavailable`, operator Exists), added when missing.
