@@ -538,3 +538,117 @@ async fn v1alpha1_and_v1beta1_round_trip_without_field_loss() {
     let _unused: Option<DynamicObject> = None;
     env.stop().await;
 }
+
+/// Point 5 on the controller: a CA past 80 % of its life is rotated, the bundle (in
+/// `argocd-agent-ca`'s `ca.crt`, the ConfigMap and the spoke's CA work) carries old and new CA,
+/// a leaf of the old CA still in its grace is kept, and a leaf past 80 % is re-issued.
+#[tokio::test]
+async fn ca_rotation_ships_old_and_new_ca_and_reissues_due_leaves() {
+    use argocd_pull_gitops::addon::discovery;
+    let env = Env::start(addon_only()).await;
+    fleet(&env, false).await;
+    let now = time::OffsetDateTime::now_utc();
+    let old_ca = pki::new_ca(now - time::Duration::days(300)).unwrap();
+    let sans = discovery::principal_sans(None, &[], "argocd", "principal.example.com");
+    let principal = pki::issue(
+        &old_ca,
+        &pki::Leaf::Server(sans),
+        now - time::Duration::days(1),
+    )
+    .unwrap();
+    let proxy = pki::issue(
+        &old_ca,
+        &pki::Leaf::Server(discovery::resource_proxy_sans("argocd")),
+        now - time::Duration::days(25),
+    )
+    .unwrap();
+    let owner = json!({"gitopscluster.apps.open-cluster-management.io/name": "gc",
+        "gitopscluster.apps.open-cluster-management.io/namespace": "argocd"});
+    for (name, pem) in [
+        ("argocd-agent-ca", &old_ca),
+        ("argocd-agent-principal-tls", &principal),
+        ("argocd-agent-resource-proxy-tls", &proxy),
+    ] {
+        env.create(json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": name, "namespace": "argocd", "labels": owner},
+            "data": {"tls.crt": crate::util::b64(&pem.cert), "tls.key": crate::util::b64(&pem.key)}}))
+            .await;
+    }
+    gitopscluster(
+        &env,
+        "Placement",
+        json!({"principalServerAddress": "principal.example.com", "principalServerPort": "443"}),
+    )
+    .await;
+    eventually_within(FIRST_PASS, "AddonConfigured True", || async {
+        condition(&env, "AddonConfigured")
+            .await
+            .filter(|c| c["status"] == "True")
+    })
+    .await;
+    let ca = env
+        .get("v1", "Secret", Some("argocd"), "argocd-agent-ca")
+        .await
+        .unwrap();
+    let new_ca = pki::parse(&secret_value(&ca, "tls.crt").unwrap()).unwrap();
+    let old = pki::parse(&old_ca.cert).unwrap();
+    assert_ne!(
+        new_ca.der, old.der,
+        "the CA past 80 % of its life is re-issued"
+    );
+    let bundle = pki::parse_all(&secret_value(&ca, "ca.crt").unwrap());
+    assert_eq!(
+        bundle.iter().map(|c| c.der.clone()).collect::<Vec<_>>(),
+        vec![new_ca.der.clone(), old.der.clone()],
+        "new first, then old"
+    );
+    let work = env
+        .get(
+            "work.open-cluster-management.io/v1",
+            "ManifestWork",
+            Some("c1"),
+            "argocd-agent-ca-mw",
+        )
+        .await
+        .unwrap();
+    let shipped = pki::parse_all(&crate::util::unb64(
+        &work["spec"]["workload"]["manifests"][1]["data"]["ca.crt"],
+    ));
+    assert_eq!(
+        shipped.len(),
+        2,
+        "spokes trust old and new CA during the rotation"
+    );
+    let p = env
+        .get("v1", "Secret", Some("argocd"), "argocd-agent-principal-tls")
+        .await
+        .unwrap();
+    assert_eq!(
+        secret_value(&p, "tls.crt").unwrap(),
+        principal.cert,
+        "kept through the rotation grace"
+    );
+    let rp = env
+        .get(
+            "v1",
+            "Secret",
+            Some("argocd"),
+            "argocd-agent-resource-proxy-tls",
+        )
+        .await
+        .unwrap();
+    let rp = pki::parse(&secret_value(&rp, "tls.crt").unwrap()).unwrap();
+    assert!(
+        pki::signed_by(&rp, &new_ca),
+        "the leaf past 80 % is re-issued by the new CA"
+    );
+    let cm = env
+        .get("v1", "ConfigMap", Some("argocd"), "argocd-agent-ca-bundle")
+        .await
+        .unwrap();
+    assert_eq!(
+        pki::parse_all(cm["data"]["ca-bundle.crt"].as_str().unwrap()).len(),
+        2
+    );
+    env.stop().await;
+}
