@@ -24,6 +24,7 @@ vendored! {
     GITOPSCLUSTER_V1BETA1 => "reference/gitopsclusters.v1beta1.acm.yaml",
     GITOPSCLUSTER_V1ALPHA1 => "reference/gitopsclusters.v1alpha1.argocd-pull-integration.yaml",
     APPSET_REPORT => "reference/multiclusterapplicationsetreports.yaml",
+    GITOPSCLUSTER => "own/gitopsclusters.yaml",
 }
 
 /// Argo CD's CRDs: what a cluster running Argo CD serves.
@@ -44,6 +45,7 @@ pub const OCM_HUB: &[&str] = &[
     OCM_MANAGED_CLUSTER_ADDONS,
 ];
 
-/// The CRDs argocd-pull itself serves: `GitOpsCluster` (v1beta1, the ACM schema) and
+/// The CRDs argocd-pull itself serves: `GitOpsCluster` ([`GITOPSCLUSTER`]: v1alpha1, the
+/// argocd-pull-integration schema, and v1beta1, the ACM schema, from one CRD) and
 /// `MulticlusterApplicationSetReport`. `argocd-pull crds` prints these.
-pub const OWN: &[&str] = &[GITOPSCLUSTER_V1BETA1, APPSET_REPORT];
+pub const OWN: &[&str] = &[GITOPSCLUSTER, APPSET_REPORT];

@@ -21,6 +21,9 @@ use crate::Condition;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GitOpsClusterSpec {
+    /// Required by the v1beta1 schema; empty on an object written as v1alpha1 (the same CRD
+    /// serves both, see [`crate::addon`]), which the v1beta1 controller leaves alone.
+    #[serde(default)]
     pub argo_server: ArgoServerSpec,
     /// `kind: Placement` and `name`, looked up in the GitOpsCluster's namespace
     /// (`namespace` is ignored, as in ACM).
@@ -41,6 +44,7 @@ pub struct GitOpsClusterSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ArgoServerSpec {
+    #[serde(default)]
     pub argo_namespace: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,

@@ -6,9 +6,11 @@
 //! * [`ocm`] — Open Cluster Management cluster and work APIs.
 //! * [`gitops`] / [`report`] — `GitOpsCluster` and `MulticlusterApplicationSetReport`, the CRDs this
 //!   project serves (schemas compatible with the ACM implementation).
+//! * [`addon`] — `GitOpsCluster` v1alpha1 (`spec.argoCDAgentAddon`, argocd-pull-integration).
 //! * [`names`] — the labels, annotations and finalizers that form the contract with the Go peers.
 //! * [`crds`] — the vendored upstream CRD YAMLs (for the embedded hub and `argocd-pull crds`).
 
+pub mod addon;
 pub mod argocd;
 pub mod crds;
 pub mod gitops;

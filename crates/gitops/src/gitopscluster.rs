@@ -375,6 +375,11 @@ async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
     if gc.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
+    if gc.spec.argo_server.argo_namespace.is_empty() {
+        // Written as v1alpha1 (`spec.argoCDAgentAddon`, no `argoServer`): the addon
+        // controller's object (crate::addon), not this one's.
+        return Ok(Action::await_change());
+    }
     let ns = gc.namespace().unwrap_or_default();
     let name = gc.name_any();
     let owner = format!("{ns}/{name}");

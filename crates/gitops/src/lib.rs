@@ -2,6 +2,8 @@
 //!
 //! * [`secrets`], [`status`], [`report`] — pure logic (what to write), table-tested.
 //! * [`gitopscluster`] — the `GitOpsCluster` v1beta1 controller (ACM schema, non-agent mode).
+//! * [`addon`] — the `GitOpsCluster` v1alpha1 controller (`spec.argoCDAgentAddon`: the advanced
+//!   pull model's agent CA, certificates, cluster secrets and OCM addon).
 //! * [`basic`] — the upstream basic mode: every ManagedCluster → `<cluster>-secret` (opt-in).
 //! * [`aggregator`] — `MulticlusterApplicationSetReport` per ApplicationSet from ManifestWork
 //!   feedback, and the `AdditionalStatusReport` condition on hub Applications.
@@ -9,6 +11,7 @@
 //! Entry point: [`start`] with a [`GitOpsConfig`] (from [`GitOpsArgs`] on the command line);
 //! [`start_gated`] runs each controller only while the CRDs it needs ([`features`]) are served.
 
+pub mod addon;
 pub mod aggregator;
 pub mod basic;
 pub mod gitopscluster;
@@ -55,8 +58,20 @@ pub struct GitOpsConfig {
     pub report_debounce: Duration,
     /// Concurrent report writes.
     pub report_write_concurrency: usize,
+    /// The GitOpsCluster `argoCDAgentAddon` controller.
+    pub addon: bool,
+    /// The image its AddOnTemplate deploys as the agent.
+    pub addon_agent_image: String,
     /// Metrics to update (register them in the admin server's registry first).
     pub metrics: metrics::Metrics,
+}
+
+/// The image the addon deploys by default: this release's.
+pub fn default_agent_image() -> String {
+    format!(
+        "ghcr.io/argocd-pull/argocd-pull:{}",
+        env!("CARGO_PKG_VERSION")
+    )
 }
 
 impl Default for GitOpsConfig {
@@ -68,6 +83,8 @@ impl Default for GitOpsConfig {
             stale_secret_policy: StaleSecretPolicy::ClusterDeleted,
             report_debounce: Duration::from_millis(200),
             report_write_concurrency: 8,
+            addon: true,
+            addon_agent_image: default_agent_image(),
             metrics: metrics::Metrics::default(),
         }
     }
@@ -97,6 +114,14 @@ pub struct GitOpsArgs {
         default_value_t = 200
     )]
     pub appset_report_debounce_ms: u64,
+    /// Run the GitOpsCluster `argoCDAgentAddon` controller (v1alpha1: agent CA, certificates,
+    /// cluster secrets and the `argocd-agent-addon` OCM addon).
+    #[arg(long, env = "ARGOCD_PULL_ARGOCD_AGENT_ADDON", default_value_t = true, action = clap::ArgAction::Set)]
+    pub argocd_agent_addon: bool,
+    /// The image the `argocd-agent-addon` AddOnTemplate deploys as the agent (`argocd-pull agent`).
+    /// Default: this release's image.
+    #[arg(long, env = "ARGOCD_PULL_ADDON_AGENT_IMAGE")]
+    pub addon_agent_image: Option<String>,
 }
 
 impl From<GitOpsArgs> for GitOpsConfig {
@@ -107,6 +132,11 @@ impl From<GitOpsArgs> for GitOpsConfig {
             basic_secrets_namespace: a.basic_cluster_secrets_namespace.filter(|s| !s.is_empty()),
             stale_secret_policy: a.stale_secret_policy,
             report_debounce: Duration::from_millis(a.appset_report_debounce_ms),
+            addon: a.argocd_agent_addon,
+            addon_agent_image: a
+                .addon_agent_image
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(default_agent_image),
             ..GitOpsConfig::default()
         }
     }
@@ -116,6 +146,7 @@ impl From<GitOpsArgs> for GitOpsConfig {
 pub const FEATURE_GITOPSCLUSTER: &str = "gitopscluster";
 pub const FEATURE_BASIC_SECRETS: &str = "basic-cluster-secrets";
 pub const FEATURE_REPORT: &str = "appset-report";
+pub const FEATURE_ADDON: &str = "argocd-agent-addon";
 
 /// The enabled controllers and the CRDs each one needs.
 pub fn features(config: &GitOpsConfig) -> Vec<Feature> {
@@ -130,6 +161,18 @@ pub fn features(config: &GitOpsConfig) -> Vec<Feature> {
                 known::MANAGED_CLUSTERS,
             ],
             disable: "--gitopscluster=false",
+        });
+    }
+    if config.addon {
+        out.push(Feature {
+            name: FEATURE_ADDON,
+            description: "GitOpsCluster argoCDAgentAddon → agent certificates, cluster secrets, OCM addon",
+            apis: vec![
+                known::GITOPS_CLUSTERS,
+                known::PLACEMENT_DECISIONS,
+                known::MANIFEST_WORKS,
+            ],
+            disable: "--argocd-agent-addon=false",
         });
     }
     if config.basic_secrets_namespace.is_some() {
@@ -226,6 +269,20 @@ pub async fn start_gated(
             FEATURE_GITOPSCLUSTER,
             Box::new(move |t| {
                 gitopscluster::run(client.clone(), config.clone(), metrics.clone(), t).boxed()
+            }),
+        );
+    }
+    if config.addon {
+        let (client, metrics) = (client.clone(), metrics.clone());
+        let addon_config = addon::reconcile::AddonConfig {
+            agent_image: config.addon_agent_image.clone(),
+        };
+        spawn(
+            "argocd-agent-addon",
+            FEATURE_ADDON,
+            Box::new(move |t| {
+                addon::reconcile::run(client.clone(), addon_config.clone(), metrics.clone(), t)
+                    .boxed()
             }),
         );
     }

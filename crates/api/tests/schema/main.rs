@@ -5,6 +5,8 @@ use argocd_pull_api::{argocd, crds, gitops, ocm, report};
 use schemars::{JsonSchema, generate::SchemaSettings};
 use serde_json::Value;
 
+mod versions;
+
 /// The openAPIV3Schema of `version` in a CRD YAML.
 fn crd_schema(yaml: &str, version: &str) -> Value {
     let crd: Value = serde_saphyr::from_str(yaml).expect("vendored CRD parses");

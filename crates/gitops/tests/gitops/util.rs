@@ -166,6 +166,10 @@ fn resource_of(obj: &serde_json::Value) -> (kube::api::ApiResource, Option<Strin
         "ApplicationSet" => "applicationsets".into(),
         "Application" => "applications".into(),
         "MulticlusterApplicationSetReport" => "multiclusterapplicationsetreports".into(),
+        "AddOnTemplate" => "addontemplates".into(),
+        "AddOnDeploymentConfig" => "addondeploymentconfigs".into(),
+        "ManagedClusterAddOn" => "managedclusteraddons".into(),
+        "ClusterManagementAddOn" => "clustermanagementaddons".into(),
         other => panic!("no plural for {other}"),
     };
     let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
@@ -176,7 +180,16 @@ fn resource_of(obj: &serde_json::Value) -> (kube::api::ApiResource, Option<Strin
 }
 
 /// Polls `check` until it returns `Some`, under [`TIMEOUT`]; panics naming `what` otherwise.
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    eventually_within(TIMEOUT, what, check).await
+}
+
+/// [`eventually`] with another bound (a first set-up that generates an RSA-4096 key).
+pub async fn eventually_within<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -189,7 +202,7 @@ where
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
-    match tokio::time::timeout(TIMEOUT, poll).await {
+    match tokio::time::timeout(within, poll).await {
         Ok(v) => v,
         Err(_) => panic!("timed out waiting for: {what}"),
     }

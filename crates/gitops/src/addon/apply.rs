@@ -1,0 +1,275 @@
+//! Writing a plan: list what this GitOpsCluster owns (by its owner labels), apply what differs
+//! (server-side apply, field manager [`crate::FIELD_MANAGER`]), delete what is no longer wanted.
+//! An object whose live state already contains every desired field is not written at all.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kube::Client;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use serde_json::Value;
+
+use serde_json::json;
+
+use super::*;
+
+/// The kinds a plan can hold: (apiVersion, kind, plural, namespaced).
+pub const KINDS: &[(&str, &str, &str, bool)] = &[
+    ("v1", "Secret", "secrets", true),
+    ("v1", "ConfigMap", "configmaps", true),
+    ("rbac.authorization.k8s.io/v1", "Role", "roles", true),
+    (
+        "rbac.authorization.k8s.io/v1",
+        "RoleBinding",
+        "rolebindings",
+        true,
+    ),
+    (super::WORK_API, "ManifestWork", "manifestworks", true),
+    (super::ADDON_API, "AddOnTemplate", "addontemplates", false),
+    (
+        super::ADDON_API,
+        "AddOnDeploymentConfig",
+        "addondeploymentconfigs",
+        true,
+    ),
+    (
+        super::ADDON_API,
+        "ManagedClusterAddOn",
+        "managedclusteraddons",
+        true,
+    ),
+    (
+        super::ADDON_API,
+        "ClusterManagementAddOn",
+        "clustermanagementaddons",
+        false,
+    ),
+];
+
+/// Kinds swept by owner label (ClusterManagementAddOn is shared by every GitOpsCluster).
+pub const OWNED_KINDS: &[&str] = &[
+    "Secret",
+    "ConfigMap",
+    "Role",
+    "RoleBinding",
+    "ManifestWork",
+    "AddOnTemplate",
+    "AddOnDeploymentConfig",
+    "ManagedClusterAddOn",
+];
+
+pub fn resource(kind: &str) -> (ApiResource, bool) {
+    let (api_version, kind, plural, namespaced) = KINDS
+        .iter()
+        .find(|k| k.1 == kind)
+        .copied()
+        .unwrap_or(("v1", "Secret", "secrets", true));
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    (
+        ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: api_version.into(),
+            kind: kind.into(),
+            plural: plural.into(),
+        },
+        namespaced,
+    )
+}
+
+/// `(kind, namespace, name)` of an object.
+pub type Key = (String, String, String);
+
+pub fn key(v: &Value) -> Key {
+    let s = |p: &str| {
+        v.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    (s("/kind"), s("/metadata/namespace"), s("/metadata/name"))
+}
+
+/// Whether `live` already holds every field of `want` (objects: each desired key, recursively;
+/// arrays: same length, element by element; scalars: equal).
+pub fn contains(live: &Value, want: &Value) -> bool {
+    match (live, want) {
+        (Value::Object(l), Value::Object(w)) => w
+            .iter()
+            .all(|(k, wv)| l.get(k).is_some_and(|lv| contains(lv, wv))),
+        (Value::Array(l), Value::Array(w)) => {
+            l.len() == w.len() && l.iter().zip(w).all(|(a, b)| contains(a, b))
+        }
+        _ => live == want,
+    }
+}
+
+pub fn selector(ns: &str, name: &str) -> String {
+    format!("{LABEL_GC_NAME}={name},{LABEL_GC_NAMESPACE}={ns}")
+}
+
+/// Everything of the owned kinds carrying this GitOpsCluster's owner labels.
+pub async fn list_owned(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Result<BTreeMap<Key, Value>, kube::Error> {
+    let lp = ListParams::default().labels(&selector(ns, name));
+    let mut out = BTreeMap::new();
+    for kind in OWNED_KINDS {
+        let (ar, _) = resource(kind);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        for o in api.list(&lp).await?.items {
+            let mut v = serde_json::to_value(&o).unwrap_or_default();
+            v["kind"] = Value::String((*kind).into());
+            out.insert(key(&v), v);
+        }
+    }
+    Ok(out)
+}
+
+fn api(client: &Client, kind: &str, ns: &str) -> Api<DynamicObject> {
+    let (ar, namespaced) = resource(kind);
+    if namespaced {
+        Api::namespaced_with(client.clone(), ns, &ar)
+    } else {
+        Api::all_with(client.clone(), &ar)
+    }
+}
+
+/// Server-side applies `want` unless `live` already contains it. Returns whether it wrote.
+pub async fn ensure(client: &Client, live: Option<&Value>, want: &Value) -> Result<bool, String> {
+    if live.is_some_and(|l| contains(l, want)) {
+        return Ok(false);
+    }
+    let (kind, ns, name) = key(want);
+    let pp = PatchParams::apply(crate::FIELD_MANAGER).force();
+    api(client, &kind, &ns)
+        .patch(&name, &pp, &Patch::Apply(want))
+        .await
+        .map(|_| true)
+        .map_err(|e| format!("{kind} {ns}/{name}: {e}"))
+}
+
+/// A shared object (no owner labels): read it, then [`ensure`].
+pub async fn ensure_shared(client: &Client, want: &Value) -> Result<bool, String> {
+    let (kind, ns, name) = key(want);
+    let live = api(client, &kind, &ns)
+        .get_opt(&name)
+        .await
+        .map_err(|e| format!("{kind} {name}: {e}"))?
+        .map(|o| serde_json::to_value(o).unwrap_or_default());
+    ensure(client, live.as_ref(), want).await
+}
+
+/// Deletes every owned object not in `keep`; returns the namespaces of the per-cluster objects
+/// deleted (the clusters cleaned up) and the errors.
+pub async fn sweep(
+    client: &Client,
+    owned: &BTreeMap<Key, Value>,
+    keep: &BTreeSet<Key>,
+) -> (BTreeSet<String>, Vec<String>) {
+    let mut clusters = BTreeSet::new();
+    let mut errors = Vec::new();
+    for (k, v) in owned {
+        if keep.contains(k) {
+            continue;
+        }
+        let (kind, ns, name) = k;
+        match api(client, kind, ns)
+            .delete(name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => {
+                errors.push(format!("{kind} {ns}/{name}: {e}"));
+                continue;
+            }
+        }
+        match kind.as_str() {
+            "ManifestWork" | "ManagedClusterAddOn" | "AddOnDeploymentConfig" => {
+                clusters.insert(ns.clone());
+            }
+            "Secret" => {
+                if let Some(c) = v
+                    .pointer(&format!(
+                        "/metadata/labels/{}",
+                        super::LABEL_CLUSTER_NAME.replace('/', "~1")
+                    ))
+                    .and_then(Value::as_str)
+                {
+                    clusters.insert(c.to_string());
+                }
+            }
+            _ => {}
+        }
+        tracing::info!(kind = %kind, namespace = %ns, name = %name, "deleted (no longer wanted)");
+    }
+    (clusters, errors)
+}
+
+/// The condition a failed write of this object is reported in.
+pub fn condition_of(k: &Key) -> &'static str {
+    match (k.0.as_str(), k.2.as_str()) {
+        ("Role" | "RoleBinding", _) => COND_RBAC_READY,
+        ("Secret", SECRET_JWT) => COND_JWT_SECRET_READY,
+        ("Secret", SECRET_CA) | ("ConfigMap", _) => COND_CA_CERTIFICATE_READY,
+        ("Secret", SECRET_PRINCIPAL_TLS) => COND_PRINCIPAL_CERTIFICATE_READY,
+        ("Secret", SECRET_RESOURCE_PROXY_TLS) => COND_RESOURCE_PROXY_CERTIFICATE_READY,
+        ("Secret", _) => COND_CLUSTERS_IMPORTED,
+        ("ManifestWork", CA_WORK) => COND_MANIFEST_WORK_CREATED,
+        ("ManifestWork", _) => COND_ARGOCD_CR_DELIVERED,
+        ("AddOnDeploymentConfig" | "ManagedClusterAddOn", _) => COND_ADDON_CONFIGURED,
+        _ => COND_ADDON_TEMPLATE_READY,
+    }
+}
+
+/// The cluster a per-cluster object belongs to (`None` for the hub-wide ones).
+pub fn cluster_of(k: &Key) -> Option<String> {
+    match k.0.as_str() {
+        "ManifestWork" | "AddOnDeploymentConfig" | "ManagedClusterAddOn" => Some(k.1.clone()),
+        "Secret" => k.2.strip_prefix("cluster-").map(String::from),
+        _ => None,
+    }
+}
+
+pub fn rbac(ns: &str, name: &str) -> Vec<Value> {
+    let labels = json!({LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: "rbac",
+        LABEL_GC_NAME: name, LABEL_GC_NAMESPACE: ns});
+    vec![
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": RBAC_ROLE, "namespace": ns, "labels": labels},
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": RBAC_BINDING, "namespace": ns, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RBAC_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": "addon-manager-controller-sa",
+                "namespace": "open-cluster-management-hub"}]}),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn contains_ignores_server_added_fields_but_not_changes() {
+        let live = json!({"metadata": {"name": "a", "resourceVersion": "7", "labels": {"x": "1", "y": "2"}},
+                          "data": {"k": "v"}, "spec": {"l": [{"a": 1, "default": true}]}});
+        assert!(contains(
+            &live,
+            &json!({"metadata": {"name": "a", "labels": {"x": "1"}}, "data": {"k": "v"}})
+        ));
+        assert!(contains(&live, &json!({"spec": {"l": [{"a": 1}]}})));
+        assert!(!contains(&live, &json!({"data": {"k": "w"}})));
+        assert!(!contains(
+            &live,
+            &json!({"spec": {"l": [{"a": 1}, {"a": 2}]}})
+        ));
+        assert!(!contains(
+            &live,
+            &json!({"metadata": {"labels": {"z": "3"}}})
+        ));
+    }
+}

@@ -1,0 +1,66 @@
+//! The AddOnTemplate: OCM's addon manager renders it per cluster and applies it through
+//! ManifestWorks `addon-argocd-agent-addon-deploy-*`. It deploys **our** agent
+//! (`argocd-pull agent`) directly — no operator in between — into the install namespace (the
+//! spoke Argo CD namespace, from the AddOnDeploymentConfig), where the CA ManifestWork puts
+//! `argocd-agent-ca` and OCM puts the agent's client certificate (CustomSigner registration
+//! signed by the hub's `argocd-agent-ca`; OCM renews it, 24 h).
+
+use serde_json::{Value, json};
+
+use super::desired::{Inputs, mode};
+use super::*;
+
+/// Where the agent mounts its client certificate and the CA (the kubelet refreshes both files
+/// when OCM renews the certificate or the CA work ships a new bundle).
+const TLS_DIR: &str = "/app/config/tls";
+const CA_DIR: &str = "/app/config/ca";
+
+pub fn addon_template(name: &str, inp: &Inputs, labels: Value) -> Value {
+    let sa = ADDON_NAME;
+    let env = |n: &str, v: &str| json!({"name": n, "value": v});
+    json!({
+        "apiVersion": ADDON_API, "kind": "AddOnTemplate",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "addonName": ADDON_NAME,
+            "agentSpec": {"workload": {"manifests": [
+                {"apiVersion": "v1", "kind": "ServiceAccount",
+                 "metadata": {"name": sa, "namespace": DEFAULT_INSTALL_NAMESPACE}},
+                {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                 "metadata": {"name": ADDON_NAME},
+                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                 "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": "{{INSTALL_NAMESPACE}}"}]},
+                {"apiVersion": "apps/v1", "kind": "Deployment",
+                 "metadata": {"name": ADDON_NAME, "namespace": DEFAULT_INSTALL_NAMESPACE,
+                              "labels": {"app": ADDON_NAME}},
+                 "spec": {"replicas": 1,
+                    "selector": {"matchLabels": {"app": ADDON_NAME}},
+                    "template": {"metadata": {"labels": {"app": ADDON_NAME}},
+                      "spec": {"serviceAccountName": sa,
+                        "containers": [{"name": "agent", "image": inp.agent_image,
+                          "args": ["agent"],
+                          "env": [
+                            env("ARGOCD_AGENT_REMOTE_SERVER", inp.address),
+                            env("ARGOCD_AGENT_REMOTE_PORT", inp.port),
+                            env("ARGOCD_AGENT_MODE", mode(inp.spec)),
+                            env("ARGOCD_AGENT_NAMESPACE", "{{INSTALL_NAMESPACE}}"),
+                            env("ARGOCD_AGENT_TLS_CLIENT_CERT_PATH", &format!("{TLS_DIR}/tls.crt")),
+                            env("ARGOCD_AGENT_TLS_CLIENT_KEY_PATH", &format!("{TLS_DIR}/tls.key")),
+                            env("ARGOCD_AGENT_TLS_ROOT_CA_PATH", &format!("{CA_DIR}/ca.crt")),
+                          ],
+                          "securityContext": {"readOnlyRootFilesystem": true,
+                            "allowPrivilegeEscalation": false, "runAsNonRoot": true,
+                            "capabilities": {"drop": ["ALL"]}},
+                          "volumeMounts": [
+                            {"name": "tls", "mountPath": TLS_DIR, "readOnly": true},
+                            {"name": "ca", "mountPath": CA_DIR, "readOnly": true}]}],
+                        "volumes": [
+                          {"name": "tls", "secret": {"secretName": CLIENT_CERT_SECRET}},
+                          {"name": "ca", "secret": {"secretName": SECRET_CA}}]}}}}
+            ]}},
+            "registration": [{"type": "CustomSigner", "customSigner": {
+                "signerName": SIGNER_NAME,
+                "signingCA": {"name": SECRET_CA, "namespace": inp.namespace}}}]
+        }
+    })
+}
