@@ -59,7 +59,7 @@ fn roots(ca: &[CertificateDer<'static>]) -> anyhow::Result<RootCertStore> {
 }
 
 /// PEM material of one side.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsMaterial {
     pub cert_pem: Vec<u8>,
     pub key_pem: Vec<u8>,
@@ -198,8 +198,28 @@ pub async fn serve_tls(
     tokio::sync::mpsc::Receiver<Result<tokio_rustls::server::TlsStream<TcpStream>, std::io::Error>>,
     tokio::task::JoinHandle<()>,
 ) {
+    let (cfg_tx, cfg_rx) = tokio::sync::watch::channel(cfg);
+    let (rx, h) = serve_tls_reloadable(listener, cfg_rx, on_fail).await;
+    // the sender lives with the accept task: the configuration never changes
+    let h = tokio::spawn(async move {
+        let _keep = cfg_tx;
+        let _ = h.await;
+    });
+    (rx, h)
+}
+
+/// Like [`serve_tls`], each handshake with the configuration `cfg` holds at that moment: a new
+/// certificate, key or client-CA bundle applies to the next connection, and connections already
+/// established are not touched (certificate rotation without dropping agents).
+pub async fn serve_tls_reloadable(
+    listener: TcpListener,
+    cfg: tokio::sync::watch::Receiver<Arc<ServerConfig>>,
+    on_fail: Arc<dyn Fn(&str) + Send + Sync>,
+) -> (
+    tokio::sync::mpsc::Receiver<Result<tokio_rustls::server::TlsStream<TcpStream>, std::io::Error>>,
+    tokio::task::JoinHandle<()>,
+) {
     let (tx, rx) = tokio::sync::mpsc::channel(128);
-    let acceptor = TlsAcceptor::from(cfg);
     let h = tokio::spawn(async move {
         loop {
             let (tcp, peer) = match listener.accept().await {
@@ -214,7 +234,7 @@ pub async fn serve_tls(
             if tx.is_closed() {
                 break;
             }
-            let acceptor = acceptor.clone();
+            let acceptor = TlsAcceptor::from(cfg.borrow().clone());
             let tx = tx.clone();
             let on_fail = on_fail.clone();
             tokio::spawn(async move {

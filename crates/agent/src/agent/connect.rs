@@ -21,13 +21,15 @@ use super::SessionHandler;
 impl Inner {
     pub(super) async fn connect_loop(
         self: Arc<Self>,
-        client_tls: Option<Arc<rustls::ClientConfig>>,
+        client_tls: Arc<std::sync::Mutex<Option<Arc<rustls::ClientConfig>>>>,
     ) {
         let mut backoff = Reconnect::new(self.cfg.reconnect_min, self.cfg.reconnect_max);
         let mut refresh: Option<String> = None;
         loop {
             let started = tokio::time::Instant::now();
-            match self.connect_once(&client_tls, &mut refresh).await {
+            // the configuration of this attempt (reloaded certificates apply from here)
+            let tls = client_tls.lock().expect("poisoned").clone();
+            match self.connect_once(&tls, &mut refresh).await {
                 Ok(end) => tracing::info!(reason = %end, "stream to principal ended; reconnecting"),
                 Err(e) => {
                     tracing::warn!(error = %e, "connection to principal failed");

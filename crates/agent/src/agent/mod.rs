@@ -154,6 +154,8 @@ struct Inner {
 pub struct Agent {
     inner: Arc<Inner>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// the TLS configuration of the next connection attempt ([`Agent::reload_tls`])
+    client_tls: Arc<Mutex<Option<Arc<rustls::ClientConfig>>>>,
 }
 
 impl Agent {
@@ -167,6 +169,7 @@ impl Agent {
             true => None,
             false => Some(Arc::new(tls::client_config(&cfg.tls, cfg.allow_tls12)?)),
         };
+        let client_tls = Arc::new(Mutex::new(client_tls));
         let queue = Arc::new(SendQueue::new(cfg.queue_capacity, cfg.backoff));
         let inner = Arc::new(Inner {
             cfg: cfg.clone(),
@@ -273,10 +276,28 @@ impl Agent {
             }));
         }
         let c = inner.clone();
+        let tls_for_loop = client_tls.clone();
         tasks.push(tokio::spawn(
-            async move { c.connect_loop(client_tls).await },
+            async move { c.connect_loop(tls_for_loop).await },
         ));
-        Ok(Agent { inner, tasks })
+        Ok(Agent {
+            inner,
+            tasks,
+            client_tls,
+        })
+    }
+
+    /// Replaces the client certificate, key and trusted CA bundle: the next connection uses
+    /// them, the current stream is not touched. During a CA rotation give the old and the new CA
+    /// together in `ca_pem`.
+    pub fn reload_tls(&self, m: &TlsMaterial) -> anyhow::Result<()> {
+        let mut g = self.client_tls.lock().expect("poisoned");
+        if g.is_none() {
+            anyhow::bail!("the agent dials plaintext (--insecure-plaintext): no TLS to reload");
+        }
+        *g = Some(Arc::new(tls::client_config(m, self.inner.cfg.allow_tls12)?));
+        tracing::info!("agent TLS certificate and CA bundle reloaded");
+        Ok(())
     }
 
     pub fn is_connected(&self) -> bool {

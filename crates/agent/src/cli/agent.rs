@@ -374,6 +374,7 @@ async fn run(
     let Some((tls, client)) = super::or_shutdown(&shutdown, material(&args, client)).await? else {
         return Ok(());
     };
+    let (initial_tls, reload_client) = (tls.clone(), client.clone());
     let resolve = async {
         tokio::net::lookup_host((host.as_str(), port))
             .await
@@ -452,7 +453,17 @@ async fn run(
     let Some(a) = super::or_shutdown(&shutdown, Agent::start(cfg, store, metrics)).await? else {
         return Ok(());
     };
-    shutdown.cancelled().await;
+    if args.insecure_plaintext {
+        shutdown.cancelled().await;
+    } else {
+        super::reload_tls_until(
+            &shutdown,
+            initial_tls,
+            || async { Ok(material(&args, reload_client.clone()).await?.0) },
+            |m| a.reload_tls(m),
+        )
+        .await;
+    }
     tracing::info!("agent shutting down");
     super::bounded_stop("agent", async {
         a.shutdown().await;

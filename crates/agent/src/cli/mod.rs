@@ -101,6 +101,41 @@ fn selected(
     }
 }
 
+/// How often a running principal or agent re-reads its TLS material (files or Secrets): a
+/// re-issued certificate or a rotated CA bundle applies to new connections within this time.
+pub const TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Waits for `shutdown`, re-reading the TLS material every [`TLS_RELOAD_INTERVAL`] and handing a
+/// changed one to `apply` (connected peers keep their streams).
+async fn reload_tls_until<F, Fut>(
+    shutdown: &CancellationToken,
+    mut last: crate::tls::TlsMaterial,
+    load: F,
+    apply: impl Fn(&crate::tls::TlsMaterial) -> anyhow::Result<()>,
+) where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<crate::tls::TlsMaterial>>,
+{
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(TLS_RELOAD_INTERVAL) => {}
+        }
+        match load().await {
+            Ok(m) if m != last => match apply(&m) {
+                Ok(()) => last = m,
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "reloading TLS material failed; keeping the current one")
+                }
+            },
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "re-reading TLS material failed; keeping the current one")
+            }
+        }
+    }
+}
+
 /// Runs `fut` until it ends or `shutdown` is cancelled. Startup steps (Secrets, DNS, the API
 /// server) may hang while a signal arrives: the signal wins and the command ends with `Ok`.
 async fn or_shutdown<T>(

@@ -540,6 +540,7 @@ async fn run(
     let Some(m) = super::or_shutdown(&shutdown, material(&args, client)).await? else {
         return Ok(());
     };
+    let (initial_tls, reload_client) = (m.tls.clone(), m.client.clone());
     let mut cfg = PrincipalConfig::new(listen, m.tls, m.jwt);
     cfg.allow_tls12 = allow_tls12;
     cfg.identity_regex = auth.regex;
@@ -615,7 +616,17 @@ async fn run(
     else {
         return Ok(());
     };
-    shutdown.cancelled().await;
+    if args.insecure_plaintext {
+        shutdown.cancelled().await;
+    } else {
+        super::reload_tls_until(
+            &shutdown,
+            initial_tls,
+            || async { Ok(material(&args, reload_client.clone()).await?.tls) },
+            |m| p.reload_tls(m),
+        )
+        .await;
+    }
     tracing::info!("principal shutting down");
     super::bounded_stop("principal", async {
         p.shutdown().await;

@@ -193,6 +193,8 @@ enum Incoming {
 pub struct Principal {
     inner: Arc<Inner>,
     addr: SocketAddr,
+    /// the gRPC server's TLS configuration, swapped by [`Principal::reload_tls`]
+    tls: Option<tokio::sync::watch::Sender<Arc<rustls::ServerConfig>>>,
     resource_proxy_addr: Option<SocketAddr>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -285,11 +287,14 @@ impl Principal {
         let _ = tokio::time::timeout(Duration::from_secs(30), bready_rx).await;
 
         let m = metrics.clone();
+        let mut tls_tx = None;
         let (incoming, accept_task) = match server_tls {
             Some(server_tls) => {
-                let (rx, task) = tls::serve_tls(
+                let (cfg_tx, cfg_rx) = tokio::sync::watch::channel(server_tls);
+                tls_tx = Some(cfg_tx);
+                let (rx, task) = tls::serve_tls_reloadable(
                     listener,
-                    server_tls,
+                    cfg_rx,
                     Arc::new(move |_| {
                         m.tls_handshake_failures.inc();
                     }),
@@ -353,6 +358,7 @@ impl Principal {
         Ok(Principal {
             inner,
             addr,
+            tls: tls_tx,
             resource_proxy_addr,
             shutdown: Some(stx),
             tasks,
@@ -361,6 +367,26 @@ impl Principal {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Drops an agent's stream (it logs in again, subject to the blocklist and the current TLS).
+    pub fn disconnect_agent(&self, agent: &str) -> bool {
+        self.inner.disconnect(agent)
+    }
+
+    /// Replaces the gRPC server's certificate, key and client-CA bundle: new connections use
+    /// them, connected agents keep their streams. During a CA rotation give the old and the new
+    /// CA together in `ca_pem` until every agent certificate is re-issued.
+    pub fn reload_tls(&self, m: &TlsMaterial) -> anyhow::Result<()> {
+        let Some(tx) = &self.tls else {
+            anyhow::bail!(
+                "the principal serves plaintext (--insecure-plaintext): no TLS to reload"
+            );
+        };
+        let cfg = tls::server_config(m, self.inner.cfg.allow_tls12)?;
+        tx.send_replace(Arc::new(cfg));
+        tracing::info!("principal TLS certificate and client CA bundle reloaded");
+        Ok(())
     }
 
     /// Where the resource proxy listens (`None`: disabled).

@@ -17,3 +17,4 @@ mod resource_proxy;
 mod resource_proxy_kubectl;
 mod restarts;
 mod resync;
+mod rotation;
