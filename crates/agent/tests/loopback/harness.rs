@@ -68,6 +68,18 @@ pub async fn agent_with(
     a
 }
 
+/// Starts an agent that the principal is expected to refuse; returns it once its last error
+/// names `want`.
+pub async fn refused_agent(mut c: AgentConfig, store: &MemStore, want: &str) -> Agent {
+    c.reconnect_max = Duration::from_millis(200);
+    let a = Agent::start(c, Arc::new(store.clone()), Metrics::new("argocd_agent"))
+        .await
+        .unwrap();
+    wait_idle(|| a.last_error().is_some_and(|e| e.contains(want))).await;
+    assert!(!a.is_connected(), "refused: {want}");
+    a
+}
+
 pub fn app(ns: &str, name: &str, path: &str) -> Value {
     json!({
         "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",

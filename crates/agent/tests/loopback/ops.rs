@@ -489,21 +489,8 @@ async fn spiffe_uri_identity_names_the_agent() {
 
     // a certificate whose URI does not match is refused by name
     let bad = material("edge-8", "spiffe://other.domain/ns/argocd/sa/edge-8");
-    let mut c = argocd_pull_agent::agent::AgentConfig::new(p.local_addr(), bad, Mode::Managed);
-    c.reconnect_max = std::time::Duration::from_millis(200);
-    let b = argocd_pull_agent::agent::Agent::start(
-        c,
-        Arc::new(other.clone()),
-        argocd_pull_agent::metrics::Metrics::new("argocd_agent"),
-    )
-    .await
-    .unwrap();
-    wait_idle(|| {
-        b.last_error()
-            .is_some_and(|e| e.contains("no URI SAN matched the agent ID regex"))
-    })
-    .await;
-    assert!(!b.is_connected());
+    let c = argocd_pull_agent::agent::AgentConfig::new(p.local_addr(), bad, Mode::Managed);
+    let b = refused_agent(c, &other, "no URI SAN matched the agent ID regex").await;
     a.shutdown().await;
     b.shutdown().await;
     p.shutdown().await;
@@ -605,19 +592,7 @@ async fn plaintext_principal_takes_the_identity_from_the_mesh_header_only() {
     );
     c.insecure_plaintext = true;
     c.auth_method = "header".into();
-    c.reconnect_max = std::time::Duration::from_millis(200);
-    let a = argocd_pull_agent::agent::Agent::start(
-        c,
-        Arc::new(spoke.clone()),
-        argocd_pull_agent::metrics::Metrics::new("argocd_agent"),
-    )
-    .await
-    .unwrap();
-    wait_idle(|| {
-        a.last_error()
-            .is_some_and(|e| e.contains("not found in request"))
-    })
-    .await;
+    let a = refused_agent(c, &spoke, "not found in request").await;
     a.shutdown().await;
     p.shutdown().await;
 }
