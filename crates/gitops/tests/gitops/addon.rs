@@ -356,6 +356,27 @@ async fn addon_sets_up_the_fleet_converges_and_cleans_up() {
     );
     assert_eq!(owned(&env).await, before, "every resourceVersion unchanged");
 
+    // A new LoadBalancer address (a new SAN) re-issues the principal certificate at once.
+    env.patch(
+        "v1",
+        "Service",
+        Some("argocd"),
+        "argocd-agent-principal",
+        json!({"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.20"}]}}}),
+        true,
+    )
+    .await;
+    eventually("principal certificate with the new address", || async {
+        let s = env
+            .get("v1", "Secret", Some("argocd"), "argocd-agent-principal-tls")
+            .await?;
+        let c = pki::parse(&secret_value(&s, "tls.crt")?).ok()?;
+        c.ips
+            .contains(&"203.0.113.20".parse().unwrap())
+            .then_some(())
+    })
+    .await;
+
     // c2 leaves the Placement: its objects go, c1's stay.
     decide(&env, &["c1"]).await;
     let c = eventually("RemovedClustersCleanedUp", || async {
