@@ -465,13 +465,39 @@ async fn bad_input_is_a_false_condition_naming_the_fix_and_writes_nothing() {
     assert!(c["message"].as_str().unwrap().contains("invalid placement kind: PlacementRule, expected Placement; set spec.placementRef.kind to Placement"), "{c}");
     assert!(owned(&env).await.is_empty(), "nothing half-made");
 
-    // Fixed kind, but no principal Service and no address in spec.
+    // Fixed kind, a Placement that does not exist.
     env.patch(
         ALPHA,
         "GitOpsCluster",
         Some("argocd"),
         "gc",
-        json!({"spec": {"placementRef": {"kind": "Placement"}}}),
+        json!({"spec": {"placementRef": {"kind": "Placement", "name": "missing"}}}),
+        false,
+    )
+    .await;
+    let c = eventually("PlacementEvaluated False: not found", || async {
+        condition(&env, "PlacementEvaluated").await.filter(|c| {
+            c["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("not found"))
+        })
+    })
+    .await;
+    assert!(
+        c["message"].as_str().unwrap().contains(
+            "placement argocd/missing not found; create it or fix spec.placementRef.name"
+        ),
+        "{c}"
+    );
+    assert!(owned(&env).await.is_empty(), "nothing half-made");
+
+    // The right Placement, but no principal Service and no address in spec.
+    env.patch(
+        ALPHA,
+        "GitOpsCluster",
+        Some("argocd"),
+        "gc",
+        json!({"spec": {"placementRef": {"kind": "Placement", "name": "placement"}}}),
         false,
     )
     .await;
@@ -516,8 +542,8 @@ async fn bad_input_is_a_false_condition_naming_the_fix_and_writes_nothing() {
 /// and the v1beta1 fields survive a read through v1alpha1.
 #[tokio::test]
 async fn v1alpha1_and_v1beta1_round_trip_without_field_loss() {
+    // The v1beta1 (ACM) controller runs too: it must leave a v1alpha1 object alone.
     let env = Env::start(GitOpsConfig {
-        gitopscluster: false,
         report: false,
         addon: false,
         ..GitOpsConfig::default()
@@ -534,6 +560,19 @@ async fn v1alpha1_and_v1beta1_round_trip_without_field_loss() {
         .unwrap();
     assert_eq!(beta["apiVersion"], BETA);
     assert_eq!(beta["spec"]["argoCDAgentAddon"]["agentNamespace"], "agents");
+    eventually("the v1beta1 controller saw it", || async {
+        (env.reconciles("gitopscluster") > 0).then_some(())
+    })
+    .await;
+    let seen = env
+        .get(BETA, "GitOpsCluster", Some("rt"), "rt")
+        .await
+        .unwrap();
+    assert!(
+        seen["status"].is_null(),
+        "no v1beta1 status on a v1alpha1 object: {}",
+        seen["status"]
+    );
     env.patch(BETA, "GitOpsCluster", Some("rt"), "rt", json!({"spec": {"argoServer": {"argoNamespace": "argocd"}, "createBlankClusterSecrets": true}}), false).await;
     let alpha = env
         .get(ALPHA, "GitOpsCluster", Some("rt"), "rt")
