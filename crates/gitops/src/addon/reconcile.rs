@@ -396,7 +396,14 @@ async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
             }
         }
     }
-    let clusters: Vec<String> = clusters.into_iter().collect();
+    // A cluster another GitOpsCluster already serves (its ManagedClusterAddOn carries that
+    // GitOpsCluster's owner labels) is left to it: both writing the shared per-cluster names
+    // would overwrite each other on every pass. (The peer's unlabelled objects are adopted.)
+    let taken = apply::taken_clusters(client, &ns, &name)
+        .await
+        .map_err(kube_err("listing ManagedClusterAddOns"))?;
+    let (clusters, others): (Vec<String>, Vec<String>) =
+        clusters.into_iter().partition(|c| !taken.contains_key(c));
     let owned = apply::list_owned(client, &ns, &name)
         .await
         .map_err(kube_err("listing owned objects"))?;
@@ -573,6 +580,18 @@ async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
         format!("Imported {} clusters to ArgoCD", clusters.len()),
         "Failed to import clusters",
     );
+    if !others.is_empty() {
+        let owners: BTreeSet<&String> = others.iter().filter_map(|c| taken.get(c)).collect();
+        let owners: Vec<&str> = owners.into_iter().map(String::as_str).collect();
+        conds.failed(
+            COND_CLUSTERS_IMPORTED,
+            format!(
+                "Failed to import clusters: {} (already served by GitOpsCluster {}; select each cluster from one GitOpsCluster only)",
+                cluster_list(&others),
+                owners.join(", ")
+            ),
+        );
+    }
     per_cluster(
         &mut conds,
         COND_MANIFEST_WORK_CREATED,

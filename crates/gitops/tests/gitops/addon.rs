@@ -712,3 +712,73 @@ async fn ca_rotation_ships_old_and_new_ca_and_reissues_due_leaves() {
     );
     env.stop().await;
 }
+
+/// Two GitOpsClusters selecting the same cluster: the first serves it, the second reports it and
+/// leaves the shared per-cluster objects alone (no overwrite war).
+#[tokio::test]
+async fn a_cluster_is_served_by_one_gitopscluster_only() {
+    let env = Env::start(addon_only()).await;
+    fleet(&env, false).await;
+    let addr = json!({"principalServerAddress": "p.example.com", "principalServerPort": "443"});
+    gitopscluster(&env, "Placement", addr.clone()).await;
+    eventually_within(FIRST_PASS, "first GitOpsCluster set up", || async {
+        condition(&env, "AddonConfigured")
+            .await
+            .filter(|c| c["status"] == "True")
+    })
+    .await;
+    env.namespace("team", &[]).await;
+    env.create(
+        json!({"apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
+        "metadata": {"name": "placement", "namespace": "team"}, "spec": {}}),
+    )
+    .await;
+    env.create(json!({"apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "PlacementDecision",
+        "metadata": {"name": "placement-decision-1", "namespace": "team",
+            "labels": {"cluster.open-cluster-management.io/placement": "placement"}}}))
+        .await;
+    env.patch(
+        "cluster.open-cluster-management.io/v1beta1",
+        "PlacementDecision",
+        Some("team"),
+        "placement-decision-1",
+        json!({"status": {"decisions": [{"clusterName": "c1", "reason": ""}]}}),
+        true,
+    )
+    .await;
+    env.create(json!({"apiVersion": ALPHA, "kind": "GitOpsCluster", "metadata": {"name": "gc", "namespace": "team"},
+        "spec": {"placementRef": {"kind": "Placement", "name": "placement"}, "argoCDAgentAddon": addr}}))
+        .await;
+    let c = eventually_within(FIRST_PASS, "second GitOpsCluster reports c1", || async {
+        let gc = env.get(ALPHA, "GitOpsCluster", Some("team"), "gc").await?;
+        gc["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "ClustersImported" && c["status"] == "False")
+            .cloned()
+    })
+    .await;
+    assert_eq!(
+        c["message"],
+        "Failed to import clusters: [c1] (already served by GitOpsCluster argocd/gc; select each cluster from one GitOpsCluster only)"
+    );
+    let mca = env
+        .get(
+            "addon.open-cluster-management.io/v1alpha1",
+            "ManagedClusterAddOn",
+            Some("c1"),
+            ADDON,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        mca["metadata"]["labels"]["gitopscluster.apps.open-cluster-management.io/namespace"],
+        "argocd"
+    );
+    assert!(
+        env.get("v1", "Secret", Some("team"), "cluster-c1")
+            .await
+            .is_none()
+    );
+    env.stop().await;
+}
