@@ -407,6 +407,28 @@ async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
     let owned = apply::list_owned(client, &ns, &name)
         .await
         .map_err(kube_err("listing owned objects"))?;
+    // One GitOpsCluster with argoCDAgentAddon per namespace: the CA, JWT and principal secrets
+    // have fixed names there.
+    let ca_key = ("Secret".to_string(), ns.clone(), SECRET_CA.to_string());
+    if !owned.contains_key(&ca_key)
+        && let Some(other) = Api::<Secret>::namespaced(client.clone(), &ns)
+            .get_opt(SECRET_CA)
+            .await
+            .map_err(kube_err("reading the CA secret"))?
+            .and_then(|s| s.labels().get(LABEL_GC_NAME).cloned())
+            .filter(|o| *o != name)
+    {
+        let m = format!(
+            "Failed to create CA certificate: namespace {ns} is already served by GitOpsCluster {ns}/{other} (its {SECRET_CA}); use one GitOpsCluster with argoCDAgentAddon per namespace"
+        );
+        return reject(
+            &ctx,
+            &gc,
+            conds,
+            invalid(COND_CA_CERTIFICATE_READY, REASON_FAILED, m),
+        )
+        .await;
+    }
     let secrets: BTreeMap<String, Secret> = owned
         .iter()
         .filter(|(k, _)| k.0 == "Secret" && k.1 == ns)

@@ -780,5 +780,37 @@ async fn a_cluster_is_served_by_one_gitopscluster_only() {
             .await
             .is_none()
     );
+
+    // A second GitOpsCluster with argoCDAgentAddon in the same namespace is refused.
+    env.create(json!({"apiVersion": ALPHA, "kind": "GitOpsCluster", "metadata": {"name": "gc2", "namespace": "argocd"},
+        "spec": {"placementRef": {"kind": "Placement", "name": "placement"},
+                 "argoCDAgentAddon": {"principalServerAddress": "p.example.com", "principalServerPort": "443"}}}))
+        .await;
+    let c = eventually("gc2 refused", || async {
+        let gc = env
+            .get(ALPHA, "GitOpsCluster", Some("argocd"), "gc2")
+            .await?;
+        gc["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "CACertificateReady" && c["status"] == "False")
+            .cloned()
+    })
+    .await;
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .contains("already served by GitOpsCluster argocd/gc"),
+        "{c}"
+    );
+    let ca = env
+        .get("v1", "Secret", Some("argocd"), "argocd-agent-ca")
+        .await
+        .unwrap();
+    assert_eq!(
+        ca["metadata"]["labels"]["gitopscluster.apps.open-cluster-management.io/name"],
+        "gc"
+    );
     env.stop().await;
 }
