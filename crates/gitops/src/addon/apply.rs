@@ -208,6 +208,37 @@ pub async fn sweep(
     (clusters, errors)
 }
 
+/// Clusters whose ManagedClusterAddOn `argocd-agent-addon` belongs to another GitOpsCluster
+/// (owner labels of another name/namespace), with that owner `ns/name`.
+pub async fn taken_clusters(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Result<BTreeMap<String, String>, kube::Error> {
+    let (ar, _) = resource("ManagedClusterAddOn");
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let lp =
+        ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_GC_NAME}"));
+    let mut out = BTreeMap::new();
+    for o in api.list(&lp).await?.items {
+        let l = o.metadata.labels.clone().unwrap_or_default();
+        let (on, ons) = (l.get(LABEL_GC_NAME), l.get(LABEL_GC_NAMESPACE));
+        if o.metadata.name.as_deref() == Some(ADDON_NAME)
+            && (on.map(String::as_str), ons.map(String::as_str)) != (Some(name), Some(ns))
+        {
+            out.insert(
+                o.metadata.namespace.clone().unwrap_or_default(),
+                format!(
+                    "{}/{}",
+                    ons.cloned().unwrap_or_default(),
+                    on.cloned().unwrap_or_default()
+                ),
+            );
+        }
+    }
+    Ok(out)
+}
+
 /// The condition a failed write of this object is reported in.
 pub fn condition_of(k: &Key) -> &'static str {
     match (k.0.as_str(), k.2.as_str()) {

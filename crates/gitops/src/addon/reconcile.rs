@@ -57,6 +57,16 @@ struct Ctx {
     client: Client,
     config: AddonConfig,
     metrics: Metrics,
+    /// Consecutive failed passes per GitOpsCluster (`ns/name`), for the retry backoff.
+    failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+}
+
+/// Retry delay after `n` consecutive failures: 5 s doubling to 5 min.
+pub fn retry_delay(n: u32) -> Duration {
+    Duration::from_secs(
+        5u64.saturating_mul(1 << n.saturating_sub(1).min(6))
+            .min(300),
+    )
 }
 
 pub async fn run(
@@ -69,6 +79,7 @@ pub async fn run(
         client: client.clone(),
         config,
         metrics,
+        failures: Default::default(),
     });
     let token = shutdown.clone();
     let controller = Controller::new(
@@ -77,9 +88,24 @@ pub async fn run(
     );
     let store = controller.store();
     let gcs = store.clone();
+    let gcs_for_services = store.clone();
     let run = controller
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
-        // A PlacementDecision change reconciles the GitOpsClusters of that Placement at once.
+        // The principal Service changing (a new LoadBalancer address: new SANs) reconciles the
+        // GitOpsClusters of its namespace.
+        .watches(
+            Api::<Service>::all(client.clone()),
+            watcher::Config::default().fields(&format!("metadata.name={}", PRINCIPAL_SERVICES[0])),
+            move |svc: Service| {
+                let ns = svc.namespace().unwrap_or_default();
+                gcs_for_services
+                    .state()
+                    .into_iter()
+                    .filter(|g| g.namespace().as_deref() == Some(ns.as_str()))
+                    .map(|g| ObjectRef::from_obj(&*g))
+                    .collect::<Vec<_>>()
+            },
+        )
         // A PlacementDecision change reconciles the GitOpsClusters of that Placement at once.
         .watches(
             Api::<PlacementDecision>::all(client),
@@ -108,14 +134,26 @@ pub async fn run(
                     return Ok(Action::await_change());
                 }
                 let started = Instant::now();
+                let key = format!("{}/{}", gc.namespace().unwrap_or_default(), gc.name_any());
                 let r = reconcile(gc, ctx.clone()).await;
+                if r.is_ok() {
+                    ctx.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+                }
                 ctx.metrics
                     .reconciled(CONTROLLER, started.elapsed().as_secs_f64(), r.is_ok());
                 r
             },
-            |_gc, err: &Error, _ctx| {
-                tracing::warn!(error = %err, "argocd-agent-addon reconcile failed");
-                Action::requeue(Duration::from_secs(5))
+            |gc, err: &Error, ctx| {
+                let key = format!("{}/{}", gc.namespace().unwrap_or_default(), gc.name_any());
+                let n = {
+                    let mut f = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
+                    let n = f.entry(key.clone()).or_default();
+                    *n += 1;
+                    *n
+                };
+                let delay = retry_delay(n);
+                tracing::warn!(gitopscluster = %key, error = %err, retry_in = ?delay, "argocd-agent-addon reconcile failed");
+                Action::requeue(delay)
             },
             ctx,
         )
@@ -358,10 +396,39 @@ async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
             }
         }
     }
-    let clusters: Vec<String> = clusters.into_iter().collect();
+    // A cluster another GitOpsCluster already serves (its ManagedClusterAddOn carries that
+    // GitOpsCluster's owner labels) is left to it: both writing the shared per-cluster names
+    // would overwrite each other on every pass. (The peer's unlabelled objects are adopted.)
+    let taken = apply::taken_clusters(client, &ns, &name)
+        .await
+        .map_err(kube_err("listing ManagedClusterAddOns"))?;
+    let (clusters, others): (Vec<String>, Vec<String>) =
+        clusters.into_iter().partition(|c| !taken.contains_key(c));
     let owned = apply::list_owned(client, &ns, &name)
         .await
         .map_err(kube_err("listing owned objects"))?;
+    // One GitOpsCluster with argoCDAgentAddon per namespace: the CA, JWT and principal secrets
+    // have fixed names there.
+    let ca_key = ("Secret".to_string(), ns.clone(), SECRET_CA.to_string());
+    if !owned.contains_key(&ca_key)
+        && let Some(other) = Api::<Secret>::namespaced(client.clone(), &ns)
+            .get_opt(SECRET_CA)
+            .await
+            .map_err(kube_err("reading the CA secret"))?
+            .and_then(|s| s.labels().get(LABEL_GC_NAME).cloned())
+            .filter(|o| *o != name)
+    {
+        let m = format!(
+            "Failed to create CA certificate: namespace {ns} is already served by GitOpsCluster {ns}/{other} (its {SECRET_CA}); use one GitOpsCluster with argoCDAgentAddon per namespace"
+        );
+        return reject(
+            &ctx,
+            &gc,
+            conds,
+            invalid(COND_CA_CERTIFICATE_READY, REASON_FAILED, m),
+        )
+        .await;
+    }
     let secrets: BTreeMap<String, Secret> = owned
         .iter()
         .filter(|(k, _)| k.0 == "Secret" && k.1 == ns)
@@ -535,6 +602,18 @@ async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
         format!("Imported {} clusters to ArgoCD", clusters.len()),
         "Failed to import clusters",
     );
+    if !others.is_empty() {
+        let owners: BTreeSet<&String> = others.iter().filter_map(|c| taken.get(c)).collect();
+        let owners: Vec<&str> = owners.into_iter().map(String::as_str).collect();
+        conds.failed(
+            COND_CLUSTERS_IMPORTED,
+            format!(
+                "Failed to import clusters: {} (already served by GitOpsCluster {}; select each cluster from one GitOpsCluster only)",
+                cluster_list(&others),
+                owners.join(", ")
+            ),
+        );
+    }
     per_cluster(
         &mut conds,
         COND_MANIFEST_WORK_CREATED,
@@ -619,4 +698,13 @@ async fn ensure_tolerations(ctx: &Ctx, placement: &Placement) -> Result<(), Stri
         .map_err(|e| e.to_string())?;
     ctx.metrics.write(CONTROLLER, "Placement", "update");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn retries_back_off_from_5_s_to_5_min() {
+        let d: Vec<u64> = (1..=9).map(|n| super::retry_delay(n).as_secs()).collect();
+        assert_eq!(d, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
+    }
 }

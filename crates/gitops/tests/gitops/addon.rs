@@ -356,6 +356,27 @@ async fn addon_sets_up_the_fleet_converges_and_cleans_up() {
     );
     assert_eq!(owned(&env).await, before, "every resourceVersion unchanged");
 
+    // A new LoadBalancer address (a new SAN) re-issues the principal certificate at once.
+    env.patch(
+        "v1",
+        "Service",
+        Some("argocd"),
+        "argocd-agent-principal",
+        json!({"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.20"}]}}}),
+        true,
+    )
+    .await;
+    eventually("principal certificate with the new address", || async {
+        let s = env
+            .get("v1", "Secret", Some("argocd"), "argocd-agent-principal-tls")
+            .await?;
+        let c = pki::parse(&secret_value(&s, "tls.crt")?).ok()?;
+        c.ips
+            .contains(&"203.0.113.20".parse().unwrap())
+            .then_some(())
+    })
+    .await;
+
     // c2 leaves the Placement: its objects go, c1's stay.
     decide(&env, &["c1"]).await;
     let c = eventually("RemovedClustersCleanedUp", || async {
@@ -444,13 +465,39 @@ async fn bad_input_is_a_false_condition_naming_the_fix_and_writes_nothing() {
     assert!(c["message"].as_str().unwrap().contains("invalid placement kind: PlacementRule, expected Placement; set spec.placementRef.kind to Placement"), "{c}");
     assert!(owned(&env).await.is_empty(), "nothing half-made");
 
-    // Fixed kind, but no principal Service and no address in spec.
+    // Fixed kind, a Placement that does not exist.
     env.patch(
         ALPHA,
         "GitOpsCluster",
         Some("argocd"),
         "gc",
-        json!({"spec": {"placementRef": {"kind": "Placement"}}}),
+        json!({"spec": {"placementRef": {"kind": "Placement", "name": "missing"}}}),
+        false,
+    )
+    .await;
+    let c = eventually("PlacementEvaluated False: not found", || async {
+        condition(&env, "PlacementEvaluated").await.filter(|c| {
+            c["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("not found"))
+        })
+    })
+    .await;
+    assert!(
+        c["message"].as_str().unwrap().contains(
+            "placement argocd/missing not found; create it or fix spec.placementRef.name"
+        ),
+        "{c}"
+    );
+    assert!(owned(&env).await.is_empty(), "nothing half-made");
+
+    // The right Placement, but no principal Service and no address in spec.
+    env.patch(
+        ALPHA,
+        "GitOpsCluster",
+        Some("argocd"),
+        "gc",
+        json!({"spec": {"placementRef": {"kind": "Placement", "name": "placement"}}}),
         false,
     )
     .await;
@@ -495,8 +542,8 @@ async fn bad_input_is_a_false_condition_naming_the_fix_and_writes_nothing() {
 /// and the v1beta1 fields survive a read through v1alpha1.
 #[tokio::test]
 async fn v1alpha1_and_v1beta1_round_trip_without_field_loss() {
+    // The v1beta1 (ACM) controller runs too: it must leave a v1alpha1 object alone.
     let env = Env::start(GitOpsConfig {
-        gitopscluster: false,
         report: false,
         addon: false,
         ..GitOpsConfig::default()
@@ -513,6 +560,19 @@ async fn v1alpha1_and_v1beta1_round_trip_without_field_loss() {
         .unwrap();
     assert_eq!(beta["apiVersion"], BETA);
     assert_eq!(beta["spec"]["argoCDAgentAddon"]["agentNamespace"], "agents");
+    eventually("the v1beta1 controller saw it", || async {
+        (env.reconciles("gitopscluster") > 0).then_some(())
+    })
+    .await;
+    let seen = env
+        .get(BETA, "GitOpsCluster", Some("rt"), "rt")
+        .await
+        .unwrap();
+    assert!(
+        seen["status"].is_null(),
+        "no v1beta1 status on a v1alpha1 object: {}",
+        seen["status"]
+    );
     env.patch(BETA, "GitOpsCluster", Some("rt"), "rt", json!({"spec": {"argoServer": {"argoNamespace": "argocd"}, "createBlankClusterSecrets": true}}), false).await;
     let alpha = env
         .get(ALPHA, "GitOpsCluster", Some("rt"), "rt")
@@ -649,6 +709,108 @@ async fn ca_rotation_ships_old_and_new_ca_and_reissues_due_leaves() {
     assert_eq!(
         pki::parse_all(cm["data"]["ca-bundle.crt"].as_str().unwrap()).len(),
         2
+    );
+    env.stop().await;
+}
+
+/// Two GitOpsClusters selecting the same cluster: the first serves it, the second reports it and
+/// leaves the shared per-cluster objects alone (no overwrite war).
+#[tokio::test]
+async fn a_cluster_is_served_by_one_gitopscluster_only() {
+    let env = Env::start(addon_only()).await;
+    fleet(&env, false).await;
+    let addr = json!({"principalServerAddress": "p.example.com", "principalServerPort": "443"});
+    gitopscluster(&env, "Placement", addr.clone()).await;
+    eventually_within(FIRST_PASS, "first GitOpsCluster set up", || async {
+        condition(&env, "AddonConfigured")
+            .await
+            .filter(|c| c["status"] == "True")
+    })
+    .await;
+    env.namespace("team", &[]).await;
+    env.create(
+        json!({"apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
+        "metadata": {"name": "placement", "namespace": "team"}, "spec": {}}),
+    )
+    .await;
+    env.create(json!({"apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "PlacementDecision",
+        "metadata": {"name": "placement-decision-1", "namespace": "team",
+            "labels": {"cluster.open-cluster-management.io/placement": "placement"}}}))
+        .await;
+    env.patch(
+        "cluster.open-cluster-management.io/v1beta1",
+        "PlacementDecision",
+        Some("team"),
+        "placement-decision-1",
+        json!({"status": {"decisions": [{"clusterName": "c1", "reason": ""}]}}),
+        true,
+    )
+    .await;
+    env.create(json!({"apiVersion": ALPHA, "kind": "GitOpsCluster", "metadata": {"name": "gc", "namespace": "team"},
+        "spec": {"placementRef": {"kind": "Placement", "name": "placement"}, "argoCDAgentAddon": addr}}))
+        .await;
+    let c = eventually_within(FIRST_PASS, "second GitOpsCluster reports c1", || async {
+        let gc = env.get(ALPHA, "GitOpsCluster", Some("team"), "gc").await?;
+        gc["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "ClustersImported" && c["status"] == "False")
+            .cloned()
+    })
+    .await;
+    assert_eq!(
+        c["message"],
+        "Failed to import clusters: [c1] (already served by GitOpsCluster argocd/gc; select each cluster from one GitOpsCluster only)"
+    );
+    let mca = env
+        .get(
+            "addon.open-cluster-management.io/v1alpha1",
+            "ManagedClusterAddOn",
+            Some("c1"),
+            ADDON,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        mca["metadata"]["labels"]["gitopscluster.apps.open-cluster-management.io/namespace"],
+        "argocd"
+    );
+    assert!(
+        env.get("v1", "Secret", Some("team"), "cluster-c1")
+            .await
+            .is_none()
+    );
+
+    // A second GitOpsCluster with argoCDAgentAddon in the same namespace is refused.
+    env.create(json!({"apiVersion": ALPHA, "kind": "GitOpsCluster", "metadata": {"name": "gc2", "namespace": "argocd"},
+        "spec": {"placementRef": {"kind": "Placement", "name": "placement"},
+                 "argoCDAgentAddon": {"principalServerAddress": "p.example.com", "principalServerPort": "443"}}}))
+        .await;
+    let c = eventually("gc2 refused", || async {
+        let gc = env
+            .get(ALPHA, "GitOpsCluster", Some("argocd"), "gc2")
+            .await?;
+        gc["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "CACertificateReady" && c["status"] == "False")
+            .cloned()
+    })
+    .await;
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .contains("already served by GitOpsCluster argocd/gc"),
+        "{c}"
+    );
+    let ca = env
+        .get("v1", "Secret", Some("argocd"), "argocd-agent-ca")
+        .await
+        .unwrap();
+    assert_eq!(
+        ca["metadata"]["labels"]["gitopscluster.apps.open-cluster-management.io/name"],
+        "gc"
     );
     env.stop().await;
 }
