@@ -11,9 +11,11 @@
 //!   selected cluster, owned by its ApplicationSet). Converged: every Application Synced and
 //!   Healthy, the GitOpsCluster `successful`, every ApplicationSet's
 //!   `MulticlusterApplicationSetReport` showing all its clusters synced and healthy.
-//! * **agent**: a principal and one agent per cluster in this process over loopback mTLS (managed
-//!   mode); Applications created in each agent's namespace on the hub go down to the clusters,
-//!   status comes back through the agents.
+//! * **agent**: set up through a `GitOpsCluster` with `spec.argoCDAgentAddon` and a Placement, as
+//!   a platform team does: the addon controller writes the PKI and the cluster secrets, the demo
+//!   runs the principal with them and one agent per cluster in this process (managed mode; the
+//!   simulated fleet runs no pods for the addon's agent Deployment); Applications created in each
+//!   agent's namespace on the hub go down to the clusters, status comes back through the agents.
 //! * **autonomous**: the same with the agents as the source of truth: Applications created on the
 //!   clusters appear on the hub.
 //!
@@ -21,6 +23,7 @@
 //! GitOpsCluster and the reports). [`Demo`] is the library form (tests inspect the hub it leaves
 //! running); [`run`] is `argocd-pull demo`. See `crates/demo/README.md`.
 
+mod addon;
 mod state;
 pub mod workload;
 
@@ -148,6 +151,11 @@ enum Parts {
         /// kubeconfig of the first agent's cluster through the principal's resource proxy
         proxy_kubeconfig: Option<PathBuf>,
     },
+    /// The managed model, set up through a GitOpsCluster.
+    Addon {
+        fleet: Box<addon::AddonFleet>,
+        proxy_kubeconfig: Option<PathBuf>,
+    },
 }
 
 /// The result of [`Demo::drive`].
@@ -186,9 +194,10 @@ impl Demo {
             ..Default::default()
         };
         if args.model != DemoModel::Basic {
-            // Agents carry the Applications: no ManifestWorks, no Placements.
+            // Agents carry the Applications: no ManifestWorks; Placements only for the agent
+            // model's GitOpsCluster.
             cfg.work_agent = false;
-            cfg.placement = false;
+            cfg.placement = args.model == DemoModel::Agent;
         }
         let fleet = Fleet::start(cfg)
             .await
@@ -238,12 +247,45 @@ impl Demo {
                     gitops,
                 }
             }
-            DemoModel::Agent | DemoModel::Autonomous => {
-                let mode = if args.model == DemoModel::Agent {
-                    Mode::Managed
-                } else {
-                    Mode::Autonomous
+            DemoModel::Agent => {
+                let clusters: Vec<(String, Client)> = fleet
+                    .cluster_names()
+                    .into_iter()
+                    .filter_map(|n| fleet.cluster(&n).map(|c| (n, c.client())))
+                    .collect();
+                let af = addon::start(hub, &clusters).await?;
+                println!(
+                    "principal: {} (gRPC over mTLS, certificates from the GitOpsCluster), {} agents connected in managed mode",
+                    af.principal.local_addr(),
+                    af.agents.len()
+                );
+                let proxy_kubeconfig = match &af.proxy_kubeconfig {
+                    Some(yaml) => {
+                        let agent = &af.agents[0].0;
+                        let path = kubeconfig.with_file_name(format!(
+                            "argocd-pull-demo-{agent}-resource-proxy.kubeconfig"
+                        ));
+                        std::fs::write(&path, yaml).with_context(|| {
+                            format!(
+                                "writing the resource-proxy kubeconfig to {}",
+                                path.display()
+                            )
+                        })?;
+                        println!(
+                            "resource proxy: kubectl --kubeconfig {} get applications -n argocd  ({agent}'s cluster, through the principal and the agent)",
+                            path.display()
+                        );
+                        Some(path)
+                    }
+                    None => None,
                 };
+                Parts::Addon {
+                    fleet: Box::new(af),
+                    proxy_kubeconfig,
+                }
+            }
+            DemoModel::Autonomous => {
+                let mode = Mode::Autonomous;
                 let agents = fleet
                     .cluster_names()
                     .into_iter()
@@ -313,6 +355,9 @@ impl Demo {
     pub fn resource_proxy_kubeconfig(&self) -> Option<&Path> {
         match &self.parts {
             Parts::Agents {
+                proxy_kubeconfig, ..
+            }
+            | Parts::Addon {
                 proxy_kubeconfig, ..
             } => proxy_kubeconfig.as_deref(),
             Parts::Basic { .. } => None,
@@ -608,6 +653,7 @@ impl Demo {
                 controllers.shutdown().await;
             }
             Parts::Agents { local, .. } => local.shutdown().await,
+            Parts::Addon { fleet, .. } => fleet.shutdown().await,
         }
         self.server.shutdown().await;
         self.fleet.shutdown().await;
@@ -631,6 +677,13 @@ impl Demo {
                 );
             }
             DemoModel::Agent => {
+                println!(
+                    "  kubectl --kubeconfig {kc} get gitopscluster {} -n argocd -o yaml   # the agents' set-up",
+                    addon::GITOPSCLUSTER
+                );
+                println!(
+                    "  kubectl --kubeconfig {kc} get secrets -n argocd   # its PKI and cluster secrets"
+                );
                 println!(
                     "  kubectl --kubeconfig {kc} patch application -n {} {} --type merge -p '{{\"spec\":{{\"source\":{{\"targetRevision\":\"v2\"}}}}}}'",
                     self.fleet

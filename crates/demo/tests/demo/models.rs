@@ -205,12 +205,32 @@ async fn agent_model_delivers_through_the_agents() {
         .await
         .expect("get through the resource proxy");
     assert_eq!(via_proxy.health_status(), Some("Healthy"));
-    // No ManifestWork took part.
+    // The Applications did not travel in ManifestWorks: the only works are the GitOpsCluster's
+    // set-up (the CA bundle and the ArgoCD CR for each cluster).
     let works = Api::<ManifestWork>::all(hub.clone())
         .list(&ListParams::default())
         .await
         .unwrap();
-    assert!(works.items.is_empty());
+    assert!(
+        works
+            .items
+            .iter()
+            .all(|w| w.name_any() == "argocd-agent-ca-mw"
+                || w.name_any().starts_with("argocd-agent-cr-")),
+        "{:?}",
+        works.items.iter().map(|w| w.name_any()).collect::<Vec<_>>()
+    );
+    // the cluster secrets Argo CD uses are the GitOpsCluster's
+    let secrets = Api::<Secret>::namespaced(hub.clone(), "argocd");
+    for cluster in ["cluster1", "cluster2"] {
+        assert!(
+            secrets
+                .get_opt(&format!("cluster-{cluster}"))
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
     assert!(outcome.state.gitopscluster.is_none() && outcome.state.reports.is_empty());
     demo.shutdown().await;
 }
