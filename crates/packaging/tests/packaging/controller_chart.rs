@@ -80,9 +80,21 @@ fn default_render_is_the_controller_with_least_privilege() {
     assert!(gitops.contains(&grant("", "secrets", "create")));
     // the argoCDAgentAddon automation: OCM addon objects and the Placement tolerations
     for (g, r, v) in [
-        ("addon.open-cluster-management.io", "addontemplates", "patch"),
-        ("addon.open-cluster-management.io", "managedclusteraddons", "delete"),
-        ("addon.open-cluster-management.io", "clustermanagementaddons", "get"),
+        (
+            "addon.open-cluster-management.io",
+            "addontemplates",
+            "patch",
+        ),
+        (
+            "addon.open-cluster-management.io",
+            "managedclusteraddons",
+            "delete",
+        ),
+        (
+            "addon.open-cluster-management.io",
+            "clustermanagementaddons",
+            "get",
+        ),
         ("cluster.open-cluster-management.io", "placements", "patch"),
         ("work.open-cluster-management.io", "manifestworks", "patch"),
         ("", "nodes", "list"),
