@@ -322,14 +322,14 @@ async fn material(
     let ca_pem = match &args.root_ca_path {
         Some(p) => read(p)?,
         None => {
-            tracing::info!(secret = %args.root_ca_secret_name, namespace = %ns, "loading root CA certificate from secret");
+            tracing::debug!(secret = %args.root_ca_secret_name, namespace = %ns, "loading root CA certificate from secret");
             common::ca_from_secret(kube(), ns, &args.root_ca_secret_name, &[]).await?
         }
     };
     let (cert_pem, key_pem) = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => (read(c)?, read(k)?),
         (None, None) => {
-            tracing::info!(secret = %args.tls_secret_name, namespace = %ns, "loading client TLS certificate from secret");
+            tracing::debug!(secret = %args.tls_secret_name, namespace = %ns, "loading client TLS certificate from secret");
             common::tls_from_secret(kube(), ns, &args.tls_secret_name).await?
         }
         _ => bail!("Both --tls-client-cert and --tls-client-key have to be given"),

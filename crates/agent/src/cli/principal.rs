@@ -458,7 +458,7 @@ async fn material(args: &PrincipalArgs, client: Option<kube::Client>) -> anyhow:
             (s.cert_pem.into_bytes(), s.key_pem.into_bytes())
         }
         (None, None) => {
-            tracing::info!(secret = %args.tls_secret_name, %namespace, "loading gRPC TLS certificate from secret");
+            tracing::debug!(secret = %args.tls_secret_name, %namespace, "loading gRPC TLS certificate from secret");
             common::tls_from_secret(kube(), &namespace, &args.tls_secret_name).await?
         }
     };
@@ -466,7 +466,7 @@ async fn material(args: &PrincipalArgs, client: Option<kube::Client>) -> anyhow:
         _ if args.insecure_plaintext => Vec::new(),
         Some(p) => read(p)?,
         None => {
-            tracing::info!(secret = %args.tls_ca_secret_name, %namespace, "loading root CA certificate from secret");
+            tracing::debug!(secret = %args.tls_ca_secret_name, %namespace, "loading root CA certificate from secret");
             common::ca_from_secret(
                 kube(),
                 &namespace,
@@ -483,7 +483,7 @@ async fn material(args: &PrincipalArgs, client: Option<kube::Client>) -> anyhow:
             tokio::task::spawn_blocking(|| crate::auth::generate_rsa_pem(2048)).await??
         }
         None => {
-            tracing::info!(secret = %args.jwt_secret_name, %namespace, "loading JWT signing key from secret");
+            tracing::debug!(secret = %args.jwt_secret_name, %namespace, "loading JWT signing key from secret");
             common::jwt_key_from_secret(kube(), &namespace, &args.jwt_secret_name).await?
         }
     };
