@@ -245,6 +245,20 @@ pub struct PrincipalArgs {
           default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true")]
     pub insecure_plaintext: bool,
+    /// Allow agents with valid credentials to self-register on connection (requires
+    /// --self-registration-client-cert-secret).
+    #[arg(long = "enable-self-cluster-registration", env = "ARGOCD_PRINCIPAL_ENABLE_SELF_CLUSTER_REGISTRATION",
+          default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true")]
+    pub enable_self_cluster_registration: bool,
+    /// TLS secret containing shared client cert for self-registered cluster secrets (must have
+    /// tls.crt, tls.key, ca.crt).
+    #[arg(
+        long = "self-registration-client-cert-secret",
+        env = "ARGOCD_PRINCIPAL_SELF_REGISTRATION_CLIENT_CERT_SECRET",
+        default_value = ""
+    )]
+    pub self_registration_client_cert_secret: String,
     /// Resource proxy and Redis (boxed: keeps the CLI's command enum small).
     #[command(flatten)]
     pub proxy: Box<ProxyArgs>,
@@ -512,6 +526,12 @@ async fn run(
         );
     }
     // bad input is reported before anything is loaded or connected
+    if args.enable_self_cluster_registration && args.self_registration_client_cert_secret.is_empty()
+    {
+        bail!(
+            "--enable-self-cluster-registration requires --self-registration-client-cert-secret (a kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt: the client certificate Argo CD presents to the resource proxy)"
+        );
+    }
     let selector = super::label_selector(&args.label_selector)?;
     let namespace_create = namespace_create(&args)?;
     let auth = match &args.identity_regex {
@@ -572,6 +592,17 @@ async fn run(
         .client
         .clone()
         .map(crate::principal::cluster_secrets::SecretsClient);
+    if args.enable_self_cluster_registration {
+        if cfg.cluster_secrets.is_none() {
+            bail!(
+                "--enable-self-cluster-registration needs a Kubernetes client (the cluster secrets are written to the principal's namespace)"
+            );
+        }
+        cfg.self_registration = Some(crate::principal::SelfRegistration {
+            client_cert_secret: args.self_registration_client_cert_secret.clone(),
+            resource_proxy_address: args.proxy.resource_proxy_address.clone(),
+        });
+    }
     cfg.argocd_cache = Some(crate::argocd_cache::ArgoCacheConfig {
         address: args.proxy.redis_server_address.clone(),
         password: Some(args.proxy.redis_password.clone()).filter(|p| !p.is_empty()),

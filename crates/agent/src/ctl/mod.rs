@@ -22,7 +22,7 @@ use anyhow::Context;
 
 pub use agent::{
     ANNOTATION_MANAGED_BY, ANNOTATION_SKIP_RECONCILE, DEFAULT_RESOURCE_PROXY, LABEL_AGENT_NAME,
-    LABEL_SECRET_TYPE, cluster_secret_name, server_url,
+    LABEL_SECRET_TYPE, cluster_secret, cluster_secret_name, server_url,
 };
 
 /// `argocd-pull ctl`

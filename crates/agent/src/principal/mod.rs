@@ -5,11 +5,13 @@ mod appproject;
 pub mod cluster_info;
 pub mod cluster_secrets;
 mod hub;
+mod registration;
 mod repository;
 pub mod resource_proxy;
 mod resync;
 mod server;
 
+pub use registration::{LABEL_SELF_REGISTERED, SelfRegistration};
 pub use resource_proxy::ResourceProxyConfig;
 use server::Svc;
 
@@ -70,6 +72,8 @@ pub struct PrincipalConfig {
     pub argocd_cache: Option<crate::argocd_cache::ArgoCacheConfig>,
     /// Reads Argo CD cluster secrets (agent → server URL) in the principal's namespace.
     pub cluster_secrets: Option<cluster_secrets::SecretsClient>,
+    /// `--enable-self-cluster-registration` (needs `cluster_secrets`).
+    pub self_registration: Option<registration::SelfRegistration>,
     /// `--namespace-create-*`: create the hub namespace of an autonomous agent when its
     /// Applications arrive (`None`: never, the peer's default).
     pub namespace_create: Option<NamespaceCreate>,
@@ -111,6 +115,7 @@ impl PrincipalConfig {
             resource_proxy: None,
             argocd_cache: None,
             cluster_secrets: None,
+            self_registration: None,
         }
     }
 }

@@ -224,6 +224,13 @@ impl Authentication for Svc {
             );
             return Err(Status::failed_precondition("version mismatch"));
         }
+        // --enable-self-cluster-registration: the agent's cluster secret exists before it gets
+        // its tokens (peer: auth.go RegisterAgent)
+        if let Err(e) = self.inner.register_cluster(&agent).await {
+            tracing::error!(agent, error = %format!("{e:#}"), "failed to register agent");
+            self.inner.metrics.auth_failure("registration");
+            return Err(Status::unauthenticated("authentication failed"));
+        }
         let (access, refresh) = self
             .inner
             .tokens

@@ -11,6 +11,7 @@ mod mesh;
 mod ops;
 mod policies;
 mod projects;
+mod registration;
 mod rejections;
 mod repos;
 mod resource_proxy;

@@ -385,6 +385,10 @@ async fn the_peers_policy_flags_parse_and_destination_mapping_is_refused_by_name
             vec!["--insecure-plaintext", "--auth=mtls:subject:^CN=(.+)$"],
             "cannot be used with --insecure-plaintext",
         ),
+        (
+            vec!["--enable-self-cluster-registration"],
+            "requires --self-registration-client-cert-secret",
+        ),
     ] {
         let p = PrincipalArgs::try_parse_flags(flags).unwrap();
         let e = run_principal_until(p, Some(Arc::new(MemStore::new())), CancellationToken::new())

@@ -159,3 +159,31 @@ fn invalid_values_fail_naming_the_value() {
     let e = h.template_err(CHART, &["--set", "service.port=70000"]);
     assert!(e.contains("/service/port") && e.contains("maximum"), "{e}");
 }
+
+#[test]
+fn self_registration_sets_its_flags_and_may_write_secrets_in_its_namespace_only() {
+    let Some(h) = helm::helm("principal chart values") else {
+        return;
+    };
+    let objs = h.template(
+        CHART,
+        "p",
+        "argocd",
+        &[
+            "--set",
+            "principal.selfRegistration.enabled=true",
+            "--set",
+            "principal.selfRegistration.clientCertSecretName=argocd-cluster-client",
+        ],
+    );
+    let e = env(container(objs.get("Deployment", "p-argocd-pull-principal")));
+    assert_eq!(e["ARGOCD_PRINCIPAL_ENABLE_SELF_CLUSTER_REGISTRATION"], "true");
+    assert_eq!(
+        e["ARGOCD_PRINCIPAL_SELF_REGISTRATION_CLIENT_CERT_SECRET"],
+        "argocd-cluster-client"
+    );
+    let g = grants(objs.get("Role", "p-argocd-pull-principal-repositories"));
+    assert!(g.contains(&("".into(), "secrets".into(), "create".into())));
+    let cluster = grants(objs.get("ClusterRole", "p-argocd-pull-principal"));
+    assert!(!cluster.iter().any(|(_, r, _)| r == "secrets"));
+}
