@@ -177,7 +177,10 @@ fn self_registration_sets_its_flags_and_may_write_secrets_in_its_namespace_only(
         ],
     );
     let e = env(container(objs.get("Deployment", "p-argocd-pull-principal")));
-    assert_eq!(e["ARGOCD_PRINCIPAL_ENABLE_SELF_CLUSTER_REGISTRATION"], "true");
+    assert_eq!(
+        e["ARGOCD_PRINCIPAL_ENABLE_SELF_CLUSTER_REGISTRATION"],
+        "true"
+    );
     assert_eq!(
         e["ARGOCD_PRINCIPAL_SELF_REGISTRATION_CLIENT_CERT_SECRET"],
         "argocd-cluster-client"
