@@ -435,6 +435,60 @@ struct Material {
     namespace: String,
 }
 
+/// Whether the gRPC TLS material comes from files or Secrets that can change (not generated, not
+/// plaintext): only then is it re-read while running.
+fn tls_reloadable(args: &PrincipalArgs) -> bool {
+    let generated = args.tls_cert.is_none() && args.insecure_tls_generate;
+    !(args.insecure_plaintext || generated)
+}
+
+/// The gRPC server certificate, key and client-CA bundle: files, the peer's Secrets, or (with
+/// `--insecure-tls-generate`) a one-time certificate; empty behind a service mesh.
+async fn load_tls(
+    args: &PrincipalArgs,
+    client: Option<&kube::Client>,
+    namespace: &str,
+) -> anyhow::Result<TlsMaterial> {
+    let kube = || client.expect("client present when Secrets are read");
+    let (cert_pem, key_pem) = match (&args.tls_cert, &args.tls_key) {
+        // behind a service mesh the sidecar terminates TLS: no certificate, no CA here
+        _ if args.insecure_plaintext => (Vec::new(), Vec::new()),
+        (Some(c), Some(k)) => (read(c)?, read(k)?),
+        (Some(_), None) | (None, Some(_)) => {
+            bail!("Both --tls-cert and --tls-key have to be given")
+        }
+        (None, None) if args.insecure_tls_generate => {
+            tracing::warn!("INSECURE: using a one-time generated TLS certificate for gRPC");
+            let ca = crate::pki::Ca::new("argocd-agent-principal--generated")?;
+            let s = ca.issue_server(&[])?;
+            (s.cert_pem.into_bytes(), s.key_pem.into_bytes())
+        }
+        (None, None) => {
+            tracing::debug!(secret = %args.tls_secret_name, namespace = %namespace, "loading gRPC TLS certificate from secret");
+            common::tls_from_secret(kube(), namespace, &args.tls_secret_name).await?
+        }
+    };
+    let ca_pem = match &args.root_ca_path {
+        _ if args.insecure_plaintext => Vec::new(),
+        Some(p) => read(p)?,
+        None => {
+            tracing::debug!(secret = %args.tls_ca_secret_name, namespace = %namespace, "loading root CA certificate from secret");
+            common::ca_from_secret(
+                kube(),
+                namespace,
+                &args.tls_ca_secret_name,
+                &["tls.crt", "ca.crt"],
+            )
+            .await?
+        }
+    };
+    Ok(TlsMaterial {
+        cert_pem,
+        key_pem,
+        ca_pem,
+    })
+}
+
 async fn material(args: &PrincipalArgs, client: Option<kube::Client>) -> anyhow::Result<Material> {
     let namespace = args
         .namespace
@@ -453,42 +507,11 @@ async fn material(args: &PrincipalArgs, client: Option<kube::Client>) -> anyhow:
         }
         None => None,
     };
+    let tls = load_tls(args, client.as_ref(), &namespace).await?;
     let kube = || {
         client
             .as_ref()
             .expect("client present when Secrets are read")
-    };
-    let (cert_pem, key_pem) = match (&args.tls_cert, &args.tls_key) {
-        // behind a service mesh the sidecar terminates TLS: no certificate, no CA here
-        _ if args.insecure_plaintext => (Vec::new(), Vec::new()),
-        (Some(c), Some(k)) => (read(c)?, read(k)?),
-        (Some(_), None) | (None, Some(_)) => {
-            bail!("Both --tls-cert and --tls-key have to be given")
-        }
-        (None, None) if args.insecure_tls_generate => {
-            tracing::warn!("INSECURE: using a one-time generated TLS certificate for gRPC");
-            let ca = crate::pki::Ca::new("argocd-agent-principal--generated")?;
-            let s = ca.issue_server(&[])?;
-            (s.cert_pem.into_bytes(), s.key_pem.into_bytes())
-        }
-        (None, None) => {
-            tracing::debug!(secret = %args.tls_secret_name, %namespace, "loading gRPC TLS certificate from secret");
-            common::tls_from_secret(kube(), &namespace, &args.tls_secret_name).await?
-        }
-    };
-    let ca_pem = match &args.root_ca_path {
-        _ if args.insecure_plaintext => Vec::new(),
-        Some(p) => read(p)?,
-        None => {
-            tracing::debug!(secret = %args.tls_ca_secret_name, %namespace, "loading root CA certificate from secret");
-            common::ca_from_secret(
-                kube(),
-                &namespace,
-                &args.tls_ca_secret_name,
-                &["tls.crt", "ca.crt"],
-            )
-            .await?
-        }
     };
     let jwt = match args.jwt_key.as_ref().or(args.jwt_key_legacy.as_ref()) {
         Some(p) => String::from_utf8(read(p)?).context("JWT key is not UTF-8 PEM")?,
@@ -502,11 +525,7 @@ async fn material(args: &PrincipalArgs, client: Option<kube::Client>) -> anyhow:
         }
     };
     Ok(Material {
-        tls: TlsMaterial {
-            cert_pem,
-            key_pem,
-            ca_pem,
-        },
+        tls,
         jwt,
         client,
         namespace,
@@ -560,7 +579,8 @@ async fn run(
     let Some(m) = super::or_shutdown(&shutdown, material(&args, client)).await? else {
         return Ok(());
     };
-    let (initial_tls, reload_client) = (m.tls.clone(), m.client.clone());
+    let (initial_tls, reload_client, reload_namespace) =
+        (m.tls.clone(), m.client.clone(), m.namespace.clone());
     let mut cfg = PrincipalConfig::new(listen, m.tls, m.jwt);
     cfg.allow_tls12 = allow_tls12;
     cfg.identity_regex = auth.regex;
@@ -647,16 +667,17 @@ async fn run(
     else {
         return Ok(());
     };
-    if args.insecure_plaintext {
-        shutdown.cancelled().await;
-    } else {
+    if tls_reloadable(&args) {
+        // only the TLS material is re-read (not the JWT key)
         super::reload_tls_until(
             &shutdown,
             initial_tls,
-            || async { Ok(material(&args, reload_client.clone()).await?.tls) },
+            || load_tls(&args, reload_client.as_ref(), &reload_namespace),
             |m| p.reload_tls(m),
         )
         .await;
+    } else {
+        shutdown.cancelled().await;
     }
     tracing::info!("principal shutting down");
     super::bounded_stop("principal", async {
@@ -701,6 +722,22 @@ fn namespace_create(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_tls_material_read_from_files_or_secrets_is_reloaded() {
+        let p = |f: &[&str]| PrincipalArgs::try_parse_flags(f.iter().copied()).unwrap();
+        assert!(tls_reloadable(&p(&[])), "the peer's Secrets");
+        assert!(
+            !tls_reloadable(&p(&["--insecure-tls-generate"])),
+            "a generated certificate is not re-generated every minute"
+        );
+        assert!(!tls_reloadable(&p(&["--insecure-plaintext"])));
+        assert!(tls_reloadable(&p(&[
+            "--insecure-tls-generate",
+            "--tls-cert=/c",
+            "--tls-key=/k"
+        ])));
+    }
 
     #[test]
     fn resource_proxy_and_redis_flags_as_the_peer() {
