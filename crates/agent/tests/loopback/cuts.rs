@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
+use argocd_pull_agent::principal::Principal;
 use argocd_pull_agent::store::{Kind, MemStore, Store};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -189,18 +190,29 @@ fn uids(l: &[Value]) -> Vec<(String, String)> {
     pairs(l, "/metadata/uid")
 }
 
-#[tokio::test]
-async fn managed_agent_converges_through_cuts_stalls_and_throttling() {
+/// A principal on `hub` and an agent on `spoke` whose connection goes through a [`Proxy`].
+async fn through_proxy(
+    hub: &MemStore,
+    spoke: &MemStore,
+    name: &str,
+    mode: Mode,
+) -> (Principal, Proxy, argocd_pull_agent::agent::Agent) {
     let pki = LocalPki::new().unwrap();
-    let (hub, spoke) = (MemStore::new(), MemStore::new());
-    let p = principal(&pki, &hub, "127.0.0.1:0").await;
+    let p = principal(&pki, hub, "127.0.0.1:0").await;
     let proxy = Proxy::start(p.local_addr()).await;
     let addr = proxy.addr;
-    let a = agent_with(&pki, &p, "cut", Mode::Managed, &spoke, |c| {
+    let a = agent_with(&pki, &p, name, mode, spoke, |c| {
         c.principal = addr;
         c.reconnect_max = Duration::from_millis(200);
     })
     .await;
+    (p, proxy, a)
+}
+
+#[tokio::test]
+async fn managed_agent_converges_through_cuts_stalls_and_throttling() {
+    let (hub, spoke) = (MemStore::new(), MemStore::new());
+    let (p, proxy, a) = through_proxy(&hub, &spoke, "cut", Mode::Managed).await;
 
     // creates while the link breaks
     tokio::join!(
@@ -272,16 +284,8 @@ async fn managed_agent_converges_through_cuts_stalls_and_throttling() {
 
 #[tokio::test]
 async fn autonomous_agent_converges_through_cuts_stalls_and_throttling() {
-    let pki = LocalPki::new().unwrap();
     let (hub, spoke) = (MemStore::new(), MemStore::new());
-    let p = principal(&pki, &hub, "127.0.0.1:0").await;
-    let proxy = Proxy::start(p.local_addr()).await;
-    let addr = proxy.addr;
-    let a = agent_with(&pki, &p, "cut-au", Mode::Autonomous, &spoke, |c| {
-        c.principal = addr;
-        c.reconnect_max = Duration::from_millis(200);
-    })
-    .await;
+    let (p, proxy, a) = through_proxy(&hub, &spoke, "cut-au", Mode::Autonomous).await;
     tokio::join!(
         async {
             for n in names() {
