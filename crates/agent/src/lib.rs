@@ -42,6 +42,7 @@ impl Mode {
 pub mod agent;
 pub mod cli;
 pub mod ctl;
+pub mod ha;
 pub mod local;
 pub mod pki;
 pub use local::{LocalDeployment, start_local, start_local_stores};

@@ -394,6 +394,8 @@ pub struct Metrics {
     pub ready: Readiness,
     /// The peer's metrics (exact names and labels).
     pub peer: PeerMetrics,
+    /// Principal HA (`--leader-elect`), under the peer's HA metric names.
+    pub ha: crate::ha::HaMetrics,
 }
 
 fn l(k: &str, v: &str) -> Labels {
@@ -413,6 +415,9 @@ impl Metrics {
         let mut m = Self::unregistered(side);
         m.register(reg.sub_registry_with_prefix(prefix));
         m.peer.register(&mut reg, &m.connected_agents);
+        if side == Side::Principal {
+            m.ha.register(&mut reg);
+        }
         m.registry = Arc::new(reg);
         Arc::new(m)
     }
@@ -441,6 +446,7 @@ impl Metrics {
             propagation_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             ready: Readiness::default(),
             peer: PeerMetrics::new(side),
+            ha: Default::default(),
         }
     }
 

@@ -20,6 +20,8 @@ use tokio_util::sync::CancellationToken;
 pub struct Readiness {
     tx: Arc<watch::Sender<bool>>,
     problems: Arc<Mutex<BTreeMap<String, String>>>,
+    /// The replica's role in a leader election (shown on `/healthz`), when it takes part in one.
+    role: Arc<Mutex<Option<String>>>,
 }
 
 impl Default for Readiness {
@@ -27,6 +29,7 @@ impl Default for Readiness {
         Readiness {
             tx: Arc::new(watch::channel(false).0),
             problems: Arc::default(),
+            role: Arc::default(),
         }
     }
 }
@@ -48,6 +51,16 @@ impl Readiness {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
         self.problems.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the role `/healthz` reports (e.g. `active`, `standby (active: pod-a)`).
+    pub fn set_role(&self, role: impl Into<String>) {
+        *self.role.lock().unwrap_or_else(|e| e.into_inner()) = Some(role.into());
+    }
+
+    /// The role `/healthz` reports, if any.
+    pub fn role(&self) -> Option<String> {
+        self.role.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub fn set(&self, ready: bool) {
@@ -74,7 +87,7 @@ struct AdminState {
 pub fn router(registry: Arc<Registry>, ready: Readiness) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(AdminState { registry, ready })
 }
@@ -87,6 +100,14 @@ async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
         )],
         crate::metrics::render(&s.registry),
     )
+}
+
+/// `ok`, and the replica's role when it takes part in a leader election (`role: active`).
+async fn healthz(State(s): State<AdminState>) -> String {
+    match s.ready.role() {
+        Some(role) => format!("ok\nrole: {role}\n"),
+        None => "ok".into(),
+    }
 }
 
 async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {

@@ -76,18 +76,16 @@ impl Leadership {
     }
 }
 
-/// Waits until this replica holds the Lease (creating it if needed). Returns `None` when
+/// Builds the Lease manager (creating the Lease if needed), retrying — like client-go's leader
+/// election — while the API server is not there yet or RBAC is not applied yet. `None` when
 /// `shutdown` is cancelled first.
-pub async fn acquire(
+async fn manager(
     client: kube::Client,
     config: &LeaderConfig,
     shutdown: &CancellationToken,
-) -> anyhow::Result<Option<Leadership>> {
-    // The Lease is read (and created) before the election starts: an API server that is not
-    // there yet, or RBAC not applied yet, is retried — like client-go's leader election — until it
-    // works or the process is asked to stop.
+) -> Option<LeaseManager> {
     let mut delay = Duration::from_millis(500);
-    let manager = loop {
+    loop {
         let built = LeaseManagerBuilder::new(client.clone(), &config.lease_name)
             .with_namespace(&config.lease_namespace)
             .with_identity(&config.identity)
@@ -96,7 +94,7 @@ pub async fn acquire(
             .build()
             .await;
         match built {
-            Ok(m) => break m,
+            Ok(m) => return Some(m),
             Err(e) => tracing::warn!(
                 lease = %config.lease_name,
                 namespace = %config.lease_namespace,
@@ -108,9 +106,61 @@ pub async fn acquire(
         }
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
-            _ = shutdown.cancelled() => return Ok(None),
+            _ = shutdown.cancelled() => return None,
         }
         delay = (delay * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// A running election that this replica may win, lose and win again: for components whose
+/// standby replicas do useful work (e.g. forward connections to the leader) instead of waiting.
+pub struct Campaign {
+    rx: watch::Receiver<bool>,
+    task: JoinHandle<kube_lease_manager::Result<LeaseManager>>,
+}
+
+impl Campaign {
+    /// Whether this replica holds the Lease now; `changed` wakes on every change. Drop every
+    /// receiver before [`Campaign::release`]: the Lease is released once all are gone.
+    pub fn leading(&self) -> watch::Receiver<bool> {
+        self.rx.clone()
+    }
+
+    /// Stops campaigning and gives the Lease up if held (another replica takes over at once).
+    pub async fn release(self) {
+        Leadership {
+            rx: self.rx,
+            task: self.task,
+        }
+        .release()
+        .await
+    }
+}
+
+/// Joins the election without waiting to win it. `None` when `shutdown` is cancelled before the
+/// Lease could be read.
+pub async fn campaign(
+    client: kube::Client,
+    config: &LeaderConfig,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<Campaign>> {
+    let Some(manager) = manager(client, config, shutdown).await else {
+        return Ok(None);
+    };
+    let (rx, task) = manager.watch().await;
+    tracing::info!(lease = %config.lease_name, namespace = %config.lease_namespace, identity = %config.identity, "joined the leader election");
+    Ok(Some(Campaign { rx, task }))
+}
+
+/// Waits until this replica holds the Lease (creating it if needed). Returns `None` when
+/// `shutdown` is cancelled first.
+pub async fn acquire(
+    client: kube::Client,
+    config: &LeaderConfig,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<Leadership>> {
+    let Some(manager) = manager(client, config, shutdown).await else {
+        return Ok(None);
     };
     let (mut rx, task) = manager.watch().await;
     tracing::info!(lease = %config.lease_name, namespace = %config.lease_namespace, identity = %config.identity, "waiting for leadership");

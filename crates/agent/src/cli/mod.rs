@@ -6,6 +6,7 @@
 
 mod agent;
 pub mod common;
+mod ha;
 mod principal;
 
 use std::sync::Arc;

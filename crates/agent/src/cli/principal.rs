@@ -262,6 +262,8 @@ pub struct PrincipalArgs {
     /// Resource proxy and Redis (boxed: keeps the CLI's command enum small).
     #[command(flatten)]
     pub proxy: Box<ProxyArgs>,
+    #[command(flatten)]
+    pub ha: super::ha::HaArgs,
 }
 
 /// The resource proxy's and the Argo CD Redis cache's flags.
@@ -645,6 +647,7 @@ async fn run(
             }
         }
     }
+    let ha_client = m.client.clone();
     let Some(store) =
         super::or_shutdown(&shutdown, super::store_or(store, m.client, "hub")).await?
     else {
@@ -663,6 +666,45 @@ async fn run(
         &shutdown,
     )
     .await?;
+    if let Some(ha) = args.ha.config(&cfg.namespace)? {
+        let Some(client) = ha_client else {
+            bail!(
+                "--leader-elect needs a Kubernetes client for its Lease (run in a cluster or set KUBECONFIG)"
+            );
+        };
+        let (tls_tx, tls_rx) = tokio::sync::watch::channel(initial_tls.clone());
+        let replica = crate::ha::Replica {
+            client,
+            store,
+            metrics,
+            role: tokio::sync::watch::channel(crate::ha::Role::Recovering).0,
+            tls: tls_reloadable(&args).then_some(tls_rx),
+        };
+        let run = crate::ha::run(ha, cfg, replica, shutdown.clone());
+        let reload = async {
+            if tls_reloadable(&args) {
+                super::reload_tls_until(
+                    &shutdown,
+                    initial_tls,
+                    || load_tls(&args, reload_client.as_ref(), &reload_namespace),
+                    |m| {
+                        tls_tx.send_replace(m.clone());
+                        Ok(())
+                    },
+                )
+                .await;
+            }
+            std::future::pending::<()>().await
+        };
+        let r = tokio::select! {
+            r = run => r,
+            _ = reload => unreachable!("pending"),
+        };
+        for a in admin {
+            let _ = a.await;
+        }
+        return r;
+    }
     let Some(p) = super::or_shutdown(&shutdown, Principal::start(cfg, store, metrics)).await?
     else {
         return Ok(());

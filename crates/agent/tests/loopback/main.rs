@@ -4,6 +4,7 @@ mod cluster_info;
 mod cuts;
 mod deletion;
 mod e2e;
+mod ha;
 mod harness;
 mod hub;
 mod managed;
