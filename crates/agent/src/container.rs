@@ -200,15 +200,26 @@ mod tests {
         assert_eq!(r.tail_lines, Some(10));
         assert_eq!(r.since_seconds, None, "unparsable numbers are dropped");
         assert_eq!(r.limit_bytes, Some(2048));
-        assert_eq!(ContainerLogRequest::from_json(&serde_json::to_value(&r).unwrap()).unwrap(), r);
+        assert_eq!(
+            ContainerLogRequest::from_json(&serde_json::to_value(&r).unwrap()).unwrap(),
+            r
+        );
     }
 
     #[test]
     fn payloads_reject_missing_or_path_like_names() {
         let bad = serde_json::json!({"uuid": "u", "namespace": "../x", "podName": "p"});
-        assert!(ContainerLogRequest::from_json(&bad).unwrap_err().contains("namespace"));
+        assert!(
+            ContainerLogRequest::from_json(&bad)
+                .unwrap_err()
+                .contains("namespace")
+        );
         let bad = serde_json::json!({"uuid": "", "namespace": "n", "podName": "p"});
-        assert!(ContainerTerminalRequest::from_json(&bad).unwrap_err().contains("uuid"));
+        assert!(
+            ContainerTerminalRequest::from_json(&bad)
+                .unwrap_err()
+                .contains("uuid")
+        );
     }
 
     #[test]

@@ -186,6 +186,7 @@ pub(super) async fn serve(
         deadline,
         timestamps,
         agent: agent_name,
+        metrics: inner.metrics.clone(),
         _registration: registration,
         _pending: pending,
     };
@@ -194,7 +195,11 @@ pub(super) async fn serve(
         let mut st = st?;
         let next = tokio::select! {
             m = st.rx.recv() => m,
-            _ = &mut st.gone => None,
+            _ = &mut st.gone => {
+                st.metrics.resource_proxy_error(&st.agent, "agent_disconnected");
+                tracing::info!(agent = %st.agent, "agent disconnected; ending its log stream");
+                None
+            }
             _ = async {
                 match st.deadline {
                     Some(d) => tokio::time::sleep_until(d).await,
@@ -233,6 +238,7 @@ struct BodyState {
     deadline: Option<tokio::time::Instant>,
     timestamps: bool,
     agent: String,
+    metrics: Arc<crate::metrics::Metrics>,
     _registration: Registration,
     _pending: super::resource_proxy::PendingRegistration,
 }

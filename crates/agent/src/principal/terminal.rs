@@ -139,10 +139,8 @@ pub(super) async fn serve(
     let h = req.headers();
     let has = |name: http::HeaderName, want: &str| {
         h.get_all(name).iter().any(|v| {
-            v.to_str().is_ok_and(|v| {
-                v.split(',')
-                    .any(|t| t.trim().eq_ignore_ascii_case(want))
-            })
+            v.to_str()
+                .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(want)))
         })
     };
     let key = h
@@ -214,8 +212,14 @@ pub(super) async fn serve(
     let mut r = Response::new(Empty::new().boxed());
     *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let hm = r.headers_mut();
-    hm.insert(http::header::UPGRADE, http::HeaderValue::from_static("websocket"));
-    hm.insert(http::header::CONNECTION, http::HeaderValue::from_static("Upgrade"));
+    hm.insert(
+        http::header::UPGRADE,
+        http::HeaderValue::from_static("websocket"),
+    );
+    hm.insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("Upgrade"),
+    );
     if let Ok(v) = http::HeaderValue::from_str(&accept) {
         hm.insert(http::header::SEC_WEBSOCKET_ACCEPT, v);
     }
@@ -326,7 +330,6 @@ async fn close(sink: &mut Sink, code: CloseCode, reason: &str) {
             reason: reason.to_string().into(),
         })))
         .await;
-    let _ = sink.close().await;
 }
 
 async fn bridge(
@@ -455,10 +458,9 @@ impl TerminalStreamService for Svc {
     ) -> Result<tonic::Response<TerminalOut>, Status> {
         let agent = self.stream_identity(&req)?;
         let mut inbound = req.into_inner();
-        let first = inbound
-            .message()
-            .await?
-            .ok_or_else(|| Status::invalid_argument("the terminal stream ended before its handshake"))?;
+        let first = inbound.message().await?.ok_or_else(|| {
+            Status::invalid_argument("the terminal stream ended before its handshake")
+        })?;
         let uuid = first.request_uuid.clone();
         if uuid.is_empty() {
             return Err(Status::invalid_argument(
@@ -514,7 +516,10 @@ mod tests {
     #[test]
     fn client_frames_become_agent_messages_as_the_peer_reads_them() {
         let m = from_client("u", b"\x00ls\n").unwrap();
-        assert_eq!((m.data.as_slice(), m.stream_type.as_str()), (&b"ls\n"[..], "stdin"));
+        assert_eq!(
+            (m.data.as_slice(), m.stream_type.as_str()),
+            (&b"ls\n"[..], "stdin")
+        );
         let m = from_client("u", b"\x04{\"Width\":120,\"Height\":40}").unwrap();
         assert!(m.resize);
         assert_eq!((m.cols, m.rows), (120, 40));
@@ -523,7 +528,11 @@ mod tests {
         assert_eq!((m.cols, m.rows), (100, 30));
         let m = from_client("u", br#"{"operation":"resize","cols":90,"rows":20}"#).unwrap();
         assert_eq!((m.cols, m.rows), (90, 20));
-        assert!(from_client("u", &[CHANNEL_CLOSE, CHANNEL_STDIN]).unwrap().eof);
+        assert!(
+            from_client("u", &[CHANNEL_CLOSE, CHANNEL_STDIN])
+                .unwrap()
+                .eof
+        );
         assert!(from_client("u", b"").is_none());
         // a bare `{` typed at the prompt is stdin, not a resize
         let m = from_client("u", b"\x00{").unwrap();

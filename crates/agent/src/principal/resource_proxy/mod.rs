@@ -276,7 +276,8 @@ async fn handle(
         return failure(500, "resource proxy not configured");
     };
     if params.subresource == "log" {
-        return super::logs::serve(inner, &agent, &params, &query, method, outbox, rp.timeout).await;
+        return super::logs::serve(inner, &agent, &params, &query, method, outbox, rp.timeout)
+            .await;
     }
     let body = match Limited::new(req.into_body(), rp.max_body).collect().await {
         Ok(b) => b.to_bytes(),

@@ -1,0 +1,130 @@
+//! What container logs and the web terminal share on the agent: the live gRPC connection to the
+//! principal (their streams are separate RPCs beside the event stream, as the peer's), a fresh
+//! access token for each, and the requests in flight (a duplicate request is ignored, as the
+//! peer's `inflightLogs` / `inflightTerminal`).
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use base64::Engine;
+use tonic::transport::Channel;
+
+use crate::proto::authapi::{self, authentication_client::AuthenticationClient};
+
+/// Renew the access token when it has less than this left.
+const RENEW_BEFORE_SECS: i64 = 60;
+
+#[derive(Clone)]
+struct Conn {
+    channel: Channel,
+    access: String,
+    refresh: String,
+}
+
+#[derive(Default)]
+pub(super) struct PodStreams {
+    conn: Mutex<Option<Conn>>,
+    inflight: Mutex<HashSet<String>>,
+}
+
+/// Removes a request from the in-flight set when its task ends.
+pub(super) struct Inflight<'a> {
+    set: &'a Mutex<HashSet<String>>,
+    uuid: String,
+}
+
+impl Drop for Inflight<'_> {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.uuid);
+    }
+}
+
+/// Seconds until a JWT's `exp` (unverified: the principal judges it; this only decides when to
+/// renew), `None` when unreadable.
+fn seconds_left(token: &str) -> Option<i64> {
+    let payload = token.split('.').nth(1)?;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&raw).ok()?;
+    Some(v["exp"].as_i64()? - jiff::Timestamp::now().as_second())
+}
+
+impl PodStreams {
+    /// The connection of the stream just established (called by the connect loop).
+    pub(super) fn connected(&self, channel: Channel, access: String, refresh: String) {
+        *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(Conn {
+            channel,
+            access,
+            refresh,
+        });
+    }
+
+    /// Marks `uuid` in flight; `None` when it already is.
+    pub(super) fn begin(&self, uuid: &str) -> Option<Inflight<'_>> {
+        self.inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uuid.to_string())
+            .then(|| Inflight {
+                set: &self.inflight,
+                uuid: uuid.to_string(),
+            })
+    }
+
+    /// A request on the principal's connection carrying a valid access token.
+    pub(super) async fn request<T>(&self, msg: T) -> Result<(Channel, tonic::Request<T>), String> {
+        let c = self
+            .conn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or("not connected to the principal")?;
+        let mut access = c.access.clone();
+        if seconds_left(&access).is_some_and(|s| s < RENEW_BEFORE_SECS) {
+            let r = AuthenticationClient::new(c.channel.clone())
+                .refresh_token(authapi::RefreshTokenRequest {
+                    refresh_token: c.refresh.clone(),
+                })
+                .await
+                .map_err(|s| format!("renewing the access token: {}", s.message()))?
+                .into_inner();
+            access = r.access_token.clone();
+            let mut g = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(cur) = g.as_mut() {
+                cur.access = r.access_token;
+                if !r.refresh_token.is_empty() {
+                    cur.refresh = r.refresh_token;
+                }
+            }
+        }
+        let mut req = tonic::Request::new(msg);
+        req.metadata_mut().insert(
+            "authorization",
+            access
+                .parse()
+                .map_err(|_| "the access token is not a valid header value")?,
+        );
+        Ok((c.channel, req))
+    }
+}
+
+/// The API server's error as this project's principal reads it: a `Status` JSON (so the caller
+/// gets the real HTTP status); other errors as text.
+pub(super) fn error_text(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => {
+            let mut v = serde_json::to_value(&**s).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("kind".into(), "Status".into());
+                o.insert("apiVersion".into(), "v1".into());
+                o.entry("status").or_insert_with(|| "Failure".into());
+            }
+            v.to_string()
+        }
+        other => other.to_string(),
+    }
+}
