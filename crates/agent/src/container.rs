@@ -231,4 +231,100 @@ mod tests {
         assert_eq!(code, 500);
         assert_eq!(body["message"], "pods \"x\" is forbidden");
     }
+
+    /// The golden bytes of the real Go SDK for the peer's `NewLogRequestEvent` /
+    /// `NewTerminalRequestEvent` (tests/fixtures/wire, see its README): ours are identical and
+    /// theirs parse into the same requests.
+    fn golden(pb: &[u8], ours: Event) -> Event {
+        use prost::Message;
+        let mut ours = ours;
+        ours.source = String::new();
+        ours.sent_at = Some("2026-08-21T10:15:30.123456789Z".into());
+        let bytes = ours.to_wire().event.unwrap().encode_to_vec();
+        assert_eq!(bytes, pb, "byte-identical to the Go peer's encoding");
+        let ce = crate::proto::io::cloudevents::v1::CloudEvent::decode(pb).unwrap();
+        let env = crate::proto::eventstreamapi::Event { event: Some(ce) };
+        Event::from_wire(&env).unwrap()
+    }
+
+    #[test]
+    fn container_log_request_is_the_peers_wire() {
+        let params: BTreeMap<String, String> = [
+            ("container", "guestbook-ui"),
+            ("follow", "true"),
+            ("tailLines", "100"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let uuid = "e3b0c442-98fc-4c14-9afb-f4c8996fb924";
+        let req = ContainerLogRequest::from_params(
+            uuid,
+            "guestbook",
+            "guestbook-ui-6b7f6b9c8d-x2x9q",
+            &params,
+        );
+        let ev = golden(
+            include_bytes!("../tests/fixtures/wire/containerlog-request.pb"),
+            req.to_event("", HttpMethod::Get),
+        );
+        assert_eq!(ev.ty, EventType::Method(HttpMethod::Get));
+        assert_eq!(ev.target, Target::ContainerLog);
+        assert_eq!(
+            (ev.event_id.as_str(), ev.resource_id.as_str()),
+            (uuid, uuid)
+        );
+        assert_eq!(ContainerLogRequest::from_json(&ev.data).unwrap(), req);
+    }
+
+    #[test]
+    fn terminal_request_is_the_peers_wire() {
+        let uuid = "7d865e95-9e4b-4bd0-a2f3-ad36a7c5f1b2";
+        let req = ContainerTerminalRequest {
+            uuid: uuid.into(),
+            namespace: "guestbook".into(),
+            pod_name: "guestbook-ui-6b7f6b9c8d-x2x9q".into(),
+            container_name: "guestbook-ui".into(),
+            command: vec!["/bin/sh".into()],
+            tty: true,
+            stdin: true,
+            stdout: true,
+            stderr: true,
+        };
+        let ev = golden(
+            include_bytes!("../tests/fixtures/wire/terminal-request.pb"),
+            req.to_event(""),
+        );
+        assert_eq!(ev.ty, EventType::TerminalRequest);
+        assert_eq!(ev.target, Target::Terminal);
+        assert_eq!(ContainerTerminalRequest::from_json(&ev.data).unwrap(), req);
+    }
+
+    #[test]
+    fn stream_frames_use_the_peers_field_numbers() {
+        use crate::proto::logstreamapi::LogStreamData;
+        use crate::proto::terminalstreamapi::TerminalStreamData;
+        use prost::Message;
+        // logstream.proto: request_uuid=1, data=2, eof=3, error=4
+        let f = LogStreamData {
+            request_uuid: "u".into(),
+            data: b"x".to_vec(),
+            eof: true,
+            error: "e".into(),
+        };
+        assert_eq!(f.encode_to_vec(), b"\x0a\x01u\x12\x01x\x18\x01\x22\x01e");
+        // terminalstream.proto: stream_type=3, resize=4, rows=5, cols=6, eof=7, error=8
+        let t = TerminalStreamData {
+            request_uuid: "u".into(),
+            stream_type: "stdin".into(),
+            resize: true,
+            rows: 24,
+            cols: 80,
+            ..Default::default()
+        };
+        assert_eq!(
+            t.encode_to_vec(),
+            b"\x0a\x01u\x1a\x05stdin\x20\x01\x28\x18\x30\x50"
+        );
+    }
 }

@@ -347,3 +347,25 @@ impl Svc {
         Ok(agent)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_attaches_only_to_its_own_agents_request() {
+        let s = LogSessions::default();
+        let (_rx, reg) = s.register("u1", "a");
+        assert_eq!(
+            s.sender("u1", "b").unwrap_err().code(),
+            tonic::Code::PermissionDenied
+        );
+        assert!(s.sender("u1", "a").is_ok());
+        assert_eq!(
+            s.sender("u2", "a").unwrap_err().code(),
+            tonic::Code::NotFound
+        );
+        drop(reg);
+        assert_eq!(s.len(), 0);
+    }
+}

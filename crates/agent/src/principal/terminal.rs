@@ -275,13 +275,10 @@ fn from_client(uuid: &str, data: &[u8]) -> Option<TerminalStreamData> {
 /// channel byte) in that form or `{"operation":"resize","cols":c,"rows":r}`. Field names match
 /// case-insensitively, as Go's `encoding/json`.
 fn resize_of(data: &[u8]) -> Option<(u32, u32)> {
-    let payload = if data[0] == CHANNEL_RESIZE && data.len() > 1 {
-        &data[1..]
-    } else if data.len() > 1 && data[0] < CHANNEL_RESIZE && data[1] == b'{' {
-        &data[1..]
-    } else {
-        data
-    };
+    // channel 4, or a JSON message after a channel byte 0-3, or bare JSON
+    let channel_json = data.len() > 1
+        && (data[0] == CHANNEL_RESIZE || (data[0] < CHANNEL_RESIZE && data[1] == b'{'));
+    let payload = if channel_json { &data[1..] } else { data };
     if payload.first() != Some(&b'{') {
         return None;
     }
