@@ -38,17 +38,17 @@ impl Inner {
     pub(super) fn handle_container_log(self: &Arc<Self>, ev: &Event) -> Result<(), HandleError> {
         let req = ContainerLogRequest::from_json(&ev.data).map_err(HandleError::Permanent)?;
         let me = self.clone();
-        tokio::spawn(async move {
-            let Some(_inflight) = me.pod_streams.begin(&req.uuid) else {
-                tracing::warn!(uuid = %req.uuid, "duplicate log request; already streaming");
-                return;
-            };
+        let uuid = req.uuid.clone();
+        let started = self.pod_streams.spawn(&uuid, async move {
             tracing::info!(uuid = %req.uuid, namespace = %req.namespace, pod = %req.pod_name, container = %req.container, follow = req.follow, "processing log request");
             if let Err(e) = me.stream_log(&req).await {
                 me.metrics.peer.agent_resource_proxy_errors.inc();
                 tracing::warn!(uuid = %req.uuid, error = %e, "log stream failed");
             }
         });
+        if !started {
+            tracing::warn!(uuid, "duplicate log request; already streaming");
+        }
         Ok(())
     }
 

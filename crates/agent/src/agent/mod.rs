@@ -340,6 +340,7 @@ impl Agent {
     }
 
     pub async fn shutdown(mut self) {
+        self.inner.pod_streams.abort_all();
         for t in self.tasks.drain(..) {
             t.abort();
             let _ = t.await;
@@ -351,6 +352,7 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
+        self.inner.pod_streams.abort_all();
         for t in &self.tasks {
             t.abort();
         }

@@ -3,8 +3,9 @@
 //! access token for each, and the requests in flight (a duplicate request is ignored, as the
 //! peer's `inflightLogs` / `inflightTerminal`).
 
-use std::collections::HashSet;
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 use tonic::transport::Channel;
@@ -21,25 +22,13 @@ struct Conn {
     refresh: String,
 }
 
+type Tasks = Arc<Mutex<HashMap<String, Option<tokio::task::AbortHandle>>>>;
+
 #[derive(Default)]
 pub(super) struct PodStreams {
     conn: Mutex<Option<Conn>>,
-    inflight: Mutex<HashSet<String>>,
-}
-
-/// Removes a request from the in-flight set when its task ends.
-pub(super) struct Inflight<'a> {
-    set: &'a Mutex<HashSet<String>>,
-    uuid: String,
-}
-
-impl Drop for Inflight<'_> {
-    fn drop(&mut self) {
-        self.set
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&self.uuid);
-    }
+    /// log and terminal tasks by request UUID (stopped with the agent)
+    inflight: Tasks,
 }
 
 /// Seconds until a JWT's `exp` (unverified: the principal judges it; this only decides when to
@@ -63,16 +52,38 @@ impl PodStreams {
         });
     }
 
-    /// Marks `uuid` in flight; `None` when it already is.
-    pub(super) fn begin(&self, uuid: &str) -> Option<Inflight<'_>> {
-        self.inflight
+    /// Runs `task` for request `uuid` unless that request is already in flight (`false`).
+    pub(super) fn spawn(
+        &self,
+        uuid: &str,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) -> bool {
+        let mut g = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        if g.contains_key(uuid) {
+            return false;
+        }
+        let map = self.inflight.clone();
+        let key = uuid.to_string();
+        let h = tokio::spawn(async move {
+            task.await;
+            map.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+        });
+        g.insert(uuid.to_string(), Some(h.abort_handle()));
+        true
+    }
+
+    /// Stops every log stream and terminal (the agent stops).
+    pub(super) fn abort_all(&self) {
+        for (_, h) in self
+            .inflight
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(uuid.to_string())
-            .then(|| Inflight {
-                set: &self.inflight,
-                uuid: uuid.to_string(),
-            })
+            .drain()
+        {
+            if let Some(h) = h {
+                h.abort();
+            }
+        }
     }
 
     /// A request on the principal's connection carrying a valid access token.

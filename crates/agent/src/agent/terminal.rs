@@ -34,11 +34,8 @@ impl Inner {
     pub(super) fn handle_terminal_request(self: &Arc<Self>, ev: &Event) -> Result<(), HandleError> {
         let req = ContainerTerminalRequest::from_json(&ev.data).map_err(HandleError::Permanent)?;
         let me = self.clone();
-        tokio::spawn(async move {
-            let Some(_inflight) = me.pod_streams.begin(&req.uuid) else {
-                tracing::warn!(session = %req.uuid, "duplicate terminal request; already processing");
-                return;
-            };
+        let uuid = req.uuid.clone();
+        let started = self.pod_streams.spawn(&uuid, async move {
             tracing::info!(session = %req.uuid, namespace = %req.namespace, pod = %req.pod_name, container = %req.container_name, command = ?req.command, "processing terminal request");
             match me.terminal(&req).await {
                 Ok(()) => tracing::info!(session = %req.uuid, "terminal completed"),
@@ -48,6 +45,12 @@ impl Inner {
                 }
             }
         });
+        if !started {
+            tracing::warn!(
+                session = uuid,
+                "duplicate terminal request; already processing"
+            );
+        }
         Ok(())
     }
 

@@ -348,3 +348,23 @@ async fn terminal_is_for_managed_agents_only_as_the_peer() {
     auto.shutdown().await;
     r.agents.clear();
 }
+
+#[tokio::test]
+async fn an_agent_that_stops_ends_its_log_streams() {
+    let (mut r, f) = with_agent(&["a"]).await;
+    let api = pods(&r, "a").await;
+    let lp = LogParams {
+        follow: true,
+        ..Default::default()
+    };
+    let mut lines = api.log_stream("web-a", &lp).await.unwrap().lines();
+    assert_eq!(lines.next().await.unwrap().unwrap(), "line 1");
+    let (_, a, _) = r.agents.remove(0);
+    a.shutdown().await;
+    // the agent's read of its API server stops, and the caller's response ends
+    f[0].until(|s| *s == Seen::LogClosed).await;
+    tokio::time::timeout(T, async { while let Some(Ok(_)) = lines.next().await {} })
+        .await
+        .expect("the follow response ends with its agent");
+    sessions_drain(&r).await;
+}
