@@ -368,3 +368,77 @@ async fn an_agent_that_stops_ends_its_log_streams() {
         .expect("the follow response ends with its agent");
     sessions_drain(&r).await;
 }
+
+/// Env-gated: the agent in front of the real managed cluster (`ARGOCD_PULL_E2E_MANAGED_KUBECONFIG`).
+/// No kubelet runs there, so no pod has a log or a shell: what is checked is that the real API
+/// server's refusal reaches the caller through the principal and the agent unchanged.
+#[tokio::test]
+async fn real_cluster_log_and_exec_errors_pass_through() {
+    let Ok(kc) = std::env::var("ARGOCD_PULL_E2E_MANAGED_KUBECONFIG") else {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIP: real_cluster_log_and_exec_errors_pass_through needs ARGOCD_PULL_E2E_MANAGED_KUBECONFIG"
+        );
+        return;
+    };
+    let kc = kube::config::Kubeconfig::read_from(&kc).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .unwrap();
+    let real = kube::Client::try_from(cfg).unwrap();
+    let mut r = rig(&[], |_| {}).await;
+    let a = agent_on(&r.pki, &r.principal, "real", real.clone()).await;
+    let api = pods(&r, "real").await;
+    match api.logs("no-such-pod-e2e", &LogParams::default()).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!((s.code, s.reason.as_str()), (404, "NotFound"), "{s:?}");
+            assert!(s.message.contains("no-such-pod-e2e"), "{s:?}");
+        }
+        other => panic!("want the real API server's 404, got {other:?}"),
+    }
+    let mut p = api
+        .exec("no-such-pod-e2e", ["sh"], &AttachParams::interactive_tty())
+        .await
+        .unwrap();
+    let st = tokio::time::timeout(T, p.take_status().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(st.status.as_deref(), Some("Failure"), "{st:?}");
+    assert!(
+        st.message.unwrap_or_default().contains("not found"),
+        "the API server's reason reaches the user"
+    );
+    // a pod that exists but never gets a node: whatever the API server answers for its log
+    // (kube-apiserver 1.24: an empty 200) is what the caller gets through the proxy
+    let ns = format!("pod-streams-e2e-{}", &uuid::Uuid::new_v4().to_string()[..8]);
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(real.clone());
+    let pp = kube::api::PostParams::default();
+    let nso = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
+    namespaces.create(&pp, &nso).await.unwrap();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    }))
+    .unwrap();
+    let direct = Api::<Pod>::namespaced(real.clone(), &ns);
+    direct.create(&pp, &pod).await.unwrap();
+    let proxied = Api::<Pod>::namespaced(r.client("real").await, &ns);
+    let lp = LogParams {
+        tail_lines: Some(10),
+        ..Default::default()
+    };
+    let via_proxy = proxied.logs("p", &lp).await.map_err(|e| e.to_string());
+    let straight = direct.logs("p", &lp).await.map_err(|e| e.to_string());
+    let dp = kube::api::DeleteParams::default();
+    let _ = direct.delete("p", &dp).await;
+    let _ = namespaces.delete(&ns, &dp).await;
+    assert_eq!(
+        via_proxy, straight,
+        "the proxy answers what the API server answers"
+    );
+    sessions_drain(&r).await;
+    a.shutdown().await;
+    r.agents.clear();
+}
