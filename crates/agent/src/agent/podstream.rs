@@ -139,3 +139,42 @@ pub(super) fn error_text(e: &kube::Error) -> String {
         other => other.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(exp: i64) -> String {
+        let b = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        format!(
+            "{}.{}.sig",
+            b(r#"{"alg":"RS512"}"#),
+            b(&format!(r#"{{"exp":{exp},"aud":"x"}}"#))
+        )
+    }
+
+    #[test]
+    fn the_access_token_is_renewed_only_near_its_expiry() {
+        let now = jiff::Timestamp::now().as_second();
+        let left = seconds_left(&token(now + 300)).unwrap();
+        assert!((295..=300).contains(&left), "{left}");
+        assert!(seconds_left(&token(now + 10)).unwrap() < RENEW_BEFORE_SECS);
+        assert_eq!(seconds_left("not-a-jwt"), None);
+    }
+
+    #[tokio::test]
+    async fn a_duplicate_request_is_not_started_twice_and_stop_aborts() {
+        let p = PodStreams::default();
+        let (mut tx, rx) = tokio::sync::oneshot::channel::<()>();
+        assert!(p.spawn("u", async move {
+            let _ = rx.await;
+        }));
+        assert!(!p.spawn("u", async {}), "already in flight");
+        p.abort_all();
+        // the task was aborted: its receiver is gone
+        tokio::time::timeout(std::time::Duration::from_secs(5), tx.closed())
+            .await
+            .unwrap();
+        assert!(p.spawn("u", async {}), "a stopped request may run again");
+    }
+}
