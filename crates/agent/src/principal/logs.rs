@@ -7,8 +7,8 @@
 //! Differences from the peer (the wire is the same): the response headers wait for the agent's
 //! first frame, so an API-server error from this project's agent (it sends the `Status` JSON)
 //! reaches the caller with its real HTTP status instead of an empty 200; a stream may only carry
-//! a request that was sent to the agent it authenticated as; an agent that disconnects ends the
-//! request at once (502 before the first frame).
+//! a request that was sent to the agent it authenticated as; an agent that disconnects, or whose
+//! log stream breaks, ends the response at once (502 before the first frame).
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -48,7 +48,8 @@ enum LogMsg {
 
 struct Session {
     agent: String,
-    tx: mpsc::Sender<LogMsg>,
+    /// weak: once the HTTP side stops holding a sender, the response ends with the agent's stream
+    tx: mpsc::WeakSender<LogMsg>,
 }
 
 /// Log requests waiting for or receiving their agent's stream, by request UUID.
@@ -73,20 +74,25 @@ impl Drop for Registration {
 }
 
 impl LogSessions {
-    fn register(&self, uuid: &str, agent: &str) -> (mpsc::Receiver<LogMsg>, Registration) {
+    /// The returned sender keeps the session open until the agent's stream attaches.
+    fn register(
+        &self,
+        uuid: &str,
+        agent: &str,
+    ) -> (mpsc::Sender<LogMsg>, mpsc::Receiver<LogMsg>, Registration) {
         let (tx, rx) = mpsc::channel(BUFFER);
         self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(
             uuid.to_string(),
             Session {
                 agent: agent.to_string(),
-                tx,
+                tx: tx.downgrade(),
             },
         );
         let reg = Registration {
             map: self.map.clone(),
             uuid: uuid.to_string(),
         };
-        (rx, reg)
+        (tx, rx, reg)
     }
 
     /// The sender of `uuid`'s session, if it was sent to `agent`.
@@ -100,7 +106,12 @@ impl LogSessions {
                     "log request {uuid} was not sent to agent {agent:?}"
                 )))
             }
-            Some(s) => Ok(s.tx.clone()),
+            // a stream attaches once: after it the request ends with it (as the peer, which
+            // finalizes the session when the agent's stream ends)
+            Some(s) => {
+                s.tx.upgrade()
+                    .ok_or_else(|| Status::not_found("request id no longer streaming"))
+            }
         }
     }
 
@@ -141,7 +152,7 @@ pub(super) async fn serve(
     let req = ContainerLogRequest::from_params(&uuid, &params.namespace, &params.name, query);
     let follow = req.follow;
     let timestamps = req.timestamps;
-    let (mut rx, registration) = inner.logs.register(&uuid, agent);
+    let (keep, mut rx, registration) = inner.logs.register(&uuid, agent);
     // the agent's stream ending (disconnect) drops this waiter at once
     let (mut gone, pending) = inner.pending.register(&uuid, agent);
     tracing::info!(agent, uuid, namespace = %req.namespace, pod = %req.pod_name, follow, "proxying pod log request");
@@ -158,6 +169,8 @@ pub(super) async fn serve(
             return failure(504, &format!("agent {agent:?} did not start streaming the logs within {timeout:?}"));
         }
     };
+    // from here the response lives as long as the agent's stream (a broken stream ends it)
+    drop(keep);
     let head = match first {
         Some(LogMsg::Started) => Bytes::new(),
         Some(LogMsg::Data(b)) => b,
@@ -355,7 +368,7 @@ mod tests {
     #[test]
     fn a_stream_attaches_only_to_its_own_agents_request() {
         let s = LogSessions::default();
-        let (_rx, reg) = s.register("u1", "a");
+        let (keep, _rx, reg) = s.register("u1", "a");
         assert_eq!(
             s.sender("u1", "b").unwrap_err().code(),
             tonic::Code::PermissionDenied
