@@ -147,10 +147,46 @@ impl Drop for OnDrop {
 async fn serve(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
+    let json_reply = |v: Value| {
+        let mut r = reply(200, Full::new(Bytes::from(v.to_string())).boxed());
+        r.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            "application/json".parse().unwrap(),
+        );
+        r
+    };
+    // discovery and the pod object, for kubectl
+    match path.as_str() {
+        "/api" => {
+            return json_reply(json!({"kind": "APIVersions", "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}]}));
+        }
+        "/apis" => {
+            return json_reply(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}));
+        }
+        "/api/v1" => {
+            return json_reply(
+                json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
+                 "verbs": ["get", "list"], "shortNames": ["po"]},
+                {"name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"]},
+                {"name": "pods/exec", "singularName": "", "namespaced": true, "kind": "PodExecOptions",
+                 "verbs": ["create", "get"]}]}),
+            );
+        }
+        _ => {}
+    }
     let prefix = "/api/v1/namespaces/default/pods/";
-    let Some((pod, sub)) = path.strip_prefix(prefix).and_then(|r| r.split_once('/')) else {
+    let Some(rest) = path.strip_prefix(prefix) else {
         return reply(404, Full::new(Bytes::from("no such path")).boxed());
     };
+    let (pod, sub) = rest.split_once('/').unwrap_or((rest, ""));
+    if sub.is_empty() && pod == st.pod {
+        return json_reply(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod, "namespace": "default", "uid": "1"},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+            "status": {"phase": "Running"}}));
+    }
     if pod != st.pod {
         let s = status(404, "NotFound", &format!("pods \"{pod}\" not found"));
         return reply(404, Full::new(Bytes::from(s.to_string())).boxed());
