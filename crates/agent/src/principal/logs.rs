@@ -373,9 +373,15 @@ mod tests {
             s.sender("u1", "b").unwrap_err().code(),
             tonic::Code::PermissionDenied
         );
-        assert!(s.sender("u1", "a").is_ok());
+        let attached = s.sender("u1", "a").unwrap();
         assert_eq!(
             s.sender("u2", "a").unwrap_err().code(),
+            tonic::Code::NotFound
+        );
+        // once the HTTP side lets go and the first stream ends, no other stream can attach
+        drop((keep, attached));
+        assert_eq!(
+            s.sender("u1", "a").unwrap_err().code(),
             tonic::Code::NotFound
         );
         drop(reg);
