@@ -97,7 +97,28 @@ impl Inner {
             timestamps: req.timestamps,
         };
         let api = Api::<Pod>::namespaced(client, &req.namespace);
-        let mut reader = match api.log_stream(&req.pod_name, &lp).await {
+        // bounded as resource requests (the principal gives up at its own timeout)
+        let open = tokio::time::timeout(
+            super::resource::API_TIMEOUT,
+            api.log_stream(&req.pod_name, &lp),
+        );
+        let opened = tokio::select! {
+            o = open => o,
+            _ = &mut call => return Err("the principal ended the log stream before it started".into()),
+        };
+        let opened = opened.unwrap_or_else(|_| {
+            Err(kube::Error::Api(Box::new(
+                kube::core::Status::failure(
+                    &format!(
+                        "the API server did not answer the log request within {:?}",
+                        super::resource::API_TIMEOUT
+                    ),
+                    "Timeout",
+                )
+                .with_code(504),
+            )))
+        });
+        let mut reader = match opened {
             Ok(r) => Box::pin(r),
             Err(e) => {
                 let _ = tx.send(frame(Vec::new(), true, error_text(&e))).await;

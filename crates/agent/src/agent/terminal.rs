@@ -109,7 +109,23 @@ impl Inner {
             max_stderr_buf_size: Some(64 * 1024),
         };
         let api = Api::<Pod>::namespaced(client, &req.namespace);
-        let mut proc = match api.exec(&req.pod_name, req.command.clone(), &ap).await {
+        let exec = tokio::time::timeout(
+            super::resource::API_TIMEOUT,
+            api.exec(&req.pod_name, req.command.clone(), &ap),
+        );
+        let opened = exec.await.unwrap_or_else(|_| {
+            Err(kube::Error::Api(Box::new(
+                kube::core::Status::failure(
+                    &format!(
+                        "the API server did not answer the exec request within {:?}",
+                        super::resource::API_TIMEOUT
+                    ),
+                    "Timeout",
+                )
+                .with_code(504),
+            )))
+        });
+        let mut proc = match opened {
             Ok(p) => p,
             Err(e) => {
                 finish(tx, inbound, fail(error_text(&e))).await;

@@ -187,6 +187,10 @@ async fn serve(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
             "spec": {"containers": [{"name": "main", "image": "busybox"}]},
             "status": {"phase": "Running"}}));
     }
+    if pod == "hang" {
+        // an API server that never answers
+        std::future::pending::<()>().await;
+    }
     if pod != st.pod {
         let s = status(404, "NotFound", &format!("pods \"{pod}\" not found"));
         return reply(404, Full::new(Bytes::from(s.to_string())).boxed());

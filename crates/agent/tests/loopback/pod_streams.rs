@@ -593,3 +593,29 @@ fn websocket_kubectl(k: &std::path::Path) -> Option<std::path::PathBuf> {
         .ok()?;
     (minor >= 30).then(|| k.to_path_buf())
 }
+
+#[tokio::test]
+async fn a_silent_agent_gives_504_and_never_holds_up_others() {
+    let mut r = rig(&[], |rp| rp.timeout = std::time::Duration::from_millis(500)).await;
+    let f = FakePods::start("web-a").await;
+    let a = agent_on(&r.pki, &r.principal, "a", f.client()).await;
+    r.agents.push(("a".into(), a, argocd_pull_hub::Hub::new()));
+    let api = pods(&r, "a").await;
+    // the agent's API server never answers this pod's log: 504 at the proxy's timeout
+    let hung = {
+        let api = api.clone();
+        tokio::spawn(async move { api.logs("hang", &LogParams::default()).await })
+    };
+    // meanwhile another log request of the same agent is served
+    assert_eq!(api.logs("web-a", &LogParams::default()).await.unwrap(), LOG);
+    match tokio::time::timeout(T, hung).await.unwrap().unwrap() {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 504, "{s:?}");
+            assert!(s.message.contains("did not start streaming"), "{s:?}");
+        }
+        other => panic!("want 504, got {other:?}"),
+    }
+    sessions_drain(&r).await;
+    let m = r.principal.metrics().encode();
+    assert!(m.contains("reason=\"timeout\""), "{m}");
+}
