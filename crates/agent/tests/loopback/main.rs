@@ -11,6 +11,7 @@ mod managed;
 mod mesh;
 mod ops;
 mod pod_streams;
+mod pod_streams_real;
 mod policies;
 mod projects;
 mod registration;
