@@ -4,6 +4,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/versionapi/version.proto",
         "proto/cloudevents/cloudevent.proto",
         "proto/eventstreamapi/eventstream.proto",
+        "proto/logstreamapi/logstream.proto",
+        "proto/terminalstreamapi/terminalstream.proto",
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={f}");

@@ -4,6 +4,7 @@ pub mod argocd_cache;
 pub mod auth;
 pub mod blocklist;
 pub mod checksum;
+pub mod container;
 pub mod event;
 pub mod metrics;
 pub mod proto;

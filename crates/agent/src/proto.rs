@@ -10,6 +10,14 @@ pub mod versionapi {
 pub mod eventstreamapi {
     tonic::include_proto!("eventstreamapi");
 }
+/// The peer's principal/apis/logstreamapi (package `principal.apis.logstreamapi`).
+pub mod logstreamapi {
+    tonic::include_proto!("principal.apis.logstreamapi");
+}
+/// The peer's principal/apis/terminalstream (package `terminalstreamapi`).
+pub mod terminalstreamapi {
+    tonic::include_proto!("terminalstreamapi");
+}
 pub mod io {
     pub mod cloudevents {
         pub mod v1 {

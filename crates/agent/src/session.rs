@@ -324,6 +324,8 @@ where
                     crate::event::Target::ResourceResync
                         | crate::event::Target::Resource
                         | crate::event::Target::ClusterCacheInfoUpdate
+                        | crate::event::Target::ContainerLog
+                        | crate::event::Target::Terminal
                 );
             let (rid, eid, ty) = (ev.resource_id.clone(), ev.event_id.clone(), ev.ty);
             let target = ev.target;

@@ -113,6 +113,7 @@ impl Inner {
             .await?
             .into_inner();
         tracing::info!(principal_version = v.version, "connected to principal");
+        let stream_channel = channel.clone();
         let mut es = EventStreamClient::new(channel)
             .max_decoding_message_size(self.cfg.max_event_size.saturating_mul(2).max(4096))
             .max_encoding_message_size(self.cfg.max_event_size.saturating_mul(2).max(4096))
@@ -125,6 +126,12 @@ impl Inner {
         req.metadata_mut()
             .insert("authorization", resp.access_token.parse()?);
         let inbound = es.subscribe(req).await?.into_inner();
+        // container logs and web terminals open their own streams on this connection
+        self.pod_streams.connected(
+            stream_channel,
+            resp.access_token.clone(),
+            resp.refresh_token.clone(),
+        );
         self.connected.store(true, Ordering::SeqCst);
         // ready = connected and authenticated
         self.metrics.connection_up();

@@ -5,10 +5,13 @@ mod application;
 mod appproject;
 mod cache_info;
 mod connect;
+mod logs;
+mod podstream;
 mod repository;
 mod resource;
 mod resource_scope;
 mod resync;
+mod terminal;
 mod watch;
 
 use application::{status_payload, strip_local};
@@ -148,6 +151,8 @@ struct Inner {
     outbox: Mutex<Option<Outbox>>,
     /// slots for resource requests performed at once
     resource_requests: Arc<tokio::sync::Semaphore>,
+    /// container logs and web terminals: the principal connection and requests in flight
+    pod_streams: podstream::PodStreams,
 }
 
 /// A running agent.
@@ -192,6 +197,7 @@ impl Agent {
             resynced_on_start: AtomicBool::new(false),
             outbox: Mutex::new(None),
             resource_requests: Arc::new(tokio::sync::Semaphore::new(resource::CONCURRENT_REQUESTS)),
+            pod_streams: Default::default(),
         });
         let me = Arc::downgrade(&inner);
         queue.set_regenerate(Arc::new(move |key: &str| {
@@ -334,6 +340,7 @@ impl Agent {
     }
 
     pub async fn shutdown(mut self) {
+        self.inner.pod_streams.abort_all();
         for t in self.tasks.drain(..) {
             t.abort();
             let _ = t.await;
@@ -345,6 +352,7 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
+        self.inner.pod_streams.abort_all();
         for t in &self.tasks {
             t.abort();
         }
@@ -445,6 +453,12 @@ impl Handler for SessionHandler {
     async fn handle(&self, ev: Event, out: &Outbox) -> Result<(), HandleError> {
         if ev.target == Target::Resource {
             return self.inner.handle_resource_request(&ev, out).await;
+        }
+        if ev.target == Target::ContainerLog {
+            return self.inner.handle_container_log(&ev);
+        }
+        if ev.target == Target::Terminal {
+            return self.inner.handle_terminal_request(&ev);
         }
         match crate::checksum::resync_kind(&ev) {
             crate::checksum::ResyncKind::Handled

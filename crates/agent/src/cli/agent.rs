@@ -108,7 +108,8 @@ pub struct AgentArgs {
     )]
     pub max_event_size_legacy: Option<usize>,
     /// Send queue capacity (events).
-    /// Answer the principal's resource-proxy requests against this cluster's API server.
+    /// Answer the principal's resource-proxy requests (also container logs and web terminals)
+    /// against this cluster's API server.
     #[arg(long = "enable-resource-proxy", env = "ARGOCD_AGENT_ENABLE_RESOURCE_PROXY", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub enable_resource_proxy: bool,
     /// Serve only resources Argo CD manages (tracking label/annotation or owner chain) and list

@@ -155,6 +155,8 @@ impl Inner {
         h.abort();
         a.connected
             .store(false, std::sync::atomic::Ordering::SeqCst);
+        // requests, log streams and terminals waiting on this agent end now, not at a timeout
+        self.pending.fail_agent(agent);
         self.metrics.agent_disconnected(agent);
         true
     }

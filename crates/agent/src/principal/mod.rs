@@ -5,11 +5,13 @@ mod appproject;
 pub mod cluster_info;
 pub mod cluster_secrets;
 mod hub;
+mod logs;
 mod registration;
 mod repository;
 pub mod resource_proxy;
 mod resync;
 mod server;
+mod terminal;
 
 pub use registration::{LABEL_SELF_REGISTERED, SelfRegistration};
 pub use resource_proxy::ResourceProxyConfig;
@@ -171,6 +173,9 @@ struct Inner {
     projects: Mutex<HashMap<String, Value>>,
     /// resource-proxy requests waiting for their agent's answer
     pending: resource_proxy::Pending,
+    /// container-log requests and web-terminal sessions (logs.rs, terminal.rs)
+    logs: logs::LogSessions,
+    terminals: terminal::TerminalSessions,
     /// agents whose cluster info changed, for the Argo CD cache writer
     cluster_changed: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     /// agent → server URL from Argo CD cluster secrets
@@ -247,6 +252,8 @@ impl Principal {
             gpg: Mutex::new(HashMap::new()),
             blocklist: Default::default(),
             pending: Default::default(),
+            logs: Default::default(),
+            terminals: Default::default(),
             cluster_changed: cluster_tx,
             cluster_servers: Mutex::new(HashMap::new()),
         });
@@ -336,7 +343,13 @@ impl Principal {
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
             .add_service(VersionServer::new(svc.clone()))
             .add_service(AuthenticationServer::new(svc.clone()))
-            .add_service(es);
+            .add_service(es)
+            .add_service(
+                crate::proto::logstreamapi::log_stream_service_server::LogStreamServiceServer::new(svc.clone()),
+            )
+            .add_service(
+                crate::proto::terminalstreamapi::terminal_stream_service_server::TerminalStreamServiceServer::new(svc.clone()),
+            );
         tasks.push(tokio::spawn(async move {
             let stop = async {
                 let _ = srx.await;
@@ -410,6 +423,11 @@ impl Principal {
     /// Resource-proxy requests waiting for an agent's answer.
     pub fn pending_resource_requests(&self) -> usize {
         self.inner.pending.len()
+    }
+
+    /// Container-log requests and web-terminal sessions in flight.
+    pub fn log_and_terminal_sessions(&self) -> (usize, usize) {
+        (self.inner.logs.len(), self.inner.terminals.len())
     }
 
     pub fn metrics(&self) -> Arc<Metrics> {

@@ -88,7 +88,7 @@ pub(super) struct Svc {
 impl Svc {
     /// The agent a request comes from: the mesh-set header with `--auth header:`, else the client
     /// certificate.
-    fn cert_identity<T>(&self, req: &Request<T>) -> Result<String, Status> {
+    pub(super) fn cert_identity<T>(&self, req: &Request<T>) -> Result<String, Status> {
         if let Some(h) = &self.inner.cfg.identity_header {
             return self.header_identity(req, h);
         }

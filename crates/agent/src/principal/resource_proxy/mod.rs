@@ -5,7 +5,7 @@
 
 mod pending;
 
-pub use pending::{Pending, Unmatched};
+pub use pending::{Pending, Registration as PendingRegistration, Unmatched};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -60,7 +60,7 @@ impl ResourceProxyConfig {
     }
 }
 
-type Resp = Response<Full<Bytes>>;
+pub(super) type Resp = Response<http_body_util::combinators::BoxBody<Bytes, Infallible>>;
 
 /// Binds and serves; returns the bound address and the accept task.
 pub(super) async fn start(
@@ -106,7 +106,10 @@ pub(super) async fn start(
                 b.http1()
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(HEADER_TIMEOUT);
-                let _ = b.serve_connection(TokioIo::new(stream), svc).await;
+                // upgrades: the web terminal's WebSocket (exec)
+                let _ = b
+                    .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                    .await;
             });
         }
     });
@@ -132,8 +135,8 @@ fn common_name(der: &[u8]) -> Result<String, String> {
     }
 }
 
-fn respond(code: u16, body: impl Into<Bytes>) -> Resp {
-    let mut r = Response::new(Full::new(body.into()));
+pub(super) fn respond(code: u16, body: impl Into<Bytes>) -> Resp {
+    let mut r = Response::new(Full::new(body.into()).boxed());
     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut().insert(
         http::header::CONTENT_TYPE,
@@ -142,7 +145,7 @@ fn respond(code: u16, body: impl Into<Bytes>) -> Resp {
     r
 }
 
-fn failure(code: u16, message: &str) -> Resp {
+pub(super) fn failure(code: u16, message: &str) -> Resp {
     respond(code, status_body(code, reason_of(code), message))
 }
 
@@ -218,17 +221,9 @@ async fn handle(
         }
     };
     inner.metrics.resource_proxy_request(&agent);
-    if matches!(params.subresource.as_str(), "log" | "exec") {
-        inner
-            .metrics
-            .resource_proxy_error(&agent, "not_implemented");
-        return failure(
-            501,
-            &format!(
-                "the {} subresource is not served by this principal yet",
-                params.subresource
-            ),
-        );
+    if params.subresource == "exec" {
+        // as the peer: the web terminal has its own path (WebSocket upgrade)
+        return super::terminal::serve(inner, &agent, &params, req).await;
     }
     let mut query = std::collections::BTreeMap::new();
     for (k, v) in form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes()) {
@@ -280,6 +275,10 @@ async fn handle(
     let Some(rp) = inner.cfg.resource_proxy.as_ref() else {
         return failure(500, "resource proxy not configured");
     };
+    if params.subresource == "log" {
+        return super::logs::serve(inner, &agent, &params, &query, method, outbox, rp.timeout)
+            .await;
+    }
     let body = match Limited::new(req.into_body(), rp.max_body).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => {
