@@ -245,6 +245,12 @@ pub struct PrincipalArgs {
           default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true")]
     pub insecure_plaintext: bool,
+    /// Also accept gRPC over WebSocket (HTTP/1.1 upgrades) on the gRPC port, beside native gRPC:
+    /// for agents behind proxies that do not speak HTTP/2 (agents set --enable-websocket).
+    #[arg(long = "enable-websocket", env = "ARGOCD_PRINCIPAL_ENABLE_WEBSOCKET",
+          default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true")]
+    pub enable_websocket: bool,
     /// Allow agents with valid credentials to self-register on connection (requires
     /// --self-registration-client-cert-secret).
     #[arg(long = "enable-self-cluster-registration", env = "ARGOCD_PRINCIPAL_ENABLE_SELF_CLUSTER_REGISTRATION",
@@ -589,6 +595,7 @@ async fn run(
         cfg.identity_header = Some(h.clone());
     }
     cfg.insecure_plaintext = args.insecure_plaintext;
+    cfg.enable_websocket = args.enable_websocket;
     cfg.namespace = m.namespace;
     cfg.max_event_size = max_event_size;
     cfg.queue_capacity = args.queue_capacity;

@@ -19,3 +19,4 @@ mod resource_proxy_kubectl;
 mod restarts;
 mod resync;
 mod rotation;
+mod websocket;
