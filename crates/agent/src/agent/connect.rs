@@ -171,7 +171,7 @@ impl Inner {
         tls: &Option<Arc<rustls::ClientConfig>>,
     ) -> String {
         let msg = format!("{e:#}");
-        if self.cfg.enable_websocket {
+        if self.cfg.enable_websocket || !crate::ws::maybe_not_http2(&msg) {
             return msg;
         }
         match crate::ws::http1_only(self.cfg.principal, &self.cfg.server_name, tls.as_ref()).await {

@@ -747,6 +747,27 @@ mod tests {
     }
 
     #[test]
+    fn enable_websocket_is_the_peers_flag_on_both_sides() {
+        let p = |f: &[&str]| {
+            PrincipalArgs::try_parse_flags(f.iter().copied())
+                .unwrap()
+                .enable_websocket
+        };
+        let a = |f: &[&str]| {
+            let flags = ["--server-address=principal.example.com"].iter().chain(f);
+            crate::cli::AgentArgs::try_parse_flags(flags.copied())
+                .unwrap()
+                .enable_websocket
+        };
+        for parse in [p, a] {
+            assert!(!parse(&[]), "off by default");
+            assert!(parse(&["--enable-websocket"]));
+            assert!(parse(&["--enable-websocket=true"]));
+            assert!(!parse(&["--enable-websocket=false"]));
+        }
+    }
+
+    #[test]
     fn resource_proxy_and_redis_flags_as_the_peer() {
         let a = PrincipalArgs::try_parse_flags(Vec::<String>::new()).unwrap();
         assert_eq!(a.proxy.enable_resource_proxy, None, "default on, lenient");

@@ -28,6 +28,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Body = http_body_util::combinators::BoxBody<Bytes, BoxError>;
 type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
+/// How long dialling, TLS and the upgrade of one call may take.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Where and how the WebSocket connections go.
 #[derive(Clone)]
 pub struct Target {
@@ -100,7 +103,8 @@ async fn call(target: &Target, req: Request<Incoming>) -> Response<Body> {
         .path_and_query()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "/".into());
-    let ws = match open(target, &path, &parts.headers).await {
+    let opened = tokio::time::timeout(OPEN_TIMEOUT, open(target, &path, &parts.headers)).await;
+    let ws = match opened.unwrap_or_else(|_| Err(OpenError::Timeout(target.url(), OPEN_TIMEOUT))) {
         Ok(ws) => ws,
         Err(e) => {
             tracing::debug!(error = %e, path, "WebSocket to the principal failed");
@@ -279,6 +283,8 @@ pub enum OpenError {
         status: StatusCode,
         body: String,
     },
+    #[error("{0}: no WebSocket within {1:?}")]
+    Timeout(String, Duration),
     #[error("{0}: invalid WebSocket handshake answer: {1}")]
     Handshake(String, String),
 }

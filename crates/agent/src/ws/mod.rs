@@ -8,7 +8,7 @@ pub mod frame;
 mod probe;
 pub mod server;
 
-pub use probe::{http1_only, not_http2_message};
+pub use probe::{http1_only, maybe_not_http2, not_http2_message};
 
 /// The largest WebSocket message either side reads (the peer's `SetReadLimit(64 * size.MB)`).
 pub const MAX_MESSAGE: usize = 64 << 20;

@@ -18,7 +18,7 @@ pub async fn http1_only(
     server_name: &str,
     tls: Option<&Arc<rustls::ClientConfig>>,
 ) -> Option<&'static str> {
-    tokio::time::timeout(Duration::from_secs(5), ask(addr, server_name, tls))
+    tokio::time::timeout(Duration::from_secs(3), ask(addr, server_name, tls))
         .await
         .ok()
         .flatten()
@@ -57,6 +57,27 @@ async fn preface_answer<S: AsyncRead + AsyncWrite + Unpin>(mut s: S) -> Option<&
     s.read_exact(&mut buf).await.ok()?;
     buf.starts_with(b"HTTP/1.")
         .then_some("it answered the HTTP/2 connection preface with an HTTP/1.x response")
+}
+
+/// Whether a failed attempt's error may come from a server that does not speak HTTP/2 (then the
+/// agent asks it; a refused login, a refused certificate or an unreachable address are not).
+pub fn maybe_not_http2(error: &str) -> bool {
+    let e = error.to_ascii_lowercase();
+    [
+        "frame with invalid size",
+        "noapplicationprotocol",
+        "no application protocol",
+        "http2 error",
+        "h2 protocol error",
+        "protocol_error",
+        "connection closed",
+        "connection reset",
+        "broken pipe",
+        "unexpected eof",
+        "unexpected end of file",
+    ]
+    .iter()
+    .any(|m| e.contains(m))
 }
 
 /// The error an agent reports when the server it dials speaks only HTTP/1.1.
