@@ -343,6 +343,7 @@ impl Principal {
             es = es.accept_compressed(tonic::codec::CompressionEncoding::Gzip);
         }
         let (stx, srx) = tokio::sync::oneshot::channel::<()>();
+        // every service goes into `routes`: native gRPC and --enable-websocket serve the same
         let routes = tonic::service::Routes::new(VersionServer::new(svc.clone()))
             .add_service(AuthenticationServer::new(svc.clone()))
             .add_service(es);

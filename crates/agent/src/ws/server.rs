@@ -20,7 +20,7 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, frame::coding::
 use tokio_tungstenite::tungstenite::{Message, handshake::derive_accept_key};
 use tonic::service::Routes;
 use tonic::transport::server::Connected;
-use tower::ServiceExt;
+use tower::{Layer, ServiceExt};
 
 use super::frame::{self, Frame, Reframer};
 
@@ -119,16 +119,32 @@ async fn dispatch(
         }
         Ok(None) => {}
     }
+    if is_grpc_web(req.headers()) {
+        // the peer's handleGRPCWeb (PreferGRPCWeb): gRPC-Web answered as gRPC-Web, over HTTP/1.1
+        // or HTTP/2 (unary and server-streaming calls; a browser-style client has no other way)
+        let svc = tonic_web::GrpcWebLayer::new().layer(routes);
+        return match svc.oneshot(req).await {
+            Ok(r) => r,
+            Err(e) => match e {},
+        };
+    }
     if req.version() != Version::HTTP_2 {
         return plain(
             StatusCode::NOT_FOUND,
-            "this port serves gRPC over HTTP/2 and gRPC over WebSocket (an HTTP/1.1 upgrade with Sec-WebSocket-Protocol: grpc-ws)",
+            "this port serves gRPC over HTTP/2, gRPC-Web, and gRPC over WebSocket (an HTTP/1.1 upgrade with Sec-WebSocket-Protocol: grpc-ws)",
         );
     }
     match routes.oneshot(req.map(tonic::body::Body::new)).await {
         Ok(r) => r,
         Err(e) => match e {},
     }
+}
+
+/// `application/grpc-web`, `application/grpc-web+proto`, `application/grpc-web-text`, ...
+fn is_grpc_web(h: &HeaderMap) -> bool {
+    h.get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/grpc-web"))
 }
 
 fn plain(status: StatusCode, msg: &str) -> Response<tonic::body::Body> {

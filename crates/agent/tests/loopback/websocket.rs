@@ -514,3 +514,62 @@ async fn our_agent_speaks_the_peers_grpc_websocket_wire() {
         "the empty VersionRequest, one message"
     );
 }
+
+/// The peer principal's gRPC-Web downgrade (`PreferGRPCWeb(true)`): a gRPC-Web call over plain
+/// HTTP/1.1 is answered in gRPC-Web (data frames, then the trailers as a `0x80` frame in the body).
+#[tokio::test]
+async fn a_grpc_web_call_over_http1_is_answered_in_grpc_web() {
+    use http_body_util::BodyExt;
+    let pki = LocalPki::new().unwrap();
+    let hub = MemStore::new();
+    let p = principal_with(&pki, &hub, "127.0.0.1:0", |c| {
+        c.insecure_plaintext = true;
+        c.identity_header = Some("x-client-id".into());
+        c.identity_regex = "^CN=(.+)$".into();
+        c.enable_websocket = true;
+        c.version = "v0.9.0-web".into();
+    })
+    .await;
+    let tcp = tokio::net::TcpStream::connect(p.local_addr())
+        .await
+        .unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let call = |path: &str, ct: &str| {
+        http::Request::post(path)
+            .header("host", "principal")
+            .header("content-type", ct)
+            .header("accept", "application/grpc-web")
+            .body(http_body_util::Full::new(Bytes::from_static(&[
+                0, 0, 0, 0, 0,
+            ])))
+            .unwrap()
+    };
+    let resp = send
+        .send_request(call(
+            "/versionapi.Version/Version",
+            "application/grpc-web+proto",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/grpc-web+proto");
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+    assert_eq!(body[0], 0, "a data frame first");
+    let v = versionapi::VersionResponse::decode(&body[5..5 + len]).unwrap();
+    assert_eq!(v.version, "v0.9.0-web");
+    let trailers = &body[5 + len..];
+    assert_eq!(trailers[0], 0x80, "then the trailers frame");
+    let text = String::from_utf8_lossy(&trailers[5..]).to_ascii_lowercase();
+    assert!(text.contains("grpc-status:0"), "{text}");
+    // a plain HTTP/1.1 request that is neither gRPC-Web nor an upgrade: 404 naming the port's use
+    let resp = send
+        .send_request(call("/versionapi.Version/Version", "application/grpc"))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    p.shutdown().await;
+}
