@@ -573,3 +573,46 @@ async fn a_grpc_web_call_over_http1_is_answered_in_grpc_web() {
     assert_eq!(resp.status(), 404);
     p.shutdown().await;
 }
+
+/// A principal that stops answering (a stalled proxy, a dead peer) fails the call once neither a
+/// message nor a pong came back for the keep-alive interval plus its timeout: the agent then
+/// reconnects instead of waiting forever.
+#[tokio::test]
+async fn a_silent_principal_fails_the_call_after_the_keepalive_timeout() {
+    init();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (tcp, _) = l.accept().await.unwrap();
+        let _ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+        // accepted, then never read from or written to again (no pong either)
+        std::future::pending::<()>().await;
+    });
+    let channel = ws::client::channel(
+        tonic::transport::Endpoint::from_static("http://silent"),
+        ws::client::Target {
+            addr,
+            host: "localhost".into(),
+            tls: None,
+            keepalive: Duration::from_millis(100),
+            keepalive_timeout: Duration::from_millis(200),
+        },
+    )
+    .await
+    .unwrap();
+    let e = tokio::time::timeout(
+        T,
+        VersionClient::new(channel).version(versionapi::VersionRequest {}),
+    )
+    .await
+    .expect("the call ends on its own")
+    .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable);
+    assert!(
+        e.message()
+            .contains("no message or pong from the principal for 300ms"),
+        "{}",
+        e.message()
+    );
+    server.abort();
+}
