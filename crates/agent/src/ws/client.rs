@@ -116,7 +116,7 @@ async fn call(target: &Target, req: Request<Incoming>) -> Response<Body> {
     let writer = tokio::spawn(write_requests(sink, body, target.keepalive));
     let idle = (!target.keepalive.is_zero()).then(|| target.keepalive + target.keepalive_timeout);
     let headers = match next_frame(&mut stream, idle).await {
-        Ok(Some(Frame::Metadata(h))) => h,
+        Ok(Some(Frame::Metadata(h))) => h2_safe(h),
         Ok(_) => {
             writer.abort();
             return status(tonic::Status::internal(
@@ -147,7 +147,7 @@ async fn call(target: &Target, req: Request<Incoming>) -> Response<Body> {
                             break None; // the call was dropped
                         }
                     }
-                    Ok(Some(Frame::Metadata(t))) => break Some(t),
+                    Ok(Some(Frame::Metadata(t))) => break Some(h2_safe(t)),
                     Ok(Some(Frame::EndOfStream)) => {
                         break Some(transport_error("the principal sent an end-of-stream frame"))
                     }
@@ -165,6 +165,25 @@ async fn call(target: &Target, req: Request<Incoming>) -> Response<Body> {
     *resp.headers_mut() = headers;
     *resp.body_mut() = BodyExt::boxed(StreamBody::new(ReceiverStream::new(rx)));
     resp
+}
+
+/// Drops from a metadata frame what HTTP/2 forbids or what no longer holds on the in-process hop
+/// (connection-specific headers, a length, announced trailers): the local HTTP/2 server would
+/// reset the call over them.
+fn h2_safe(mut h: HeaderMap) -> HeaderMap {
+    for name in [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "upgrade",
+        "te",
+        "content-length",
+        "trailer",
+    ] {
+        h.remove(name);
+    }
+    h
 }
 
 /// Trailers carrying `Unavailable` (writeErrorIfNecessary).
@@ -256,6 +275,9 @@ async fn write_requests(
                     return;
                 }
             }
+            // request sent, no pings: hold the WebSocket open until the response ends (the
+            // caller aborts this task then)
+            else => std::future::pending::<()>().await,
         }
     }
 }

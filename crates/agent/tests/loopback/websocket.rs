@@ -433,12 +433,13 @@ async fn our_agent_speaks_the_peers_grpc_websocket_wire() {
             }
             s2.lock().unwrap().push(rec.lock().unwrap().clone());
             let send = |b: Vec<u8>| Message::Binary(Bytes::from(b));
-            ws.send(send(
-                b"\x80\x00\x00\x00\x20Content-Type: application/grpc\r\n".to_vec(),
-            ))
-            .await
-            .unwrap();
             if call == 0 {
+                // a length and connection-specific headers (which an HTTP/1.1 server may add,
+                // and HTTP/2 forbids or would enforce) are dropped on the way to tonic
+                let block = b"Connection: keep-alive\r\nContent-Length: 0\r\nContent-Type: application/grpc\r\n";
+                let mut m = vec![0x80, 0, 0, 0, block.len() as u8];
+                m.extend_from_slice(block);
+                ws.send(send(m)).await.unwrap();
                 let body = versionapi::VersionResponse {
                     version: "v0.5.0-peer".into(),
                 }
@@ -450,6 +451,11 @@ async fn our_agent_speaks_the_peers_grpc_websocket_wire() {
                     .await
                     .unwrap();
             } else {
+                ws.send(send(
+                    b"\x80\x00\x00\x00\x20Content-Type: application/grpc\r\n".to_vec(),
+                ))
+                .await
+                .unwrap();
                 let block = b"Grpc-Message: version mismatch\r\nGrpc-Status: 9\r\n";
                 let mut m = vec![0x80, 0, 0, 0, block.len() as u8];
                 m.extend_from_slice(block);
