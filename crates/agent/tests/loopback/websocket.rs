@@ -32,6 +32,8 @@ struct Proxy {
     dir: tempfile::TempDir,
     tls_port: u16,
     plain_port: u16,
+    /// plaintext, proxying HTTP/1.1 without passing the upgrade on (a common misconfiguration)
+    no_upgrade_port: u16,
 }
 
 impl Proxy {
@@ -72,7 +74,7 @@ async fn http1_nginx(test: &str, pki: &LocalPki, upstream: std::net::SocketAddr)
     std::fs::write(d.join("server.crt"), &pki.principal.cert_pem).unwrap();
     std::fs::write(d.join("server.key"), &pki.principal.key_pem).unwrap();
     std::fs::write(d.join("ca.crt"), &pki.principal.ca_pem).unwrap();
-    let (tls_port, plain_port) = (free_port(), free_port());
+    let (tls_port, plain_port, no_upgrade_port) = (free_port(), free_port(), free_port());
     let location = |extra: &str| {
         format!(
             r#"location / {{
@@ -114,6 +116,13 @@ http {{
     listen 127.0.0.1:{plain_port};
     {plain_location}
   }}
+  server {{
+    listen 127.0.0.1:{no_upgrade_port};
+    location / {{
+      proxy_pass http://{upstream};
+      proxy_http_version 1.1;
+    }}
+  }}
 }}
 "#,
         d = d.display(),
@@ -132,7 +141,7 @@ http {{
         .expect("nginx starts");
     let nginx = Nginx(child);
     wait_idle(|| {
-        [tls_port, plain_port]
+        [tls_port, plain_port, no_upgrade_port]
             .iter()
             .all(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_ok())
     })
@@ -142,6 +151,7 @@ http {{
         dir,
         tls_port,
         plain_port,
+        no_upgrade_port,
     })
 }
 
@@ -243,6 +253,46 @@ async fn without_websocket_an_agent_behind_an_http1_only_proxy_says_why() {
         );
         a.shutdown().await;
     }
+    p.shutdown().await;
+}
+
+/// A proxy that does not pass the upgrade on (nginx without `proxy_set_header Upgrade` /
+/// `Connection "upgrade"`): the principal answers the peer's 400 and the agent reports it.
+#[tokio::test]
+async fn a_proxy_that_drops_the_upgrade_headers_is_named_in_the_agents_error() {
+    let test = "a_proxy_that_drops_the_upgrade_headers_is_named_in_the_agents_error";
+    let pki = LocalPki::new().unwrap();
+    let (hub, spoke) = (MemStore::new(), MemStore::new());
+    let p = principal_with(&pki, &hub, "127.0.0.1:0", |c| {
+        c.insecure_plaintext = true;
+        c.identity_header = Some("x-client-id".into());
+        c.identity_regex = "^CN=(.+)$".into();
+        c.enable_websocket = true;
+    })
+    .await;
+    let Some(nginx) = http1_nginx(test, &pki, p.local_addr()).await else {
+        return;
+    };
+    let mut c = AgentConfig::new(
+        ([127, 0, 0, 1], nginx.no_upgrade_port).into(),
+        pki.agent("edge-x").unwrap(),
+        Mode::Managed,
+    );
+    c.auth_method = "header".into();
+    c.insecure_plaintext = true;
+    c.enable_websocket = true;
+    let a = refused_agent(
+        c,
+        &spoke,
+        "400 Bad Request instead of 101 Switching Protocols",
+    )
+    .await;
+    let e = a.last_error().unwrap();
+    assert!(
+        e.contains("missing 'Connection: Upgrade' header in gRPC-websocket request (this usually means your proxy or load balancer does not support websockets)"),
+        "{e}"
+    );
+    a.shutdown().await;
     p.shutdown().await;
 }
 
