@@ -14,6 +14,7 @@ pub mod session;
 pub mod store;
 pub mod tls;
 pub mod validate;
+pub mod ws;
 
 /// Agent mode of operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]

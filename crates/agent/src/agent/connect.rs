@@ -32,8 +32,9 @@ impl Inner {
             match self.connect_once(&tls, &mut refresh).await {
                 Ok(end) => tracing::info!(reason = %end, "stream to principal ended; reconnecting"),
                 Err(e) => {
+                    let e = self.explain_failure(e, &tls).await;
                     tracing::warn!(error = %e, "connection to principal failed");
-                    *self.last_error.lock().expect("poisoned") = Some(e.to_string());
+                    *self.last_error.lock().expect("poisoned") = Some(e);
                 }
             }
             self.connected.store(false, Ordering::SeqCst);
@@ -57,18 +58,33 @@ impl Inner {
             .keep_alive_while_idle(true)
             .connect_timeout(Duration::from_secs(10))
             .tcp_nodelay(true);
-        let channel: Channel = match client_tls {
-            Some(client_tls) => {
-                endpoint
-                    .connect_with_connector(tls::connector(
-                        client_tls.clone(),
-                        self.cfg.principal,
-                        self.cfg.server_name.clone(),
-                    ))
-                    .await
+        let channel: Channel = if self.cfg.enable_websocket {
+            // --enable-websocket: every call over its own WebSocket (HTTP/1.1 proxies between)
+            crate::ws::client::channel(
+                endpoint,
+                crate::ws::client::Target {
+                    addr: self.cfg.principal,
+                    host: self.cfg.server_name.clone(),
+                    tls: client_tls.clone(),
+                    keepalive: self.cfg.keepalive_interval,
+                    keepalive_timeout: Duration::from_secs(20),
+                },
+            )
+            .await
+        } else {
+            match client_tls {
+                Some(client_tls) => {
+                    endpoint
+                        .connect_with_connector(tls::connector(
+                            client_tls.clone(),
+                            self.cfg.principal,
+                            self.cfg.server_name.clone(),
+                        ))
+                        .await
+                }
+                // --insecure-plaintext: h2c; the service mesh encrypts and authenticates
+                None => endpoint.connect().await,
             }
-            // --insecure-plaintext: h2c; the service mesh encrypts and authenticates
-            None => endpoint.connect().await,
         }
         .map_err(|e| anyhow::anyhow!("connecting to {}: {e:?}", self.cfg.principal))?;
         let mut auth = AuthenticationClient::new(channel.clone());
@@ -150,6 +166,25 @@ impl Inner {
             inner: self.clone(),
         });
         Ok(session::run(ctx, handler, inbound, tx).await)
+    }
+}
+
+impl Inner {
+    /// A failed attempt's error; without `--enable-websocket`, when the server speaks only
+    /// HTTP/1.1 (a proxy in between), the error says so and names the fix.
+    async fn explain_failure(
+        &self,
+        e: anyhow::Error,
+        tls: &Option<Arc<rustls::ClientConfig>>,
+    ) -> String {
+        let msg = format!("{e:#}");
+        if self.cfg.enable_websocket || !crate::ws::maybe_not_http2(&msg) {
+            return msg;
+        }
+        match crate::ws::http1_only(self.cfg.principal, &self.cfg.server_name, tls.as_ref()).await {
+            Some(evidence) => crate::ws::not_http2_message(self.cfg.principal, evidence, &msg),
+            None => msg,
+        }
     }
 }
 

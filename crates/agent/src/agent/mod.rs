@@ -69,6 +69,8 @@ pub struct AgentConfig {
     /// `--insecure-plaintext`: dial the principal over plain HTTP/2 (a service-mesh sidecar
     /// provides mTLS and the identity header); `tls` is not used.
     pub insecure_plaintext: bool,
+    /// `--enable-websocket`: every call goes over a WebSocket (HTTP/1.1 proxies in between).
+    pub enable_websocket: bool,
     /// The login method (`mtls`, or `header` with `--creds header:`).
     pub auth_method: String,
     /// Answer resource requests (the peer's `--enable-resource-proxy`, default true).
@@ -106,6 +108,7 @@ impl AgentConfig {
             adoption_policy: Default::default(),
             on_recreate: Default::default(),
             insecure_plaintext: false,
+            enable_websocket: false,
             auth_method: "mtls".into(),
             enable_resource_proxy: true,
             resource_proxy: None,

@@ -235,6 +235,13 @@ pub struct AgentArgs {
           default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true")]
     pub insecure_plaintext: bool,
+    /// Carry every call to the principal over a WebSocket (gRPC over HTTP/1.1, as the peer's
+    /// grpc-http1 bridge): for proxies and load balancers that do not speak HTTP/2. The principal
+    /// needs --enable-websocket too.
+    #[arg(long = "enable-websocket", env = "ARGOCD_AGENT_ENABLE_WEBSOCKET",
+          default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true")]
+    pub enable_websocket: bool,
 }
 
 impl AgentArgs {
@@ -396,6 +403,7 @@ async fn run(
     cfg.compression = args.compression;
     cfg.heartbeat_interval = args.heartbeat_interval;
     cfg.insecure_plaintext = args.insecure_plaintext;
+    cfg.enable_websocket = args.enable_websocket;
     cfg.auth_method = match args.creds.split_once(':').map(|x| x.0) {
         Some("header") => "header".into(),
         _ => "mtls".into(),

@@ -245,6 +245,12 @@ pub struct PrincipalArgs {
           default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true")]
     pub insecure_plaintext: bool,
+    /// Also accept gRPC over WebSocket (HTTP/1.1 upgrades) on the gRPC port, beside native gRPC:
+    /// for agents behind proxies that do not speak HTTP/2 (agents set --enable-websocket).
+    #[arg(long = "enable-websocket", env = "ARGOCD_PRINCIPAL_ENABLE_WEBSOCKET",
+          default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true")]
+    pub enable_websocket: bool,
     /// Allow agents with valid credentials to self-register on connection (requires
     /// --self-registration-client-cert-secret).
     #[arg(long = "enable-self-cluster-registration", env = "ARGOCD_PRINCIPAL_ENABLE_SELF_CLUSTER_REGISTRATION",
@@ -591,6 +597,7 @@ async fn run(
         cfg.identity_header = Some(h.clone());
     }
     cfg.insecure_plaintext = args.insecure_plaintext;
+    cfg.enable_websocket = args.enable_websocket;
     cfg.namespace = m.namespace;
     cfg.max_event_size = max_event_size;
     cfg.queue_capacity = args.queue_capacity;
@@ -779,6 +786,27 @@ mod tests {
             "--tls-cert=/c",
             "--tls-key=/k"
         ])));
+    }
+
+    #[test]
+    fn enable_websocket_is_the_peers_flag_on_both_sides() {
+        let p = |f: &[&str]| {
+            PrincipalArgs::try_parse_flags(f.iter().copied())
+                .unwrap()
+                .enable_websocket
+        };
+        let a = |f: &[&str]| {
+            let flags = ["--server-address=principal.example.com"].iter().chain(f);
+            crate::cli::AgentArgs::try_parse_flags(flags.copied())
+                .unwrap()
+                .enable_websocket
+        };
+        for parse in [p, a] {
+            assert!(!parse(&[]), "off by default");
+            assert!(parse(&["--enable-websocket"]));
+            assert!(parse(&["--enable-websocket=true"]));
+            assert!(!parse(&["--enable-websocket=false"]));
+        }
     }
 
     #[test]

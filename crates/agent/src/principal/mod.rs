@@ -56,6 +56,8 @@ pub struct PrincipalConfig {
     pub identity_header: Option<String>,
     /// `--insecure-plaintext`: serve gRPC over plain HTTP/2 (h2c) behind a service mesh.
     pub insecure_plaintext: bool,
+    /// `--enable-websocket`: the listener also takes gRPC over WebSocket (HTTP/1.1 upgrades).
+    pub enable_websocket: bool,
     /// RSA PKCS#8 PEM signing key for JWTs.
     pub jwt_key_pem: String,
     /// The principal's own namespace (reported to agents).
@@ -103,6 +105,7 @@ impl PrincipalConfig {
             identity_from_uri: false,
             identity_header: None,
             insecure_plaintext: false,
+            enable_websocket: false,
             jwt_key_pem,
             namespace: "argocd".into(),
             version: crate::VERSION.into(),
@@ -189,6 +192,15 @@ struct Inner {
     blocklist: crate::blocklist::Blocklist,
 }
 
+/// The principal's TLS configuration (with `--enable-websocket` it offers HTTP/1.1 too).
+fn server_tls(cfg: &PrincipalConfig, m: &TlsMaterial) -> anyhow::Result<rustls::ServerConfig> {
+    let mut c = tls::server_config(m, cfg.allow_tls12)?;
+    if cfg.enable_websocket {
+        crate::ws::offer_http1(&mut c);
+    }
+    Ok(c)
+}
+
 /// The connections the gRPC server takes: TLS-terminated here, or plaintext behind a mesh.
 enum Incoming {
     Tls(
@@ -227,7 +239,7 @@ impl Principal {
         }
         let server_tls = match cfg.insecure_plaintext {
             true => None,
-            false => Some(Arc::new(tls::server_config(&cfg.tls, cfg.allow_tls12)?)),
+            false => Some(Arc::new(server_tls(&cfg, &cfg.tls)?)),
         };
         let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
         let addr = listener.local_addr()?;
@@ -338,23 +350,43 @@ impl Principal {
             es = es.accept_compressed(tonic::codec::CompressionEncoding::Gzip);
         }
         let (stx, srx) = tokio::sync::oneshot::channel::<()>();
-        let router = tonic::transport::Server::builder()
-            .http2_keepalive_interval(Some(Duration::from_secs(30)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-            .add_service(VersionServer::new(svc.clone()))
+        // every service goes into `routes`: native gRPC and --enable-websocket serve the same
+        let routes = tonic::service::Routes::new(VersionServer::new(svc.clone()))
             .add_service(AuthenticationServer::new(svc.clone()))
             .add_service(es)
             .add_service(
-                crate::proto::logstreamapi::log_stream_service_server::LogStreamServiceServer::new(svc.clone()),
+                crate::proto::logstreamapi::log_stream_service_server::LogStreamServiceServer::new(
+                    svc.clone(),
+                ),
             )
             .add_service(
-                crate::proto::terminalstreamapi::terminal_stream_service_server::TerminalStreamServiceServer::new(svc.clone()),
+                crate::proto::terminalstreamapi::terminal_stream_service_server::TerminalStreamServiceServer::new(
+                    svc.clone(),
+                ),
             );
+        let ws = cfg.enable_websocket;
+        let router = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .add_routes(routes.clone());
+        let ws_settings = crate::ws::server::Settings {
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
+        };
         tasks.push(tokio::spawn(async move {
             let stop = async {
                 let _ = srx.await;
             };
+            // --enable-websocket: one listener for HTTP/2 and WebSocket upgrades (HTTP/1.1)
             let r = match incoming {
+                Incoming::Tls(i) if ws => {
+                    crate::ws::server::serve(routes, i, ws_settings, stop).await;
+                    Ok(())
+                }
+                Incoming::Plain(i) if ws => {
+                    crate::ws::server::serve(routes, i, ws_settings, stop).await;
+                    Ok(())
+                }
                 Incoming::Tls(i) => router.serve_with_incoming_shutdown(i, stop).await,
                 Incoming::Plain(i) => router.serve_with_incoming_shutdown(i, stop).await,
             };
@@ -401,7 +433,7 @@ impl Principal {
                 "the principal serves plaintext (--insecure-plaintext): no TLS to reload"
             );
         };
-        let cfg = tls::server_config(m, self.inner.cfg.allow_tls12)?;
+        let cfg = server_tls(&self.inner.cfg, m)?;
         tx.send_replace(Arc::new(cfg));
         tracing::info!("principal TLS certificate and client CA bundle reloaded");
         Ok(())

@@ -196,14 +196,16 @@ async fn through_proxy(
     spoke: &MemStore,
     name: &str,
     mode: Mode,
+    websocket: bool,
 ) -> (Principal, Proxy, argocd_pull_agent::agent::Agent) {
     let pki = LocalPki::new().unwrap();
-    let p = principal(&pki, hub, "127.0.0.1:0").await;
+    let p = principal_with(&pki, hub, "127.0.0.1:0", |c| c.enable_websocket = websocket).await;
     let proxy = Proxy::start(p.local_addr()).await;
     let addr = proxy.addr;
     let a = agent_with(&pki, &p, name, mode, spoke, |c| {
         c.principal = addr;
         c.reconnect_max = Duration::from_millis(200);
+        c.enable_websocket = websocket;
     })
     .await;
     (p, proxy, a)
@@ -211,8 +213,19 @@ async fn through_proxy(
 
 #[tokio::test]
 async fn managed_agent_converges_through_cuts_stalls_and_throttling() {
+    managed_converges(false).await;
+}
+
+/// The same weather on the WebSocket path (`--enable-websocket`): every cut drops the
+/// WebSockets, the agent reconnects over new ones and converges as on gRPC.
+#[tokio::test]
+async fn managed_agent_over_websocket_converges_through_cuts_stalls_and_throttling() {
+    managed_converges(true).await;
+}
+
+async fn managed_converges(websocket: bool) {
     let (hub, spoke) = (MemStore::new(), MemStore::new());
-    let (p, proxy, a) = through_proxy(&hub, &spoke, "cut", Mode::Managed).await;
+    let (p, proxy, a) = through_proxy(&hub, &spoke, "cut", Mode::Managed, websocket).await;
 
     // creates while the link breaks
     tokio::join!(
@@ -285,7 +298,7 @@ async fn managed_agent_converges_through_cuts_stalls_and_throttling() {
 #[tokio::test]
 async fn autonomous_agent_converges_through_cuts_stalls_and_throttling() {
     let (hub, spoke) = (MemStore::new(), MemStore::new());
-    let (p, proxy, a) = through_proxy(&hub, &spoke, "cut-au", Mode::Autonomous).await;
+    let (p, proxy, a) = through_proxy(&hub, &spoke, "cut-au", Mode::Autonomous, false).await;
     tokio::join!(
         async {
             for n in names() {

@@ -23,3 +23,4 @@ mod resource_proxy_kubectl;
 mod restarts;
 mod resync;
 mod rotation;
+mod websocket;

@@ -13,7 +13,7 @@ use argocd_pull_agent::store::MemStore;
 
 use crate::harness::*;
 
-fn nginx() -> Option<std::path::PathBuf> {
+pub fn nginx() -> Option<std::path::PathBuf> {
     std::env::var_os("PATH").and_then(|p| {
         std::env::split_paths(&p)
             .chain(["/usr/sbin".into(), "/sbin".into()])
@@ -22,7 +22,7 @@ fn nginx() -> Option<std::path::PathBuf> {
     })
 }
 
-struct Nginx(std::process::Child);
+pub struct Nginx(pub std::process::Child);
 
 impl Drop for Nginx {
     fn drop(&mut self) {

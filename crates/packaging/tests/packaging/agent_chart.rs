@@ -105,3 +105,20 @@ fn invalid_values_fail_naming_the_value() {
     let e = h.template_err(CHART, &["--set", "keepAliveInterval=often"]);
     assert!(e.contains("/keepAliveInterval"), "{e}");
 }
+
+#[test]
+fn enable_websocket_reaches_the_agent_as_the_peers_variable() {
+    let Some(h) = helm::helm("agent chart websocket") else {
+        return;
+    };
+    for (args, want) in [
+        (&[][..], "false"),
+        (&["--set", "enableWebSocket=true"][..], "true"),
+    ] {
+        let objs = h.template(CHART, "c", "argocd", args);
+        let e = env(container(objs.get("Deployment", "c-argocd-pull-agent")));
+        assert_eq!(e["ARGOCD_AGENT_ENABLE_WEBSOCKET"], want);
+    }
+    let e = h.template_err(CHART, &["--set-string", "enableWebSocket=yes"]);
+    assert!(e.contains("/enableWebSocket"), "{e}");
+}

@@ -190,3 +190,20 @@ fn self_registration_sets_its_flags_and_may_write_secrets_in_its_namespace_only(
     let cluster = grants(objs.get("ClusterRole", "p-argocd-pull-principal"));
     assert!(!cluster.iter().any(|(_, r, _)| r == "secrets"));
 }
+
+#[test]
+fn websocket_enable_reaches_the_principal_as_the_peers_variable() {
+    let Some(h) = helm::helm("principal chart websocket") else {
+        return;
+    };
+    for (args, want) in [
+        (&[][..], "false"),
+        (&["--set", "principal.websocket.enable=true"][..], "true"),
+    ] {
+        let objs = h.template(CHART, "p", "argocd", args);
+        let e = env(container(objs.get("Deployment", "p-argocd-pull-principal")));
+        assert_eq!(e["ARGOCD_PRINCIPAL_ENABLE_WEBSOCKET"], want);
+    }
+    let e = h.template_err(CHART, &["--set-string", "principal.websocket.enable=yes"]);
+    assert!(e.contains("/principal/websocket/enable"), "{e}");
+}
