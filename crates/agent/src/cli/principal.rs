@@ -269,7 +269,7 @@ pub struct PrincipalArgs {
     #[command(flatten)]
     pub proxy: Box<ProxyArgs>,
     #[command(flatten)]
-    pub ha: super::ha::HaArgs,
+    pub ha: Box<super::ha::HaArgs>,
 }
 
 /// The resource proxy's and the Argo CD Redis cache's flags.
