@@ -34,21 +34,36 @@ impl Inner {
                                 .or_default()
                                 .insert(o::name(&h).to_string(), h);
                         }
-                        let old = std::mem::replace(
-                            &mut *self.cache.lock().expect("poisoned"),
-                            by_ns.clone(),
-                        );
-                        for (ns, objs) in &by_ns {
-                            for h in objs.values() {
-                                self.on_hub_apply(ns, h);
+                        // one copy of the hub's Applications at a time (100,000 of them are
+                        // hundreds of MiB): the new list replaces the cache first (sending reads
+                        // it), then each object is handled from a short-lived clone
+                        let old =
+                            std::mem::replace(&mut *self.cache.lock().expect("poisoned"), by_ns);
+                        let keys: Vec<(String, String)> = {
+                            let cache = self.cache.lock().expect("poisoned");
+                            cache
+                                .iter()
+                                .flat_map(|(ns, m)| m.keys().map(|n| (ns.clone(), n.clone())))
+                                .collect()
+                        };
+                        for (ns, name) in keys {
+                            if let Some(h) = self.cached(&ns, &name) {
+                                self.on_hub_apply(&ns, &h);
                             }
                         }
-                        for (ns, objs) in old {
-                            for (name, h) in objs {
-                                if by_ns.get(&ns).is_none_or(|m| !m.contains_key(&name)) {
-                                    self.on_hub_delete(&ns, &h);
+                        let mut gone = Vec::new();
+                        {
+                            let cache = self.cache.lock().expect("poisoned");
+                            for (ns, objs) in old {
+                                for (name, h) in objs {
+                                    if cache.get(&ns).is_none_or(|m| !m.contains_key(&name)) {
+                                        gone.push((ns.clone(), h));
+                                    }
                                 }
                             }
+                        }
+                        for (ns, h) in gone {
+                            self.on_hub_delete(&ns, &h);
                         }
                         if let Some(r) = ready.take() {
                             let _ = r.send(());
