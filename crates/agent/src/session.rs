@@ -323,6 +323,7 @@ where
                     ev.target,
                     crate::event::Target::ResourceResync
                         | crate::event::Target::Resource
+                        | crate::event::Target::Redis
                         | crate::event::Target::ClusterCacheInfoUpdate
                 );
             let (rid, eid, ty) = (ev.resource_id.clone(), ev.event_id.clone(), ev.ty);

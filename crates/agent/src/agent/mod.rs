@@ -5,6 +5,7 @@ mod application;
 mod appproject;
 mod cache_info;
 mod connect;
+mod redis_proxy;
 mod repository;
 mod resource;
 mod resource_scope;
@@ -14,6 +15,7 @@ mod watch;
 use application::{status_payload, strip_local};
 use appproject::strip_project;
 pub use cache_info::LocalRedis;
+pub use redis_proxy::LocalRedisProxy;
 pub use resource::ResourceProxyClient;
 
 use std::collections::HashMap;
@@ -76,6 +78,9 @@ pub struct AgentConfig {
     pub resource_proxy_managed_only: bool,
     /// The local Argo CD's Redis (managed mode: its cluster info goes to the principal).
     pub local_redis: Option<LocalRedis>,
+    /// The local Argo CD's Redis the principal's Redis proxy reads live state from (`None`:
+    /// redis requests are answered with an error).
+    pub redis_proxy: Option<LocalRedisProxy>,
     /// How often the cluster cache info is sent (the peer's `--cache-refresh-interval`).
     pub cache_refresh_interval: Duration,
 }
@@ -108,6 +113,7 @@ impl AgentConfig {
             resource_proxy: None,
             resource_proxy_managed_only: false,
             local_redis: None,
+            redis_proxy: None,
             cache_refresh_interval: Duration::from_secs(10),
         }
     }
@@ -148,6 +154,8 @@ struct Inner {
     outbox: Mutex<Option<Outbox>>,
     /// slots for resource requests performed at once
     resource_requests: Arc<tokio::sync::Semaphore>,
+    /// the Redis proxy's local connections and subscriptions
+    redis: redis_proxy::RedisState,
 }
 
 /// A running agent.
@@ -192,6 +200,7 @@ impl Agent {
             resynced_on_start: AtomicBool::new(false),
             outbox: Mutex::new(None),
             resource_requests: Arc::new(tokio::sync::Semaphore::new(resource::CONCURRENT_REQUESTS)),
+            redis: Default::default(),
         });
         let me = Arc::downgrade(&inner);
         queue.set_regenerate(Arc::new(move |key: &str| {
@@ -305,6 +314,11 @@ impl Agent {
     }
 
     /// The last connection/authentication error, if the agent is not connected.
+    /// Redis subscriptions forwarded to the principal's Redis proxy.
+    pub fn redis_subscriptions(&self) -> usize {
+        self.inner.redis.subscriptions()
+    }
+
     pub fn last_error(&self) -> Option<String> {
         self.inner.last_error.lock().expect("poisoned").clone()
     }
@@ -445,6 +459,9 @@ impl Handler for SessionHandler {
     async fn handle(&self, ev: Event, out: &Outbox) -> Result<(), HandleError> {
         if ev.target == Target::Resource {
             return self.inner.handle_resource_request(&ev, out).await;
+        }
+        if ev.target == Target::Redis {
+            return self.inner.handle_redis_request(ev, out).await;
         }
         match crate::checksum::resync_kind(&ev) {
             crate::checksum::ResyncKind::Handled

@@ -125,6 +125,9 @@ pub struct AgentArgs {
     /// The password to connect to the local Redis with.
     #[arg(long = "redis-password", env = "REDIS_PASSWORD", default_value = "")]
     pub redis_password: String,
+    /// The username to connect to the local Redis with (Redis proxy requests).
+    #[arg(long = "redis-username", env = "REDIS_USERNAME", default_value = "")]
+    pub redis_username: String,
     /// Interval to refresh cluster cache info in principal.
     #[arg(long = "cache-refresh-interval", env = "ARGOCD_AGENT_CACHE_REFRESH_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub cache_refresh_interval: Duration,
@@ -413,6 +416,11 @@ async fn run(
     cfg.cache_refresh_interval = args.cache_refresh_interval;
     cfg.local_redis = Some(crate::agent::LocalRedis {
         address: args.redis_addr.clone(),
+        password: Some(args.redis_password.clone()).filter(|p| !p.is_empty()),
+    });
+    cfg.redis_proxy = Some(crate::agent::LocalRedisProxy {
+        address: args.redis_addr.clone(),
+        username: Some(args.redis_username.clone()).filter(|u| !u.is_empty()),
         password: Some(args.redis_password.clone()).filter(|p| !p.is_empty()),
     });
     let client = match (client, &store) {

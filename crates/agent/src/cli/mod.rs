@@ -7,6 +7,7 @@
 mod agent;
 pub mod common;
 mod principal;
+mod redis;
 
 use std::sync::Arc;
 use std::time::Duration;

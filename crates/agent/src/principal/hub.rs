@@ -155,6 +155,7 @@ impl Inner {
         h.abort();
         a.connected
             .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.redis.agent_gone(agent);
         self.metrics.agent_disconnected(agent);
         true
     }

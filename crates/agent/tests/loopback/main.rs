@@ -11,6 +11,8 @@ mod mesh;
 mod ops;
 mod policies;
 mod projects;
+mod redis_proxy;
+mod redis_server;
 mod registration;
 mod rejections;
 mod repos;
