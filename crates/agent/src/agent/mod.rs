@@ -15,7 +15,7 @@ mod watch;
 use application::{status_payload, strip_local};
 use appproject::strip_project;
 pub use cache_info::LocalRedis;
-pub use redis_proxy::LocalRedisProxy;
+pub use redis_proxy::{LocalRedisProxy, LocalRedisTls};
 pub use resource::ResourceProxyClient;
 
 use std::collections::HashMap;

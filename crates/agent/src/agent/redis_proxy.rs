@@ -41,6 +41,17 @@ pub struct LocalRedisProxy {
     pub address: String,
     pub username: Option<String>,
     pub password: Option<String>,
+    /// TLS to the local Redis (the peer's `--redis-tls-enabled`); `None`: plain TCP.
+    pub tls: Option<LocalRedisTls>,
+}
+
+/// How the agent verifies its local Redis' TLS certificate.
+#[derive(Clone, Debug)]
+pub enum LocalRedisTls {
+    /// `--redis-tls-insecure`: not verified.
+    Insecure,
+    /// PEM CA certificates (`--redis-tls-ca-path` or `--redis-tls-ca-secret-name`).
+    Ca(Vec<u8>),
 }
 
 impl LocalRedisProxy {
@@ -62,13 +73,29 @@ impl LocalRedisProxy {
         if let Some(p) = self.password.as_deref().filter(|p| !p.is_empty()) {
             settings = settings.set_password(p);
         }
-        let info = redis::IntoConnectionInfo::into_connection_info(redis::ConnectionAddr::Tcp(
-            host.to_string(),
-            port,
-        ))
-        .map_err(|e| e.to_string())?
-        .set_redis_settings(settings);
-        redis::Client::open(info).map_err(|e| format!("local Redis {}: {e}", self.address))
+        let addr = match &self.tls {
+            None => redis::ConnectionAddr::Tcp(host.to_string(), port),
+            Some(t) => redis::ConnectionAddr::TcpTls {
+                host: host.to_string(),
+                port,
+                insecure: matches!(t, LocalRedisTls::Insecure),
+                tls_params: None,
+            },
+        };
+        let info = redis::IntoConnectionInfo::into_connection_info(addr)
+            .map_err(|e| e.to_string())?
+            .set_redis_settings(settings);
+        let c = match &self.tls {
+            Some(LocalRedisTls::Ca(pem)) => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.clone()),
+                },
+            ),
+            _ => redis::Client::open(info),
+        };
+        c.map_err(|e| format!("local Redis {}: {e}", self.address))
     }
 }
 

@@ -128,6 +128,9 @@ pub struct AgentArgs {
     /// The username to connect to the local Redis with (Redis proxy requests).
     #[arg(long = "redis-username", env = "REDIS_USERNAME", default_value = "")]
     pub redis_username: String,
+    /// TLS to the local Redis.
+    #[command(flatten)]
+    pub redis_tls: super::redis::AgentRedisTlsArgs,
     /// Interval to refresh cluster cache info in principal.
     #[arg(long = "cache-refresh-interval", env = "ARGOCD_AGENT_CACHE_REFRESH_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub cache_refresh_interval: Duration,
@@ -422,6 +425,7 @@ async fn run(
         address: args.redis_addr.clone(),
         username: Some(args.redis_username.clone()).filter(|u| !u.is_empty()),
         password: Some(args.redis_password.clone()).filter(|p| !p.is_empty()),
+        tls: None,
     });
     let client = match (client, &store) {
         (Some(c), _) => Some(c),
@@ -440,6 +444,9 @@ async fn run(
         (None, Some(_)) => None,
     };
     cfg.resource_proxy = client.clone().map(crate::agent::ResourceProxyClient);
+    if let Some(rp) = cfg.redis_proxy.as_mut() {
+        rp.tls = super::redis::agent_tls(&args.redis_tls, client.as_ref(), &args.namespace).await?;
+    }
     let Some(store) =
         super::or_shutdown(&shutdown, super::store_or(store, client, "local")).await?
     else {

@@ -60,6 +60,67 @@ pub struct RedisProxyArgs {
     pub redis_tls_insecure: bool,
 }
 
+/// The agent's TLS flags for its local Redis (the peer's cmd/argocd-agent/agent.go).
+#[derive(clap::Args, Debug, Clone)]
+pub struct AgentRedisTlsArgs {
+    /// Enable TLS for Redis connections.
+    #[arg(long = "redis-tls-enabled", env = "ARGOCD_AGENT_REDIS_TLS_ENABLED", action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value_t = false)]
+    pub redis_tls_enabled: bool,
+    /// Path to CA certificate for Redis TLS (for local development).
+    #[arg(long = "redis-tls-ca-path", env = "ARGOCD_AGENT_REDIS_TLS_CA_PATH")]
+    pub redis_tls_ca_path: Option<PathBuf>,
+    /// Secret name containing CA certificate for Redis TLS (for production deployment).
+    #[arg(
+        long = "redis-tls-ca-secret-name",
+        env = "ARGOCD_AGENT_REDIS_TLS_CA_SECRET_NAME",
+        default_value = "argocd-redis-tls"
+    )]
+    pub redis_tls_ca_secret_name: String,
+    /// INSECURE: Do not verify Redis TLS certificate.
+    #[arg(long = "redis-tls-insecure", env = "ARGOCD_AGENT_REDIS_TLS_INSECURE", action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value_t = false)]
+    pub redis_tls_insecure: bool,
+}
+
+/// TLS of the agent's local Redis connections (`None`: plain TCP); one mode only, as the peer.
+pub async fn agent_tls(
+    a: &AgentRedisTlsArgs,
+    client: Option<&kube::Client>,
+    namespace: &str,
+) -> anyhow::Result<Option<crate::agent::LocalRedisTls>> {
+    use crate::agent::LocalRedisTls;
+    if !a.redis_tls_enabled {
+        return Ok(None);
+    }
+    let secret_given = a.redis_tls_ca_secret_name != "argocd-redis-tls";
+    let modes = [
+        a.redis_tls_insecure,
+        a.redis_tls_ca_path.is_some(),
+        secret_given,
+    ];
+    if modes.iter().filter(|m| **m).count() > 1 {
+        bail!(
+            "Only one Redis TLS mode can be specified: --redis-tls-insecure, --redis-tls-ca-path, or --redis-tls-ca-secret-name"
+        );
+    }
+    if a.redis_tls_insecure {
+        tracing::warn!("INSECURE: Redis client not verifying Redis TLS certificate");
+        return Ok(Some(LocalRedisTls::Insecure));
+    }
+    let ca = match (&a.redis_tls_ca_path, client) {
+        (Some(p), _) => common::read(p)?,
+        (None, Some(kube)) => {
+            common::ca_from_secret(kube, namespace, &a.redis_tls_ca_secret_name, &["ca.crt"])
+                .await
+                .context("loading the Redis TLS CA certificate")?
+        }
+        (None, None) => bail!(
+            "redis TLS enabled but no CA certificate configured for Redis client: use --redis-tls-ca-path, --redis-tls-ca-secret-name, or --redis-tls-insecure"
+        ),
+    };
+    crate::tls::parse_certs(&ca).context("Redis TLS CA certificate")?;
+    Ok(Some(LocalRedisTls::Ca(ca)))
+}
+
 /// Accepts any server certificate (`--redis-tls-insecure`), still checking handshake signatures.
 #[derive(Debug)]
 struct Insecure(Arc<rustls::crypto::CryptoProvider>);

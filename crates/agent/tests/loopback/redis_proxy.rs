@@ -6,8 +6,9 @@
 use std::time::Duration;
 
 use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, LocalRedisProxy};
+use argocd_pull_agent::agent::{Agent, LocalRedisProxy, LocalRedisTls};
 use argocd_pull_agent::local::LocalPki;
+use argocd_pull_agent::principal::redis_proxy::UpstreamTls;
 use argocd_pull_agent::principal::{Principal, RedisProxyConfig};
 use argocd_pull_agent::store::MemStore;
 use futures::StreamExt;
@@ -84,6 +85,7 @@ async fn rig(names: &[&str], f: impl FnOnce(&mut RedisProxyConfig)) -> Rig {
                 address: r.addr.clone(),
                 username: None,
                 password: None,
+                tls: None,
             });
         })
         .await;
@@ -311,6 +313,7 @@ async fn a_slow_agent_times_out_without_holding_up_other_clients() {
                 address: hole.clone(),
                 username: None,
                 password: None,
+                tls: None,
             });
         },
     )
@@ -394,6 +397,7 @@ async fn a_value_over_the_agents_message_limit_is_refused_with_the_fix() {
                 address: local.addr.clone(),
                 username: None,
                 password: None,
+                tls: None,
             });
         },
     )
@@ -409,4 +413,95 @@ async fn a_value_over_the_agents_message_limit_is_refused_with_the_fix() {
         .unwrap();
     let e = c.get::<_, Vec<u8>>(TREE_A).await.unwrap_err().to_string();
     assert!(e.contains("--grpc-max-message-size"), "{e}");
+}
+
+/// TLS everywhere: Argo CD → proxy, proxy → hub Redis, agent → its Redis (real TLS-only
+/// redis-servers with certificates of one CA).
+#[tokio::test]
+async fn tls_on_every_redis_hop() {
+    if skip() {
+        return;
+    }
+    init();
+    let pki = LocalPki::new().unwrap();
+    let m = pki.principal.clone();
+    let hub = RedisServer::start_tls(&m.cert_pem, &m.key_pem, &m.ca_pem).await;
+    let local = RedisServer::start_tls(&m.cert_pem, &m.key_pem, &m.ca_pem).await;
+    let certs = || {
+        rustls_pemfile::certs(&mut &m.cert_pem[..])
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap()
+    };
+    let key = rustls_pemfile::private_key(&mut &m.key_pem[..])
+        .unwrap()
+        .unwrap();
+    let server = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs(), key)
+        .unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut &m.ca_pem[..]) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let upstream = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut rp = RedisProxyConfig::new("127.0.0.1:0".parse().unwrap(), &hub.addr);
+    rp.server_tls = Some(std::sync::Arc::new(server));
+    rp.upstream_tls = Some(UpstreamTls {
+        config: std::sync::Arc::new(upstream),
+        server_name: "127.0.0.1".into(),
+    });
+    let principal = principal_with(&pki, &MemStore::new(), "127.0.0.1:0", |c| {
+        c.redis_proxy = Some(rp);
+    })
+    .await;
+    let _agent = agent_with(
+        &pki,
+        &principal,
+        "agent-a",
+        Mode::Managed,
+        &MemStore::new(),
+        |c| {
+            c.redis_proxy = Some(LocalRedisProxy {
+                address: local.addr.clone(),
+                username: None,
+                password: None,
+                tls: Some(LocalRedisTls::Ca(m.ca_pem.clone())),
+            });
+        },
+    )
+    .await;
+    wait_idle(|| principal.connected_agents().len() == 1).await;
+    let tls_client = |addr: String| {
+        redis::Client::build_with_tls(
+            format!("rediss://{addr}/"),
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(m.ca_pem.clone()),
+            },
+        )
+        .unwrap()
+    };
+    let mut a = tls_client(local.addr.clone())
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = a.set(LOCAL_TREE, "tree over tls").await.unwrap();
+    let mut h = tls_client(hub.addr.clone())
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = h
+        .set("cluster|info|x|1.8.3.gz", "hub over tls")
+        .await
+        .unwrap();
+    let mut c = tls_client(principal.redis_proxy_addr().unwrap().to_string())
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let v: String = c.get(TREE_A).await.unwrap();
+    assert_eq!(v, "tree over tls");
+    let v: String = c.get("cluster|info|x|1.8.3.gz").await.unwrap();
+    assert_eq!(v, "hub over tls");
 }

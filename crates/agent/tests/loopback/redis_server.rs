@@ -25,14 +25,44 @@ pub fn available() -> bool {
 impl RedisServer {
     /// Starts a server and returns once it logs that it accepts connections.
     pub async fn start() -> RedisServer {
+        Self::start_with(None).await
+    }
+
+    /// A TLS-only server with this certificate, key (PEM) and client CA (clients not verified).
+    #[allow(dead_code)]
+    pub async fn start_tls(cert: &[u8], key: &[u8], ca: &[u8]) -> RedisServer {
+        Self::start_with(Some((cert, key, ca))).await
+    }
+
+    async fn start_with(tls: Option<(&[u8], &[u8], &[u8])>) -> RedisServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
         let dir = tempfile::tempdir().unwrap();
-        let mut child = tokio::process::Command::new("redis-server")
-            .args(["--port", &port.to_string()])
+        let mut cmd = tokio::process::Command::new("redis-server");
+        match tls {
+            None => {
+                cmd.args(["--port", &port.to_string()]);
+            }
+            Some((cert, key, ca)) => {
+                let f = |n: &str, b: &[u8]| {
+                    let p = dir.path().join(n);
+                    std::fs::write(&p, b).unwrap();
+                    p
+                };
+                cmd.args(["--port", "0", "--tls-port", &port.to_string()])
+                    .arg("--tls-cert-file")
+                    .arg(f("tls.crt", cert))
+                    .arg("--tls-key-file")
+                    .arg(f("tls.key", key))
+                    .arg("--tls-ca-cert-file")
+                    .arg(f("ca.crt", ca))
+                    .args(["--tls-auth-clients", "no"]);
+            }
+        }
+        let mut child = cmd
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
             .args(["--appendonly", "no"])
