@@ -129,12 +129,7 @@ async fn run() {
     .unwrap();
     let mut c = AgentConfig::new(p.local_addr(), pki.agent("agent-a").unwrap(), Mode::Managed);
     c.max_event_size = big;
-    c.redis_proxy = Some(LocalRedisProxy {
-        address: local.addr.clone(),
-        username: None,
-        password: None,
-        tls: None,
-    });
+    c.redis_proxy = Some(LocalRedisProxy::new(&local.addr.clone()));
     let agent: Agent = Agent::start(c, Arc::new(MemStore::new()), Metrics::new("argocd_agent"))
         .await
         .unwrap();

@@ -33,6 +33,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often a subscription checks its connection's last ping (the peer's ticker).
 const IDLE_CHECK: Duration = Duration::from_secs(60);
 
+impl Inner {
+    fn idle_timeout(&self) -> Duration {
+        self.cfg
+            .redis_proxy
+            .as_ref()
+            .map_or(CONNECTION_IDLE_TIMEOUT, |c| c.idle_timeout)
+    }
+}
+
 /// The local Argo CD Redis the agent answers from (the peer's `--redis-addr`,
 /// `--redis-username`, `--redis-password`).
 #[derive(Clone, Debug)]
@@ -43,6 +52,22 @@ pub struct LocalRedisProxy {
     pub password: Option<String>,
     /// TLS to the local Redis (the peer's `--redis-tls-enabled`); `None`: plain TCP.
     pub tls: Option<LocalRedisTls>,
+    /// A subscription ends this long after the last ping of its principal connection (the
+    /// peer's 10 minutes).
+    pub idle_timeout: Duration,
+}
+
+impl LocalRedisProxy {
+    /// Plain TCP to `address`, no credentials, the peer's idle timeout.
+    pub fn new(address: &str) -> Self {
+        Self {
+            address: address.to_string(),
+            username: None,
+            password: None,
+            tls: None,
+            idle_timeout: CONNECTION_IDLE_TIMEOUT,
+        }
+    }
 }
 
 /// How the agent verifies its local Redis' TLS certificate.
@@ -126,19 +151,19 @@ impl RedisState {
         self.subs.lock().expect("poisoned").len()
     }
 
-    fn touch(&self, conn: &str) {
+    fn touch(&self, conn: &str, idle: Duration) {
         let now = Instant::now();
         let mut g = self.pings.lock().expect("poisoned");
-        g.retain(|_, t| now.duration_since(*t) < CONNECTION_IDLE_TIMEOUT);
+        g.retain(|_, t| now.duration_since(*t) < idle);
         g.insert(conn.to_string(), now);
     }
 
-    fn idle(&self, conn: &str) -> bool {
+    fn idle(&self, conn: &str, idle: Duration) -> bool {
         self.pings
             .lock()
             .expect("poisoned")
             .get(conn)
-            .is_none_or(|t| t.elapsed() >= CONNECTION_IDLE_TIMEOUT)
+            .is_none_or(|t| t.elapsed() >= idle)
     }
 }
 
@@ -283,7 +308,7 @@ impl Inner {
             };
         }
         // ping: the connection is alive
-        self.redis.touch(&req.connection_uuid);
+        self.redis.touch(&req.connection_uuid, self.idle_timeout());
         RedisResponseBody {
             pong: Some(Default::default()),
             ..Default::default()
@@ -308,15 +333,16 @@ impl Inner {
     async fn subscribe(self: &Arc<Self>, req: &RedisRequest, channel: &str) -> Result<(), String> {
         let key = strip_namespace(channel)?;
         let stream = self.open_subscription(&key).await?;
-        self.redis.touch(&req.connection_uuid);
+        self.redis.touch(&req.connection_uuid, self.idle_timeout());
         let me = Arc::downgrade(self);
         let (req_uuid, conn) = (req.uuid.clone(), req.connection_uuid.clone());
         let channel = channel.to_string();
         let id = (conn.clone(), channel.clone());
+        let idle = self.idle_timeout();
+        let check = IDLE_CHECK.min(idle / 2).max(Duration::from_millis(10));
         let task = tokio::spawn(async move {
             let mut stream = Box::pin(stream);
-            let mut tick =
-                tokio::time::interval_at(tokio::time::Instant::now() + IDLE_CHECK, IDLE_CHECK);
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + check, check);
             loop {
                 let Some(me) = me.upgrade() else { return };
                 let next = tokio::select! {
@@ -325,7 +351,7 @@ impl Inner {
                 };
                 match next {
                     None => {
-                        if me.redis.idle(&conn) {
+                        if me.redis.idle(&conn, idle) {
                             tracing::debug!(%channel, %conn, "no ping from the principal for this connection; subscription closed");
                             break;
                         }
@@ -353,7 +379,7 @@ impl Inner {
                     }
                     Some(None) => {
                         // the local Redis connection dropped: subscribe again while wanted
-                        if me.redis.idle(&conn) {
+                        if me.redis.idle(&conn, idle) {
                             break;
                         }
                         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -422,10 +422,9 @@ async fn run(
         password: Some(args.redis_password.clone()).filter(|p| !p.is_empty()),
     });
     cfg.redis_proxy = Some(crate::agent::LocalRedisProxy {
-        address: args.redis_addr.clone(),
         username: Some(args.redis_username.clone()).filter(|u| !u.is_empty()),
         password: Some(args.redis_password.clone()).filter(|p| !p.is_empty()),
-        tls: None,
+        ..crate::agent::LocalRedisProxy::new(&args.redis_addr)
     });
     let client = match (client, &store) {
         (Some(c), _) => Some(c),

@@ -66,6 +66,14 @@ fn skip() -> bool {
 }
 
 async fn rig(names: &[&str], f: impl FnOnce(&mut RedisProxyConfig)) -> Rig {
+    rig_with(names, f, |_| {}).await
+}
+
+async fn rig_with(
+    names: &[&str],
+    f: impl FnOnce(&mut RedisProxyConfig),
+    g: impl Fn(&mut LocalRedisProxy),
+) -> Rig {
     init();
     let pki = LocalPki::new().unwrap();
     let hub = RedisServer::start().await;
@@ -81,12 +89,9 @@ async fn rig(names: &[&str], f: impl FnOnce(&mut RedisProxyConfig)) -> Rig {
         let r = RedisServer::start().await;
         let a = agent_with(&pki, &principal, n, Mode::Managed, &MemStore::new(), |c| {
             c.max_event_size = BIG;
-            c.redis_proxy = Some(LocalRedisProxy {
-                address: r.addr.clone(),
-                username: None,
-                password: None,
-                tls: None,
-            });
+            let mut l = LocalRedisProxy::new(&r.addr);
+            g(&mut l);
+            c.redis_proxy = Some(l);
         })
         .await;
         agents.push((n.to_string(), a, r));
@@ -309,12 +314,7 @@ async fn a_slow_agent_times_out_without_holding_up_other_clients() {
         Mode::Managed,
         &MemStore::new(),
         |c| {
-            c.redis_proxy = Some(LocalRedisProxy {
-                address: hole.clone(),
-                username: None,
-                password: None,
-                tls: None,
-            });
+            c.redis_proxy = Some(LocalRedisProxy::new(&hole.clone()));
         },
     )
     .await;
@@ -393,12 +393,7 @@ async fn a_value_over_the_agents_message_limit_is_refused_with_the_fix() {
         Mode::Managed,
         &MemStore::new(),
         |c| {
-            c.redis_proxy = Some(LocalRedisProxy {
-                address: local.addr.clone(),
-                username: None,
-                password: None,
-                tls: None,
-            });
+            c.redis_proxy = Some(LocalRedisProxy::new(&local.addr.clone()));
         },
     )
     .await;
@@ -464,10 +459,8 @@ async fn tls_on_every_redis_hop() {
         &MemStore::new(),
         |c| {
             c.redis_proxy = Some(LocalRedisProxy {
-                address: local.addr.clone(),
-                username: None,
-                password: None,
                 tls: Some(LocalRedisTls::Ca(m.ca_pem.clone())),
+                ..LocalRedisProxy::new(&local.addr.clone())
             });
         },
     )
@@ -504,4 +497,43 @@ async fn tls_on_every_redis_hop() {
     assert_eq!(v, "tree over tls");
     let v: String = c.get("cluster|info|x|1.8.3.gz").await.unwrap();
     assert_eq!(v, "hub over tls");
+}
+
+/// While Argo CD's connection is open the principal pings the agent and its subscription lives;
+/// once the connection is gone the pings stop and the agent closes the subscription on its Redis
+/// (the peer's 10 minutes, shortened here).
+#[tokio::test]
+async fn subscriptions_live_while_pinged_and_end_after_the_connection() {
+    if skip() {
+        return;
+    }
+    let idle = Duration::from_secs(2);
+    let r = rig_with(
+        &["agent-a"],
+        |c| c.ping_interval = Duration::from_millis(300),
+        |l| l.idle_timeout = idle,
+    )
+    .await;
+    let client = redis::Client::open(r.proxy_url(true)).unwrap();
+    let mut ps = client.get_async_pubsub().await.unwrap();
+    ps.subscribe(TREE_A).await.unwrap();
+    let agent = &r.agents[0].1;
+    assert_eq!(agent.redis_subscriptions(), 1);
+    // well past the idle timeout, still subscribed thanks to the pings, and still delivering
+    tokio::time::sleep(idle * 2).await;
+    assert_eq!(
+        agent.redis_subscriptions(),
+        1,
+        "pings keep the subscription"
+    );
+    let mut a = r.agent_redis("agent-a").conn().await;
+    let n: i64 = a.publish(LOCAL_TREE, "").await.unwrap();
+    assert_eq!(n, 1);
+    let mut msgs = ps.on_message();
+    tokio::time::timeout(T, msgs.next()).await.unwrap().unwrap();
+    drop(msgs);
+    drop(ps);
+    wait_idle(|| agent.redis_subscriptions() == 0).await;
+    let n: i64 = a.publish(LOCAL_TREE, "").await.unwrap();
+    assert_eq!(n, 0, "the agent unsubscribed on its Redis");
 }
