@@ -829,6 +829,14 @@ mod tests {
             &["event_type"],
         ),
         ("principal_errors", &["resource_type"]),
+        (
+            "argocd_principal_redis_proxy_requests_total",
+            &["agent_name", "command"],
+        ),
+        (
+            "argocd_principal_redis_proxy_errors_total",
+            &["agent_name", "command"],
+        ),
     ];
     const AGENT_DASHBOARD: &[(&str, &[&str])] = &[
         ("argocd_agent_build_info", &[]),
@@ -851,6 +859,8 @@ mod tests {
             &["event_type"],
         ),
         ("agent_errors", &["resource_type"]),
+        ("argocd_agent_redis_proxy_requests_total", &["command"]),
+        ("argocd_agent_redis_proxy_errors_total", &["command"]),
     ];
 
     fn sample<'a>(body: &'a str, name: &str) -> Option<&'a str> {
@@ -908,8 +918,13 @@ mod tests {
                 "principal_repositories_{op}"
             );
         }
+        m.redis_proxy_request("agent-a", "get");
+        m.redis_proxy_error("agent-a", "subscribe");
         let body = m.encode();
         check(&body, PRINCIPAL_DASHBOARD);
+        assert!(body.contains(
+            "argocd_principal_redis_proxy_errors_total{agent_name=\"agent-a\",command=\"subscribe\"} 1\n"
+        ));
         assert!(body.contains("principal_events_sent 1\n"), "{body}");
         assert!(body.contains("# TYPE principal_events_sent unknown"));
         assert!(body.contains("argocd_principal_connected_agents 1\n"));
@@ -937,8 +952,11 @@ mod tests {
         m.propagation("application", 0.05);
         m.discarded("", "status-update", "application");
         m.auth_failure("token");
+        m.agent_redis_proxy_request("get");
+        m.agent_redis_proxy_error("get");
         let body = m.encode();
         check(&body, AGENT_DASHBOARD);
+        assert!(body.contains("argocd_agent_redis_proxy_requests_total{command=\"get\"} 1\n"));
         assert!(body.contains("argocd_agent_connection_status 1\n"));
         assert!(body.contains("argocd_agent_connections_total 1\n"));
         assert!(body.contains("agent_events_received 1\n"));
