@@ -254,6 +254,35 @@ impl Emitter {
         Self::with_json(e, &Value::Object(m))
     }
 
+    /// `NewRedisRequestEvent(connectionUUID, body)`: type `redis-request`, dataschema `redis`,
+    /// `resourceid` = `eventid` = the request UUID; payload `RedisRequest{uuid, connectionUuid,
+    /// body}` with `body` one of `{"get":{"key"}}`, `{"subscribe":{"channel"}}`, `{"ping":{}}`.
+    pub fn redis_request(&self, uuid: &str, connection_uuid: &str, body: Value) -> Event {
+        let mut e = self.base(&ty("redis-request"));
+        e.set_ext("resourceid", uuid);
+        e.set_ext("eventid", uuid);
+        e.dataschema = "redis".into();
+        let d = json!({"uuid": uuid, "connectionUuid": connection_uuid, "body": body});
+        Self::with_json(e, &d)
+    }
+
+    /// `NewRedisResponseEvent(reqUUID, connectionUUID, body)`: type `redis-response`, dataschema
+    /// `redis`, a fresh `resourceid`, `eventid` = the request UUID.
+    pub fn redis_response(&self, req_uuid: &str, connection_uuid: &str, body: Value) -> Event {
+        let mut e = self.base(&ty("redis-response"));
+        e.set_ext("resourceid", new_uuid());
+        e.set_ext("eventid", req_uuid);
+        e.dataschema = "redis".into();
+        let d = json!({"uuid": req_uuid, "connectionUuid": connection_uuid, "body": body});
+        Self::with_json(e, &d)
+    }
+
+    /// `RedisResponseBody{Get: &RedisResponseBodyGet{Bytes, CacheHit, Error}}` (`bytes` base64,
+    /// `null` when nil).
+    pub fn redis_get_body(bytes: Option<&[u8]>, cache_hit: bool, error: &str) -> Value {
+        json!({"get": {"bytes": b64(bytes), "cacheHit": cache_hit, "error": error}})
+    }
+
     /// `ClusterCacheInfoUpdateEvent`.
     pub fn cluster_cache_info_update(&self, uuid: &str, apps: i64, apis: i64, res: i64) -> Event {
         let mut e = self.base(&ty("cluster-cache-info-update"));

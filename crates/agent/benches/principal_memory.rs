@@ -164,7 +164,11 @@ async fn drive() {
     loop {
         let mut have = 0;
         for (_, s) in &agents {
-            have += s.list(Kind::Application, Some("argocd")).await.unwrap().len();
+            have += s
+                .list(Kind::Application, Some("argocd"))
+                .await
+                .unwrap()
+                .len();
         }
         if have == n * apps {
             break;

@@ -9,6 +9,7 @@ pub mod event;
 pub mod metrics;
 pub mod proto;
 pub mod queue;
+pub mod redis_wire;
 pub mod resource;
 pub mod session;
 pub mod store;

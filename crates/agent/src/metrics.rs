@@ -131,11 +131,19 @@ pub struct PeerMetrics {
     pub resource_proxy_requests: Family<Labels, Counter>,
     /// `argocd_principal_resource_proxy_errors_total{agent_name, reason}`
     pub resource_proxy_errors: Family<Labels, Counter>,
+    /// `argocd_principal_redis_proxy_requests_total{agent_name, command}`
+    pub redis_proxy_requests: Family<Labels, Counter>,
+    /// `argocd_principal_redis_proxy_errors_total{agent_name, command}`
+    pub redis_proxy_errors: Family<Labels, Counter>,
     // agent only
     /// `argocd_agent_resource_proxy_requests_total`
     pub agent_resource_proxy_requests: Counter,
     /// `argocd_agent_resource_proxy_errors_total`
     pub agent_resource_proxy_errors: Counter,
+    /// `argocd_agent_redis_proxy_requests_total{command}`
+    pub agent_redis_proxy_requests: Family<Labels, Counter>,
+    /// `argocd_agent_redis_proxy_errors_total{command}`
+    pub agent_redis_proxy_errors: Family<Labels, Counter>,
     pub propagation_latency: Family<Labels, Histogram, fn() -> Histogram>,
     pub connection_status: Gauge,
     pub connection_start_timestamp: Gauge<f64, AtomicU64>,
@@ -169,6 +177,10 @@ impl PeerMetrics {
             resource_proxy_errors: Default::default(),
             agent_resource_proxy_requests: Default::default(),
             agent_resource_proxy_errors: Default::default(),
+            redis_proxy_requests: Default::default(),
+            redis_proxy_errors: Default::default(),
+            agent_redis_proxy_requests: Default::default(),
+            agent_redis_proxy_errors: Default::default(),
             propagation_latency: Family::new_with_constructor(go_histogram),
             connection_status: Default::default(),
             connection_start_timestamp: Default::default(),
@@ -301,6 +313,16 @@ impl PeerMetrics {
                     m.resource_proxy_errors.clone(),
                 );
                 reg.register(
+                    "argocd_principal_redis_proxy_requests",
+                    "The total number of Redis proxy requests forwarded to agents",
+                    m.redis_proxy_requests.clone(),
+                );
+                reg.register(
+                    "argocd_principal_redis_proxy_errors",
+                    "The total number of Redis proxy request failures",
+                    m.redis_proxy_errors.clone(),
+                );
+                reg.register(
                     "principal_errors",
                     "The total number of errors occurred in principal",
                     m.errors.clone(),
@@ -341,6 +363,16 @@ impl PeerMetrics {
                     "argocd_agent_resource_proxy_errors",
                     "The total number of resource proxy request failures on the agent",
                     m.agent_resource_proxy_errors.clone(),
+                );
+                reg.register(
+                    "argocd_agent_redis_proxy_requests",
+                    "The total number of Redis proxy requests processed by the agent",
+                    m.agent_redis_proxy_requests.clone(),
+                );
+                reg.register(
+                    "argocd_agent_redis_proxy_errors",
+                    "The total number of Redis proxy request failures on the agent",
+                    m.agent_redis_proxy_errors.clone(),
                 );
                 reg.register(
                     "agent_errors",
@@ -624,6 +656,44 @@ impl Metrics {
             .inc();
     }
 
+    /// Principal: a GET / SUBSCRIBE of `agent`'s keys forwarded to it.
+    pub fn redis_proxy_request(&self, agent: &str, command: &str) {
+        self.peer
+            .redis_proxy_requests
+            .get_or_create(&vec![
+                ("agent_name".to_string(), agent.to_string()),
+                ("command".to_string(), command.to_string()),
+            ])
+            .inc();
+    }
+
+    /// Principal: a failed GET / SUBSCRIBE of `agent`'s keys.
+    pub fn redis_proxy_error(&self, agent: &str, command: &str) {
+        self.peer
+            .redis_proxy_errors
+            .get_or_create(&vec![
+                ("agent_name".to_string(), agent.to_string()),
+                ("command".to_string(), command.to_string()),
+            ])
+            .inc();
+    }
+
+    /// Agent: one Redis-proxy request (`get`, `subscribe`) processed.
+    pub fn agent_redis_proxy_request(&self, command: &str) {
+        self.peer
+            .agent_redis_proxy_requests
+            .get_or_create(&l("command", command))
+            .inc();
+    }
+
+    /// Agent: a failed Redis-proxy request.
+    pub fn agent_redis_proxy_error(&self, command: &str) {
+        self.peer
+            .agent_redis_proxy_errors
+            .get_or_create(&l("command", command))
+            .inc();
+    }
+
     pub fn agent_connected(&self, agent: &str) {
         self.connected_agents.inc();
         self.peer
@@ -765,6 +835,14 @@ mod tests {
             &["event_type"],
         ),
         ("principal_errors", &["resource_type"]),
+        (
+            "argocd_principal_redis_proxy_requests_total",
+            &["agent_name", "command"],
+        ),
+        (
+            "argocd_principal_redis_proxy_errors_total",
+            &["agent_name", "command"],
+        ),
     ];
     const AGENT_DASHBOARD: &[(&str, &[&str])] = &[
         ("argocd_agent_build_info", &[]),
@@ -787,6 +865,8 @@ mod tests {
             &["event_type"],
         ),
         ("agent_errors", &["resource_type"]),
+        ("argocd_agent_redis_proxy_requests_total", &["command"]),
+        ("argocd_agent_redis_proxy_errors_total", &["command"]),
     ];
 
     fn sample<'a>(body: &'a str, name: &str) -> Option<&'a str> {
@@ -844,8 +924,13 @@ mod tests {
                 "principal_repositories_{op}"
             );
         }
+        m.redis_proxy_request("agent-a", "get");
+        m.redis_proxy_error("agent-a", "subscribe");
         let body = m.encode();
         check(&body, PRINCIPAL_DASHBOARD);
+        assert!(body.contains(
+            "argocd_principal_redis_proxy_errors_total{agent_name=\"agent-a\",command=\"subscribe\"} 1\n"
+        ));
         assert!(body.contains("principal_events_sent 1\n"), "{body}");
         assert!(body.contains("# TYPE principal_events_sent unknown"));
         assert!(body.contains("argocd_principal_connected_agents 1\n"));
@@ -873,8 +958,11 @@ mod tests {
         m.propagation("application", 0.05);
         m.discarded("", "status-update", "application");
         m.auth_failure("token");
+        m.agent_redis_proxy_request("get");
+        m.agent_redis_proxy_error("get");
         let body = m.encode();
         check(&body, AGENT_DASHBOARD);
+        assert!(body.contains("argocd_agent_redis_proxy_requests_total{command=\"get\"} 1\n"));
         assert!(body.contains("argocd_agent_connection_status 1\n"));
         assert!(body.contains("argocd_agent_connections_total 1\n"));
         assert!(body.contains("agent_events_received 1\n"));

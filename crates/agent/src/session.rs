@@ -323,6 +323,7 @@ where
                     ev.target,
                     crate::event::Target::ResourceResync
                         | crate::event::Target::Resource
+                        | crate::event::Target::Redis
                         | crate::event::Target::ClusterCacheInfoUpdate
                         | crate::event::Target::ContainerLog
                         | crate::event::Target::Terminal

@@ -11,5 +11,6 @@ mod common;
 mod golden;
 mod peer_events;
 mod principal;
+mod redis_proxy;
 mod resource_proxy;
 mod resync;

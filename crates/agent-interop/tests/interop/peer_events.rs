@@ -135,14 +135,9 @@ async fn events_our_principal_does_not_handle_get_a_reply_never_silence() {
     // (a `response` for the resource proxy is ACKed and dropped when no request waits for it:
     // tests/interop/resource_proxy.rs)
     // (cluster cache info is taken: tests/interop/resource_proxy.rs)
-    let cases: [(&str, &str, Value); 2] = [
-        (
-            "io.argoproj.argocd-agent.event.redis-response",
-            "redis",
-            json!({"uuid": "u", "connectionUUID": "c", "body": {}}),
-        ),
-        ("GET", "resource", json!({"uuid": "u", "method": "GET"})),
-    ];
+    // (a `redis-response` answers the Redis proxy: tests/interop/redis_proxy.rs)
+    let cases: [(&str, &str, Value); 1] =
+        [("GET", "resource", json!({"uuid": "u", "method": "GET"}))];
     for (typ, target, data) in cases {
         let id = emitter::new_uuid();
         let mut ev = Event {
@@ -227,23 +222,17 @@ async fn our_autonomous_agent_answers_a_repository_request_update_without_deleti
 }
 
 #[tokio::test]
-async fn requests_our_agent_does_not_handle_are_refused_by_name() {
+async fn terminal_and_log_requests_are_taken_by_our_agent() {
     let pki = LocalPki::new().expect("pki");
     let pp = peer_principal(&pki, argocd_pull_agent::VERSION).await;
     let store = MemStore::new();
     let a = our_agent(&pki, &pp, "agent-rq", Mode::Managed, &store).await;
     pp.wait_streams(1).await;
-    // the peer principal's NewRedisRequestEvent, NewTerminalRequestEvent and NewLogRequestEvent
-    // (the last typed by the raw HTTP method); resource requests are answered
-    // (tests/interop/resource_proxy.rs); terminal and log requests are taken (ACKed `processed`,
-    // then served over their own streams: crates/agent tests/loopback/pod_streams.rs)
-    let cases: [(&str, &str, Value, &str); 3] = [
-        (
-            "io.argoproj.argocd-agent.event.redis-request",
-            "redis",
-            json!({"uuid": "u", "connectionUUID": "c", "body": {"ping": {}}}),
-            "error",
-        ),
+    // the peer principal's NewTerminalRequestEvent and NewLogRequestEvent (the last typed by the
+    // raw HTTP method) are taken: ACKed `processed`, then served over their own streams
+    // (crates/agent tests/loopback/pod_streams.rs); resource and redis requests are answered
+    // (tests/interop/resource_proxy.rs, tests/interop/redis_proxy.rs)
+    let cases: [(&str, &str, Value, &str); 2] = [
         (
             "io.argoproj.argocd-agent.event.terminal-request",
             "terminal",
@@ -279,13 +268,6 @@ async fn requests_our_agent_does_not_handle_are_refused_by_name() {
             })
             .await;
         assert_eq!(r.event.typ, ty(answer), "{typ}/{target}");
-        if answer == "error" {
-            assert!(
-                message(&r.event).contains("not supported"),
-                "{typ}/{target}: {}",
-                message(&r.event)
-            );
-        }
     }
     a.shutdown().await;
     pp.shutdown().await;

@@ -7,6 +7,7 @@ mod cache_info;
 mod connect;
 mod logs;
 mod podstream;
+mod redis_proxy;
 mod repository;
 mod resource;
 mod resource_scope;
@@ -17,6 +18,7 @@ mod watch;
 use application::{status_payload, strip_local};
 use appproject::strip_project;
 pub use cache_info::LocalRedis;
+pub use redis_proxy::{LocalRedisProxy, LocalRedisTls};
 pub use resource::ResourceProxyClient;
 
 use std::collections::HashMap;
@@ -81,6 +83,9 @@ pub struct AgentConfig {
     pub resource_proxy_managed_only: bool,
     /// The local Argo CD's Redis (managed mode: its cluster info goes to the principal).
     pub local_redis: Option<LocalRedis>,
+    /// The local Argo CD's Redis the principal's Redis proxy reads live state from (`None`:
+    /// redis requests are answered with an error).
+    pub redis_proxy: Option<LocalRedisProxy>,
     /// How often the cluster cache info is sent (the peer's `--cache-refresh-interval`).
     pub cache_refresh_interval: Duration,
 }
@@ -114,6 +119,7 @@ impl AgentConfig {
             resource_proxy: None,
             resource_proxy_managed_only: false,
             local_redis: None,
+            redis_proxy: None,
             cache_refresh_interval: Duration::from_secs(10),
         }
     }
@@ -156,6 +162,8 @@ struct Inner {
     resource_requests: Arc<tokio::sync::Semaphore>,
     /// container logs and web terminals: the principal connection and requests in flight
     pod_streams: podstream::PodStreams,
+    /// the Redis proxy's local connections and subscriptions
+    redis: redis_proxy::RedisState,
 }
 
 /// A running agent.
@@ -201,6 +209,7 @@ impl Agent {
             outbox: Mutex::new(None),
             resource_requests: Arc::new(tokio::sync::Semaphore::new(resource::CONCURRENT_REQUESTS)),
             pod_streams: Default::default(),
+            redis: Default::default(),
         });
         let me = Arc::downgrade(&inner);
         queue.set_regenerate(Arc::new(move |key: &str| {
@@ -314,6 +323,11 @@ impl Agent {
     }
 
     /// The last connection/authentication error, if the agent is not connected.
+    /// Redis subscriptions forwarded to the principal's Redis proxy.
+    pub fn redis_subscriptions(&self) -> usize {
+        self.inner.redis.subscriptions()
+    }
+
     pub fn last_error(&self) -> Option<String> {
         self.inner.last_error.lock().expect("poisoned").clone()
     }
@@ -462,6 +476,9 @@ impl Handler for SessionHandler {
         }
         if ev.target == Target::Terminal {
             return self.inner.handle_terminal_request(&ev);
+        }
+        if ev.target == Target::Redis {
+            return self.inner.handle_redis_request(ev, out).await;
         }
         match crate::checksum::resync_kind(&ev) {
             crate::checksum::ResyncKind::Handled

@@ -126,6 +126,12 @@ pub struct AgentArgs {
     /// The password to connect to the local Redis with.
     #[arg(long = "redis-password", env = "REDIS_PASSWORD", default_value = "")]
     pub redis_password: String,
+    /// The username to connect to the local Redis with (Redis proxy requests).
+    #[arg(long = "redis-username", env = "REDIS_USERNAME", default_value = "")]
+    pub redis_username: String,
+    /// TLS to the local Redis.
+    #[command(flatten)]
+    pub redis_tls: super::redis::AgentRedisTlsArgs,
     /// Interval to refresh cluster cache info in principal.
     #[arg(long = "cache-refresh-interval", env = "ARGOCD_AGENT_CACHE_REFRESH_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub cache_refresh_interval: Duration,
@@ -424,6 +430,11 @@ async fn run(
         address: args.redis_addr.clone(),
         password: Some(args.redis_password.clone()).filter(|p| !p.is_empty()),
     });
+    cfg.redis_proxy = Some(crate::agent::LocalRedisProxy {
+        username: Some(args.redis_username.clone()).filter(|u| !u.is_empty()),
+        password: Some(args.redis_password.clone()).filter(|p| !p.is_empty()),
+        ..crate::agent::LocalRedisProxy::new(&args.redis_addr)
+    });
     let client = match (client, &store) {
         (Some(c), _) => Some(c),
         (None, None) => {
@@ -441,6 +452,9 @@ async fn run(
         (None, Some(_)) => None,
     };
     cfg.resource_proxy = client.clone().map(crate::agent::ResourceProxyClient);
+    if let Some(rp) = cfg.redis_proxy.as_mut() {
+        rp.tls = super::redis::agent_tls(&args.redis_tls, client.as_ref(), &args.namespace).await?;
+    }
     let Some(store) =
         super::or_shutdown(&shutdown, super::store_or(store, client, "local")).await?
     else {

@@ -8,6 +8,7 @@ mod agent;
 pub mod common;
 mod ha;
 mod principal;
+mod redis;
 
 use std::sync::Arc;
 use std::time::Duration;

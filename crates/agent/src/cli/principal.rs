@@ -336,6 +336,9 @@ pub struct ProxyArgs {
         default_value = "gzip"
     )]
     pub redis_compression_type: String,
+    /// The Redis proxy's flags.
+    #[command(flatten)]
+    pub redis: super::redis::RedisProxyArgs,
 }
 
 impl PrincipalArgs {
@@ -638,6 +641,13 @@ async fn run(
         gzip,
         resource_proxy_address: args.proxy.resource_proxy_address.clone(),
     });
+    cfg.redis_proxy = super::redis::config(
+        &args.proxy.redis,
+        &args.proxy.redis_server_address,
+        m.client.as_ref(),
+        &cfg.namespace,
+    )
+    .await?;
     if args.proxy.enable_resource_proxy != Some(false) {
         match proxy_material(&args, m.client.as_ref(), &cfg.namespace).await {
             Ok(t) => {

@@ -403,6 +403,7 @@ async fn principal_and_agent_run_on_tls_and_jwt_from_the_peers_secrets() {
     let pargs = crate::cli::PrincipalArgs::try_parse_flags([
         "--listen-host=127.0.0.1".to_string(),
         format!("--listen-port={port}"),
+        "--disable-redis-proxy".into(),
         "--namespace=argocd".into(),
         "--metrics-port=0".into(),
         "--healthz-port=0".into(),
@@ -461,6 +462,7 @@ async fn principal_reports_a_missing_secret_by_name() {
     let pargs = crate::cli::PrincipalArgs::try_parse_flags([
         "--listen-host=127.0.0.1",
         "--listen-port=0",
+        "--disable-redis-proxy",
         "--namespace=argocd",
         "--metrics-port=0",
         "--healthz-port=0",

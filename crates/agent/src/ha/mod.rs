@@ -2,7 +2,7 @@
 //! active/passive across two clusters with promotion by hand).
 //!
 //! Two or more replicas run `argocd-pull principal --leader-elect`. Every replica binds the public
-//! ports (agent gRPC, resource proxy) with a [front](front) and campaigns for the Lease; the
+//! ports (agent gRPC, resource proxy, Redis proxy) with a [front](front) and campaigns for the Lease; the
 //! holder starts the principal on loopback and its front splices connections to it, the others'
 //! fronts splice them to the holder (its host is part of its Lease identity, `<name>@<host>`). A
 //! Service may therefore balance over every replica: whichever an agent reaches, it ends up at the
@@ -47,6 +47,8 @@ pub enum Listener {
     Grpc,
     /// The resource proxy (`--resource-proxy-address`).
     ResourceProxy,
+    /// The Redis proxy for Argo CD (`--redis-proxy-listen-address`).
+    Redis,
 }
 
 /// The Lease holder as the Lease names it.
@@ -180,6 +182,10 @@ pub async fn run(
         public.push((Listener::ResourceProxy, rp.listen));
         rp.listen = loopback(rp.listen);
     }
+    if let Some(rp) = local_cfg.redis_proxy.as_mut() {
+        public.push((Listener::Redis, rp.listen));
+        rp.listen = loopback(rp.listen);
+    }
     let (view_tx, view_rx) = watch::channel(View::default());
     let fronts = CancellationToken::new();
     let mut tasks = Vec::new();
@@ -248,6 +254,9 @@ async fn lead(
                     let mut local = HashMap::from([(Listener::Grpc, p.local_addr())]);
                     if let Some(a) = p.resource_proxy_addr() {
                         local.insert(Listener::ResourceProxy, a);
+                    }
+                    if let Some(a) = p.redis_proxy_addr() {
+                        local.insert(Listener::Redis, a);
                     }
                     view.send_modify(|v| v.local = Some(local));
                     principal = Some(p);

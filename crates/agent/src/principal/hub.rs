@@ -172,6 +172,7 @@ impl Inner {
             .store(false, std::sync::atomic::Ordering::SeqCst);
         // requests, log streams and terminals waiting on this agent end now, not at a timeout
         self.pending.fail_agent(agent);
+        self.redis.agent_gone(agent);
         self.metrics.agent_disconnected(agent);
         true
     }

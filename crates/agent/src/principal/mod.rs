@@ -6,6 +6,7 @@ pub mod cluster_info;
 pub mod cluster_secrets;
 mod hub;
 mod logs;
+pub mod redis_proxy;
 mod registration;
 mod repository;
 pub mod resource_proxy;
@@ -13,6 +14,7 @@ mod resync;
 mod server;
 mod terminal;
 
+pub use redis_proxy::RedisProxyConfig;
 pub use registration::{LABEL_SELF_REGISTERED, SelfRegistration};
 pub use resource_proxy::ResourceProxyConfig;
 use server::Svc;
@@ -72,6 +74,8 @@ pub struct PrincipalConfig {
     pub backoff: Backoff,
     /// The resource proxy (`None`: disabled, the peer's `--enable-resource-proxy=false`).
     pub resource_proxy: Option<ResourceProxyConfig>,
+    /// The Redis proxy for Argo CD (`None`: disabled, the peer's `--disable-redis-proxy`).
+    pub redis_proxy: Option<RedisProxyConfig>,
     /// Where agents' cluster info is written for Argo CD (`None`: kept in memory only).
     pub argocd_cache: Option<crate::argocd_cache::ArgoCacheConfig>,
     /// Reads Argo CD cluster secrets (agent → server URL) in the principal's namespace.
@@ -118,6 +122,7 @@ impl PrincipalConfig {
             namespace_create: None,
             allowed_namespaces: Vec::new(),
             resource_proxy: None,
+            redis_proxy: None,
             argocd_cache: None,
             cluster_secrets: None,
             self_registration: None,
@@ -179,6 +184,8 @@ struct Inner {
     /// container-log requests and web-terminal sessions (logs.rs, terminal.rs)
     logs: logs::LogSessions,
     terminals: terminal::TerminalSessions,
+    /// Redis-proxy requests waiting for their agent, and Argo CD's connections
+    redis: redis_proxy::Tracker,
     /// agents whose cluster info changed, for the Argo CD cache writer
     cluster_changed: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     /// agent → server URL from Argo CD cluster secrets
@@ -218,6 +225,7 @@ pub struct Principal {
     /// the gRPC server's TLS configuration, swapped by [`Principal::reload_tls`]
     tls: Option<tokio::sync::watch::Sender<Arc<rustls::ServerConfig>>>,
     resource_proxy_addr: Option<SocketAddr>,
+    redis_proxy_addr: Option<SocketAddr>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -266,6 +274,7 @@ impl Principal {
             pending: Default::default(),
             logs: Default::default(),
             terminals: Default::default(),
+            redis: Default::default(),
             cluster_changed: cluster_tx,
             cluster_servers: Mutex::new(HashMap::new()),
         });
@@ -403,6 +412,14 @@ impl Principal {
             }
             None => None,
         };
+        let redis_proxy_addr = match &cfg.redis_proxy {
+            Some(rp) => {
+                let (a, t) = redis_proxy::start(inner.clone(), rp).await?;
+                tasks.push(t);
+                Some(a)
+            }
+            None => None,
+        };
         metrics.ready.set(true);
         tracing::info!(%addr, "principal listening");
         Ok(Principal {
@@ -410,6 +427,7 @@ impl Principal {
             addr,
             tls: tls_tx,
             resource_proxy_addr,
+            redis_proxy_addr,
             shutdown: Some(stx),
             tasks,
         })
@@ -442,6 +460,16 @@ impl Principal {
     /// Where the resource proxy listens (`None`: disabled).
     pub fn resource_proxy_addr(&self) -> Option<SocketAddr> {
         self.resource_proxy_addr
+    }
+
+    /// Where the Redis proxy listens (`None`: disabled).
+    pub fn redis_proxy_addr(&self) -> Option<SocketAddr> {
+        self.redis_proxy_addr
+    }
+
+    /// Redis-proxy requests waiting for an agent's answer, and open Argo CD connections.
+    pub fn redis_proxy_load(&self) -> (usize, usize) {
+        (self.inner.redis.pending(), self.inner.redis.connections())
     }
 
     /// Argo CD's `ClusterInfo` for `agent` (connection state and cache counts), as the peer

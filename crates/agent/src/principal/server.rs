@@ -33,6 +33,9 @@ impl Handler for SessionHandler {
         if ev.target == crate::event::Target::Resource {
             return self.inner.resource_response(&self.agent, &ev);
         }
+        if ev.target == crate::event::Target::Redis {
+            return self.inner.redis_response(&self.agent, ev);
+        }
         if ev.target == crate::event::Target::ClusterCacheInfoUpdate {
             return self.inner.cluster_cache_info(&self.agent, &ev);
         }
@@ -66,6 +69,7 @@ impl Handler for SessionHandler {
             .inner
             .pending
             .complete(&self.agent.name, event_id, resp);
+        self.inner.redis_oversized(&self.agent.name, event_id, size);
     }
 
     async fn on_connect(&self, out: &Outbox) {
@@ -358,6 +362,7 @@ impl EventStream for Svc {
                 inner.cluster_changed(&a2.name);
                 // requests in flight to this agent fail now (502), not at their timeout
                 pending.fail_agent(&a2.name);
+                inner.redis.agent_gone(&a2.name);
                 metrics.agent_disconnected(&a2.name);
             }
         });

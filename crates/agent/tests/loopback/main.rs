@@ -15,6 +15,8 @@ mod pod_streams;
 mod pod_streams_real;
 mod policies;
 mod projects;
+mod redis_proxy;
+mod redis_server;
 mod registration;
 mod rejections;
 mod repos;

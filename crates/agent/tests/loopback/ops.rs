@@ -94,6 +94,7 @@ async fn admin_endpoints_answer_on_both_sides_and_shutdown_is_graceful() {
     let principal_args = PrincipalArgs::try_parse_flags([
         "--listen-host=127.0.0.1".to_string(),
         format!("--listen-port={}", grpc.port()),
+        "--disable-redis-proxy".into(),
         format!("--tls-cert={}", f("principal.crt").display()),
         format!("--tls-key={}", f("principal.key").display()),
         format!("--root-ca-path={}", f("ca.crt").display()),

@@ -63,6 +63,8 @@ fn principal_and_agent_exit_0_within_10s_on_sigterm_and_sigint_whatever_the_conn
             "--namespace=argocd".into(),
             "--metrics-port=0".into(),
             format!("--healthz-port={}", free_port()),
+            // the Redis proxy (on by default, as the peer) on a free port, not the shared 6379
+            format!("--redis-proxy-listen-address=127.0.0.1:{}", free_port()),
         ],
         Some(&kubeconfig),
     );

@@ -18,6 +18,8 @@ fn default_render_is_a_hardened_principal_reading_the_peers_secrets() {
         ("Deployment", "argocd-pull-principal"),
         ("Role", "argocd-pull-principal-repositories"),
         ("RoleBinding", "argocd-pull-principal-repositories"),
+        // the Redis proxy is on by default, as the peer's chart
+        ("Service", "argocd-agent-redis-proxy"),
         ("Service", "argocd-pull-principal"),
         ("Service", "argocd-pull-principal-metrics"),
         ("ServiceAccount", "argocd-pull-principal"),
@@ -49,6 +51,11 @@ fn default_render_is_a_hardened_principal_reading_the_peers_secrets() {
     assert_eq!(
         e["ARGOCD_PRINCIPAL_JWT_KEY_PATH"],
         "/app/config/jwt/jwt.key"
+    );
+    assert_eq!(e["ARGOCD_PRINCIPAL_DISABLE_REDIS_PROXY"], "false");
+    assert_eq!(
+        e["ARGOCD_PRINCIPAL_REDIS_SERVER_ADDRESS"],
+        "argocd-redis:6379"
     );
     // TLS from the peer's Secrets.
     let secrets: Vec<&str> = d["spec"]["template"]["spec"]["volumes"]
