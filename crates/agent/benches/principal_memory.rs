@@ -173,11 +173,21 @@ async fn drive() {
         if have == n * apps {
             break;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(600),
-            "only {have} of {} delivered",
-            n * apps
-        );
+        if started.elapsed() > Duration::from_secs(600) {
+            for (i, (a, s)) in agents.iter().enumerate() {
+                let got = s.list(Kind::Application, Some("argocd")).await.unwrap().len();
+                if got < apps {
+                    eprintln!(
+                        "agent-{i}: {got}/{apps} connected={} connections={} idle={} last_error={:?}",
+                        a.is_connected(),
+                        a.connections(),
+                        a.idle(),
+                        a.last_error()
+                    );
+                }
+            }
+            panic!("only {have} of {} delivered", n * apps);
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let delivered = started.elapsed();
