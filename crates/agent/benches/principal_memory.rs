@@ -175,7 +175,11 @@ async fn drive() {
         }
         if started.elapsed() > Duration::from_secs(600) {
             for (i, (a, s)) in agents.iter().enumerate() {
-                let got = s.list(Kind::Application, Some("argocd")).await.unwrap().len();
+                let got = s
+                    .list(Kind::Application, Some("argocd"))
+                    .await
+                    .unwrap()
+                    .len();
                 if got < apps {
                     eprintln!(
                         "agent-{i}: {got}/{apps} connected={} connections={} idle={} last_error={:?}",
