@@ -337,27 +337,7 @@ impl Svc {
     /// The agent behind a log or terminal stream: as `Subscribe`, the client certificate (or the
     /// mesh header) and the access token must name the same agent.
     pub(super) fn stream_identity<T>(&self, req: &Request<T>) -> Result<String, Status> {
-        let cert_agent = self.cert_identity(req)?;
-        let token = req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| {
-                self.inner.metrics.auth_failure("no-token");
-                Status::unauthenticated("missing authorization metadata")
-            })?;
-        let token = token.strip_prefix("Bearer ").unwrap_or(token);
-        let (agent, _) = self.inner.tokens.verify_access(token).map_err(|e| {
-            self.inner.metrics.auth_failure("token");
-            Status::unauthenticated(e.to_string())
-        })?;
-        if agent != cert_agent {
-            self.inner.metrics.auth_failure("identity-mismatch");
-            return Err(Status::permission_denied(format!(
-                "token belongs to agent {agent:?} but the client certificate identifies {cert_agent:?}"
-            )));
-        }
-        Ok(agent)
+        Ok(self.verified_agent(req)?.0)
     }
 }
 

@@ -92,6 +92,35 @@ pub(super) struct Svc {
 impl Svc {
     /// The agent a request comes from: the mesh-set header with `--auth header:`, else the client
     /// certificate.
+    /// The agent (and its mode) a stream belongs to: the client certificate (or the mesh header)
+    /// and the access token must name the same agent.
+    pub(super) fn verified_agent<T>(
+        &self,
+        req: &Request<T>,
+    ) -> Result<(String, crate::Mode), Status> {
+        let cert_agent = self.cert_identity(req)?;
+        let token = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| {
+                self.inner.metrics.auth_failure("no-token");
+                Status::unauthenticated("missing authorization metadata")
+            })?;
+        let token = token.strip_prefix("Bearer ").unwrap_or(token);
+        let (agent, mode) = self.inner.tokens.verify_access(token).map_err(|e| {
+            self.inner.metrics.auth_failure("token");
+            Status::unauthenticated(e.to_string())
+        })?;
+        if agent != cert_agent {
+            self.inner.metrics.auth_failure("identity-mismatch");
+            return Err(Status::permission_denied(format!(
+                "token belongs to agent {agent:?} but the client certificate identifies {cert_agent:?}"
+            )));
+        }
+        Ok((agent, mode))
+    }
+
     pub(super) fn cert_identity<T>(&self, req: &Request<T>) -> Result<String, Status> {
         if let Some(h) = &self.inner.cfg.identity_header {
             return self.header_identity(req, h);
@@ -300,26 +329,7 @@ impl EventStream for Svc {
         &self,
         req: Request<tonic::Streaming<eventstreamapi::Event>>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
-        let cert_agent = self.cert_identity(&req)?;
-        let token = req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| {
-                self.inner.metrics.auth_failure("no-token");
-                Status::unauthenticated("missing authorization metadata")
-            })?;
-        let token = token.strip_prefix("Bearer ").unwrap_or(token);
-        let (agent, mode) = self.inner.tokens.verify_access(token).map_err(|e| {
-            self.inner.metrics.auth_failure("token");
-            Status::unauthenticated(e.to_string())
-        })?;
-        if agent != cert_agent {
-            self.inner.metrics.auth_failure("identity-mismatch");
-            return Err(Status::permission_denied(format!(
-                "token belongs to agent {agent:?} but the client certificate identifies {cert_agent:?}"
-            )));
-        }
+        let (agent, mode) = self.verified_agent(&req)?;
         let a = self.inner.register(&agent, mode);
         let inbound = req.into_inner();
         let (tx, rx) = mpsc::channel::<Box<eventstreamapi::Event>>(256);
