@@ -204,6 +204,16 @@ mod tests {
             get(app.clone(), "/readyz").await,
             (StatusCode::OK, "ready".into())
         );
+        // a replica in a leader election says which role it has
+        assert_eq!(get(app.clone(), "/healthz").await.1, "ok");
+        ready.set_role("standby (active: principal-0@10.0.0.7)");
+        assert_eq!(
+            get(app.clone(), "/healthz").await,
+            (
+                StatusCode::OK,
+                "ok\nrole: standby (active: principal-0@10.0.0.7)\n".into()
+            )
+        );
         let (status, body) = get(app, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
         assert!(body.contains("things_total 1"), "{body}");
