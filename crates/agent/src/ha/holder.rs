@@ -32,7 +32,11 @@ pub(crate) fn holder(lease: &Lease) -> Option<Holder> {
 /// applies).
 pub(crate) async fn follow(api: kube::Api<Lease>, name: String, view: watch::Sender<View>) {
     let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = watcher::watcher(api, cfg).default_backoff().boxed();
+    // the project's watch retry policy (capped at 5 s): a standby learns of a new holder soon
+    // after an API-server hiccup, not after kube-runtime's default backoff of up to a minute
+    let mut events = watcher::watcher(api, cfg)
+        .backoff(argocd_pull_ops::watch::backoff())
+        .boxed();
     while let Some(ev) = events.next().await {
         match ev {
             Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l)) => {

@@ -186,14 +186,19 @@ pub async fn run(
         public.push((Listener::Redis, rp.listen));
         rp.listen = loopback(rp.listen);
     }
-    let (view_tx, view_rx) = watch::channel(View::default());
-    let fronts = CancellationToken::new();
-    let mut tasks = Vec::new();
+    // every port is bound before anything starts, so a port in use leaves nothing running
+    let mut listeners = Vec::new();
     for (kind, addr) in public {
         let l = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| anyhow::anyhow!("binding {kind:?} on {addr}: {e}"))?;
         tracing::info!(listener = ?kind, addr = %l.local_addr()?, "HA front listening");
+        listeners.push((kind, l));
+    }
+    let (view_tx, view_rx) = watch::channel(View::default());
+    let fronts = CancellationToken::new();
+    let mut tasks = Vec::new();
+    for (kind, l) in listeners {
         tasks.push(tokio::spawn(front::serve(
             l,
             kind,
