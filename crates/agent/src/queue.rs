@@ -22,6 +22,9 @@ use tokio::time::Instant;
 
 use crate::event::{Event, EventType};
 
+/// Keys of [`SendQueue::push_request`] events (no resource key starts with it).
+const REQUEST_KEY_PREFIX: &str = "~request/";
+
 /// Resend backoff parameters.
 #[derive(Debug, Clone, Copy)]
 pub struct Backoff {
@@ -224,6 +227,27 @@ impl SendQueue {
         };
         self.notify.notify_one();
         r
+    }
+
+    /// Pushes a request event (resync) under a key of its own: sent at once, resent until it
+    /// is ACKed like any queued event, never coalesced and never deferred (at most a few per
+    /// resource of a resync, so capacity does not bound them).
+    pub fn push_request(&self, ev: Event) {
+        {
+            let mut s = self.state.lock().expect("poisoned");
+            let key = format!("{REQUEST_KEY_PREFIX}{}", ev.event_id);
+            s.seq += 1;
+            s.slots
+                .entry(key.clone())
+                .or_default()
+                .pending
+                .push_back(ev);
+            s.pending += 1;
+            if s.ready_set.insert(key.clone()) {
+                s.ready.push_back(key);
+            }
+        }
+        self.notify.notify_one();
     }
 
     fn push_locked(s: &mut State, capacity: usize, key: &str, mut ev: Event) -> Pushed {

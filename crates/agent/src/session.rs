@@ -36,17 +36,26 @@ impl From<crate::store::StoreError> for HandleError {
     }
 }
 
-/// Direct (un-queued, un-ACKed) events: ACKs, errors, requests and responses.
+/// What a handler sends: direct events on this stream (ACKs, errors, proxied requests and
+/// responses, which die with the stream), or requests the peer must get even across a cut.
 #[derive(Clone)]
 pub struct Outbox {
     // boxed: a channel allocates a block of 32 slots up front; boxed slots keep an idle
     // connection small (see docs/perf/agent.md)
     tx: mpsc::Sender<Box<Event>>,
+    queue: Arc<SendQueue>,
 }
 
 impl Outbox {
+    /// Sends on this stream only (un-queued, un-ACKed): lost if the stream ends first.
     pub async fn send(&self, ev: Event) {
         let _ = self.tx.send(Box::new(ev)).await;
+    }
+
+    /// Queues a request (resync events) that is resent until the peer ACKs it, on this stream or
+    /// the next one (the peer's event writer resends every event until its ACK).
+    pub fn send_reliable(&self, ev: Event) {
+        self.queue.push_request(ev);
     }
 }
 
@@ -125,7 +134,10 @@ where
     S: Stream<Item = Result<eventstreamapi::Event, tonic::Status>> + Unpin + Send,
 {
     let (direct_tx, mut direct_rx) = mpsc::channel::<Box<Event>>(4096);
-    let out = Outbox { tx: direct_tx };
+    let out = Outbox {
+        tx: direct_tx,
+        queue: ctx.queue.clone(),
+    };
     ctx.queue.resend_all_now();
 
     // sender

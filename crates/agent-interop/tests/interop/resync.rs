@@ -25,12 +25,24 @@ fn acks(e: &Event, sent: &Event) -> bool {
         && e.ext("eventid") == sent.ext("eventid")
 }
 
+/// The ACK of `sent`, already seen or still to come (it may precede or follow the answers the
+/// event triggers: answers are queued, ACKs go out directly).
 async fn expect_ack(s: &mut PeerStream, sent: &Event, what: &str) {
-    s.expect(what, |e| acks(e, sent)).await;
+    if !s.seen.iter().any(|e| acks(e, sent)) {
+        s.expect(what, |e| acks(e, sent)).await;
+    }
 }
 
 async fn expect_ack_from(pp: &PeerPrincipal, sent: &Event, what: &str) {
-    pp.expect(what, |i| acks(&i.event, sent)).await;
+    let seen = pp
+        .seen
+        .lock()
+        .expect("poisoned")
+        .iter()
+        .any(|i| acks(&i.event, sent));
+    if !seen {
+        pp.expect(what, |i| acks(&i.event, sent)).await;
+    }
 }
 
 fn name_of(e: &Event) -> String {
@@ -269,8 +281,14 @@ async fn agent_managed_acks_and_answers_the_peer_principals_request_resource_res
         SENT_AT,
     );
     pp.send(&rr).await;
+    // the answer: one more request-update per copy (queued, so before or after the ACK)
+    if count_in(&pp, "request-update", "guestbook") < 2 {
+        pp.expect("the answer's request-update", |i| {
+            is(&i.event, "request-update", "resourceResync") && name_of(&i.event) == "guestbook"
+        })
+        .await;
+    }
     expect_ack_from(&pp, &rr, "ACK of request-resource-resync").await;
-    // the answer goes out before the ACK: one more request-update per copy
     assert_eq!(
         count_in(&pp, "request-update", "guestbook"),
         2,

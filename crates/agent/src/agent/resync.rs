@@ -20,7 +20,9 @@
 //!   principal answers the extra request like the one sent on start (compare, then
 //!   `response-synced-resource` per resource on a mismatch).
 //!
-//! Every resync request received is ACKed by the session (src/session.rs).
+//! Every resync request received is ACKed by the session (src/session.rs); every one sent is
+//! queued and resent until the other side ACKs it, across a cut (`Outbox::send_reliable`), as
+//! the peer's event writer resends its events.
 
 use std::sync::atomic::Ordering;
 
@@ -43,7 +45,7 @@ impl Inner {
         }
         match self.cfg.mode {
             Mode::Autonomous => {
-                out.send(o::request_resource_resync(&self.source())).await;
+                out.send_reliable(o::request_resource_resync(&self.source()));
             }
             Mode::Managed => self.answer_resource_resync(out).await,
         }
@@ -52,8 +54,7 @@ impl Inner {
     /// Managed: every copy's `request-update`, then `request-synced-resource-list`.
     pub(super) async fn answer_resource_resync(&self, out: &Outbox) {
         let items = self.send_request_updates(out).await;
-        out.send(o::request_synced_list(&self.source(), &set_checksum(items)))
-            .await;
+        out.send_reliable(o::request_synced_list(&self.source(), &set_checksum(items)));
     }
 
     /// Managed: `response-synced-resource` → `request-update` for that resource.
@@ -74,15 +75,14 @@ impl Inner {
                 .map(spec_checksum)
                 .unwrap_or_default();
             let src = self.source();
-            out.send(crate::checksum::request_update(
+            out.send_reliable(crate::checksum::request_update(
                 &src,
                 dk.resync_kind(),
                 name,
                 pns,
                 uid,
                 &sum,
-            ))
-            .await;
+            ));
             return;
         }
         let copy = if project {
@@ -96,12 +96,11 @@ impl Inner {
         };
         let sum = copy.as_ref().map(spec_checksum).unwrap_or_default();
         let src = self.source();
-        out.send(if project {
+        out.send_reliable(if project {
             o::request_update_project(&src, name, pns, uid, &sum)
         } else {
             o::request_update(&src, name, pns, uid, &sum)
-        })
-        .await;
+        });
     }
 
     /// Managed: a `request-update` per copy the principal gave us (Applications, AppProjects);
@@ -119,14 +118,13 @@ impl Inner {
         for c in &copies {
             let suid = o::source_uid(c);
             items.push(set_item("Application", o::name(c), suid));
-            out.send(o::request_update(
+            out.send_reliable(o::request_update(
                 &src,
                 o::name(c),
                 &self.cfg.namespace,
                 suid,
                 &spec_checksum(c),
-            ))
-            .await;
+            ));
         }
         let projects: Vec<Value> = self
             .proj_copies
@@ -137,26 +135,24 @@ impl Inner {
             .collect();
         for p in &projects {
             items.push(set_item("AppProject", o::name(p), o::source_uid(p)));
-            out.send(o::request_update_project(
+            out.send_reliable(o::request_update_project(
                 &src,
                 o::name(p),
                 &self.cfg.namespace,
                 o::source_uid(p),
                 &spec_checksum(p),
-            ))
-            .await;
+            ));
         }
         for (dk, r) in &self.data_copies_list() {
             items.push(set_item(dk.resync_kind(), o::name(r), o::source_uid(r)));
-            out.send(crate::checksum::request_update(
+            out.send_reliable(crate::checksum::request_update(
                 &src,
                 dk.resync_kind(),
                 o::name(r),
                 &self.cfg.namespace,
                 o::source_uid(r),
                 &spec_checksum(r),
-            ))
-            .await;
+            ));
         }
         items
     }
@@ -188,7 +184,7 @@ impl Inner {
         tracing::info!("resync: resource sets differ; sending the synced resources");
         let src = self.source();
         for (k, n, u) in &mine {
-            out.send(response_synced(&src, k, n, &ns, u)).await;
+            out.send_reliable(response_synced(&src, k, n, &ns, u));
         }
         Ok(())
     }

@@ -12,7 +12,9 @@
 //!   when we lack it; an AppProject only when the hub lacks `<agent>-<name>` (the hub form is
 //!   lossy, a checksum could never match).
 //!
-//! Every resync request received is ACKed by the session (src/session.rs).
+//! Every resync request received is ACKed by the session (src/session.rs); every one sent is
+//! queued and resent until the other side ACKs it, across a cut (`Outbox::send_reliable`), as
+//! the peer's event writer resends its events.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -37,7 +39,7 @@ impl Inner {
                 // the agent may have missed AppProject changes while it was away
                 self.sync_projects(a);
                 if first {
-                    out.send(o::request_resource_resync(SOURCE)).await;
+                    out.send_reliable(o::request_resource_resync(SOURCE));
                 }
             }
             Mode::Autonomous if first => self.replica_resync(a, out).await,
@@ -48,8 +50,7 @@ impl Inner {
     /// Autonomous agents: the principal is the replica; ask the agent for what differs.
     pub(super) async fn replica_resync(&self, a: &Arc<AgentState>, out: &Outbox) {
         let items = self.send_request_updates(a, out).await;
-        out.send(o::request_synced_list(SOURCE, &set_checksum(items)))
-            .await;
+        out.send_reliable(o::request_synced_list(SOURCE, &set_checksum(items)));
     }
 
     /// A `request-update` per hub copy of an autonomous agent's resources (Applications in the
@@ -84,8 +85,7 @@ impl Inner {
                 v.copy = Some(h.clone());
             }
             items.push(set_item("Application", o::name(h), &suid));
-            out.send(o::request_update(SOURCE, o::name(h), &agent, &suid, &sum))
-                .await;
+            out.send_reliable(o::request_update(SOURCE, o::name(h), &agent, &suid, &sum));
         }
         // AppProjects copied from this agent: the agent answers `delete` (gone) or `spec-update`
         // (the hub form is lossy, so no checksum is sent: the agent always re-sends the spec)
@@ -105,14 +105,13 @@ impl Inner {
                 // the agent's own name and UID, so the set equals the agent's (the peer's
                 // principal keys it by the hub name, which never matches its agent's set)
                 items.push(set_item("AppProject", orig, o::source_uid(&p)));
-                out.send(o::request_update_project(
+                out.send_reliable(o::request_update_project(
                     SOURCE,
                     orig,
                     &agent,
                     o::source_uid(&p),
                     "",
-                ))
-                .await;
+                ));
             }
         }
         items
@@ -193,28 +192,25 @@ impl Inner {
             "resync: resource sets differ; sending the synced resources"
         );
         for h in &apps {
-            out.send(response_synced(
+            out.send_reliable(response_synced(
                 SOURCE,
                 "Application",
                 o::name(h),
                 agent,
                 o::uid(h),
-            ))
-            .await;
+            ));
         }
         for (n, u) in &projects {
-            out.send(response_synced(
+            out.send_reliable(response_synced(
                 SOURCE,
                 "AppProject",
                 n,
                 &self.cfg.namespace,
                 u,
-            ))
-            .await;
+            ));
         }
         for (k, n, u) in &data {
-            out.send(response_synced(SOURCE, k, n, &self.cfg.namespace, u))
-                .await;
+            out.send_reliable(response_synced(SOURCE, k, n, &self.cfg.namespace, u));
         }
         Ok(())
     }
@@ -245,8 +241,7 @@ impl Inner {
                 .get(Kind::AppProject, &self.cfg.namespace, &hub_name)
                 .await?;
             if hub.is_none() {
-                out.send(o::request_update_project(SOURCE, name, ns, uid, ""))
-                    .await;
+                out.send_reliable(o::request_update_project(SOURCE, name, ns, uid, ""));
             }
             return Ok(());
         }
@@ -254,8 +249,7 @@ impl Inner {
             Some(h) => spec_checksum(&self.to_agent_form(agent, &h)),
             None => String::new(),
         };
-        out.send(o::request_update(SOURCE, name, ns, uid, &sum))
-            .await;
+        out.send_reliable(o::request_update(SOURCE, name, ns, uid, &sum));
         Ok(())
     }
 }

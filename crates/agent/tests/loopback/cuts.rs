@@ -40,12 +40,19 @@ struct Proxy {
 
 impl Proxy {
     async fn start(upstream: SocketAddr) -> Proxy {
+        Self::start_cutting_first(upstream, None).await
+    }
+
+    /// With `cut_after`: the first connection is cut (both directions) once this many bytes went
+    /// from upstream to the client; later connections pass.
+    async fn start_cutting_first(upstream: SocketAddr, cut_after: Option<usize>) -> Proxy {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let (mode, rx) = watch::channel(Net::Pass);
         let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let c2 = conns.clone();
         let accept = tokio::spawn(async move {
+            let mut budget = cut_after;
             while let Ok((down, _)) = l.accept().await {
                 let Ok(up) = TcpStream::connect(upstream).await else {
                     continue;
@@ -53,8 +60,21 @@ impl Proxy {
                 let (dr, dw) = down.into_split();
                 let (ur, uw) = up.into_split();
                 let mut g = c2.lock().unwrap();
-                g.push(tokio::spawn(pipe(dr, uw, rx.clone())));
-                g.push(tokio::spawn(pipe(ur, dw, rx.clone())));
+                let upstream_pipe = tokio::spawn(pipe(dr, uw, rx.clone()));
+                match budget.take() {
+                    None => {
+                        g.push(upstream_pipe);
+                        g.push(tokio::spawn(pipe(ur, dw, rx.clone())));
+                    }
+                    Some(n) => {
+                        let other = upstream_pipe.abort_handle();
+                        g.push(upstream_pipe);
+                        g.push(tokio::spawn(async move {
+                            pipe_at_most(ur, dw, n).await;
+                            other.abort();
+                        }));
+                    }
+                }
             }
         });
         Proxy {
@@ -120,6 +140,25 @@ async fn pipe(
                 }
             }
         }
+    }
+}
+
+/// Copies at most `n` bytes, then stops (the caller cuts the connection).
+async fn pipe_at_most(
+    mut r: tokio::net::tcp::OwnedReadHalf,
+    mut w: tokio::net::tcp::OwnedWriteHalf,
+    mut n: usize,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    while n > 0 {
+        let m = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(m) => m.min(n),
+        };
+        if w.write_all(&buf[..m]).await.is_err() {
+            return;
+        }
+        n -= m;
     }
 }
 
@@ -329,4 +368,41 @@ async fn autonomous_agent_converges_through_cuts_stalls_and_throttling() {
     assert!(a.connections() > 1, "the link was cut: {}", a.connections());
     a.shutdown().await;
     p.shutdown().await;
+}
+
+/// An agent's very first stream is cut while the Applications that already exist on the other
+/// side are being resynced (the cut falls at a different point of the exchange for each byte
+/// budget): the resync requests are resent on the next stream until ACKed, so every Application
+/// arrives. Before they were sent once on the stream, and a managed agent cut mid-resync never got
+/// the rest (the 1,000-agent benchmark's stuck agents).
+#[tokio::test]
+async fn first_stream_cut_mid_resync_still_delivers_everything() {
+    const APPS: usize = 100;
+    for mode in [Mode::Managed, Mode::Autonomous] {
+        for cut_after in [4_000, 8_000, 16_000, 32_000, 64_000] {
+            let (hub, spoke) = (MemStore::new(), MemStore::new());
+            let (ns, from, to, to_ns) = match mode {
+                Mode::Managed => ("first-m", &hub, &spoke, "argocd"),
+                Mode::Autonomous => ("first-a", &spoke, &hub, "first-a"),
+            };
+            let src_ns = if mode == Mode::Managed { ns } else { "argocd" };
+            for i in 0..APPS {
+                put(from, app(src_ns, &format!("app-{i:03}"), "v1")).await;
+            }
+            let pki = LocalPki::new().unwrap();
+            let p = principal(&pki, &hub, "127.0.0.1:0").await;
+            let proxy = Proxy::start_cutting_first(p.local_addr(), Some(cut_after)).await;
+            let addr = proxy.addr;
+            let a = agent_with(&pki, &p, ns, mode, &spoke, |c| {
+                c.principal = addr;
+                c.reconnect_max = Duration::from_millis(200);
+            })
+            .await;
+            let what = format!("{mode:?}, first stream cut after {cut_after} bytes: all arrive");
+            wait_all(to, to_ns, &what, |l| l.len() == APPS).await;
+            wait_idle(|| p.agent_idle(ns) && a.idle()).await;
+            a.shutdown().await;
+            p.shutdown().await;
+        }
+    }
 }
