@@ -86,17 +86,36 @@ async fn child(role: &str) {
     }
     println!("ready {addr}");
     std::io::stdout().flush().unwrap();
-    let _ = tokio::task::spawn_blocking(|| {
+    // stdin: `dump <agent>…` prints the principal's state of those agents, then `end`; EOF stops
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
         let mut s = String::new();
-        while std::io::stdin().read_line(&mut s).unwrap_or(0) > 0 {}
-    })
-    .await;
+        while std::io::stdin().read_line(&mut s).unwrap_or(0) > 0 {
+            let _ = tx.send(std::mem::take(&mut s));
+        }
+    });
+    while let Some(line) = rx.recv().await {
+        if let (Some(p), Some(names)) = (&principal, line.trim().strip_prefix("dump ")) {
+            for n in names.split_whitespace() {
+                println!("{}", p.agent_debug(n));
+            }
+        }
+        println!("end");
+        std::io::stdout().flush().unwrap();
+    }
     if let Some(p) = principal {
         p.shutdown().await;
     }
 }
 
-fn spawn(role: &str, dir: &std::path::Path) -> (std::process::Child, String) {
+fn spawn(
+    role: &str,
+    dir: &std::path::Path,
+) -> (
+    std::process::Child,
+    String,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
     let mut c = Command::new(std::env::current_exe().unwrap())
         .env("BENCH_ROLE", role)
         .env("BENCH_DIR", dir)
@@ -105,11 +124,10 @@ fn spawn(role: &str, dir: &std::path::Path) -> (std::process::Child, String) {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    std::io::BufReader::new(c.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
+    out.read_line(&mut line).unwrap();
     let addr = line.trim().strip_prefix("ready ").unwrap().to_string();
-    (c, addr)
+    (c, addr, out)
 }
 
 fn main() {
@@ -138,12 +156,12 @@ async fn drive() {
     std::fs::write(dir.path().join("jwt.key"), throwaway_jwt_key()).unwrap();
 
     // the hub's data alone
-    let (mut store_only, _) = spawn("store-only", dir.path());
+    let (mut store_only, _, _) = spawn("store-only", dir.path());
     let store_kib = rss_kib(store_only.id(), "VmRSS:");
     drop(store_only.stdin.take());
     store_only.wait().unwrap();
 
-    let (mut child, addr) = spawn("principal", dir.path());
+    let (mut child, addr, mut child_out) = spawn("principal", dir.path());
     let pid = child.id();
     let idle_kib = rss_kib(pid, "VmRSS:");
     let started = Instant::now();
@@ -161,6 +179,7 @@ async fn drive() {
         agents.push((a, store));
     }
     // every agent holds its apps (waited on the stores, checked every 100 ms: a progress read)
+    let mut tick = 0u64;
     loop {
         let mut have = 0;
         for (_, s) in &agents {
@@ -173,7 +192,17 @@ async fn drive() {
         if have == n * apps {
             break;
         }
+        tick += 1;
+        if tick % 300 == 0 {
+            let connected = agents.iter().filter(|(a, _)| a.is_connected()).count();
+            eprintln!(
+                "t={:.0}s delivered={have}/{} agents connected={connected}/{n}",
+                started.elapsed().as_secs_f64(),
+                n * apps
+            );
+        }
         if started.elapsed() > Duration::from_secs(600) {
+            let mut stuck = Vec::new();
             for (i, (a, s)) in agents.iter().enumerate() {
                 let got = s
                     .list(Kind::Application, Some("argocd"))
@@ -188,7 +217,17 @@ async fn drive() {
                         a.idle(),
                         a.last_error()
                     );
+                    stuck.push(format!("agent-{i}"));
                 }
+            }
+            // the principal's side of the same agents
+            let stdin = child.stdin.as_mut().unwrap();
+            writeln!(stdin, "dump {}", stuck.join(" ")).unwrap();
+            stdin.flush().unwrap();
+            let mut line = String::new();
+            while child_out.read_line(&mut line).unwrap_or(0) > 0 && line.trim() != "end" {
+                eprint!("principal: {line}");
+                line.clear();
             }
             panic!("only {have} of {} delivered", n * apps);
         }

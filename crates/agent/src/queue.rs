@@ -220,7 +220,8 @@ impl SendQueue {
     }
 
     /// Pushes an event for resource `key`.
-    pub fn push(&self, key: &str, ev: Event) -> Pushed {
+    pub fn push(&self, key: &str, mut ev: Event) -> Pushed {
+        ev.compact();
         let r = {
             let mut s = self.state.lock().expect("poisoned");
             Self::push_locked(&mut s, self.capacity, key, ev)
@@ -229,25 +230,33 @@ impl SendQueue {
         r
     }
 
-    /// Pushes a request event (resync) under a key of its own: sent at once, resent until it
-    /// is ACKed like any queued event, never coalesced and never deferred (at most a few per
-    /// resource of a resync, so capacity does not bound them).
-    pub fn push_request(&self, ev: Event) {
-        {
+    /// Pushes a request event (resync) under `key` (what it asks about): sent at once and
+    /// resent until it is ACKed like any queued event, never deferred (a resync has a few per
+    /// resource, so capacity does not bound them). A request still unsent under the same key is
+    /// replaced: under load, when ACKs come later than the resend backoff, repeated requests and
+    /// their answers coalesce instead of multiplying.
+    pub fn push_request(&self, key: &str, mut ev: Event) -> Pushed {
+        ev.compact();
+        let r = {
             let mut s = self.state.lock().expect("poisoned");
-            let key = format!("{REQUEST_KEY_PREFIX}{}", ev.event_id);
+            let key = format!("{REQUEST_KEY_PREFIX}{key}");
             s.seq += 1;
-            s.slots
-                .entry(key.clone())
-                .or_default()
-                .pending
-                .push_back(ev);
-            s.pending += 1;
-            if s.ready_set.insert(key.clone()) {
-                s.ready.push_back(key);
+            let slot = s.slots.entry(key.clone()).or_default();
+            if let Some(q) = slot.pending.back_mut() {
+                *q = ev;
+                Pushed::Coalesced
+            } else {
+                slot.pending.push_back(ev);
+                let idle = slot.inflight.is_none();
+                s.pending += 1;
+                if idle && s.ready_set.insert(key.clone()) {
+                    s.ready.push_back(key);
+                }
+                Pushed::Queued
             }
-        }
+        };
         self.notify.notify_one();
+        r
     }
 
     fn push_locked(s: &mut State, capacity: usize, key: &str, mut ev: Event) -> Pushed {
@@ -278,6 +287,7 @@ impl SendQueue {
                         .find(|q| q.ty == EventType::Create)
                 {
                     q.data = ev.data;
+                    q.encoded_data = ev.encoded_data;
                     q.event_id = ev.event_id;
                     return Pushed::Coalesced;
                 }
@@ -441,7 +451,8 @@ impl SendQueue {
             };
             let events = regen(&key);
             let mut s = self.state.lock().expect("poisoned");
-            for ev in events {
+            for mut ev in events {
+                ev.compact();
                 // may exceed capacity by the few events of one key: bounded by the key's event count
                 let slot = s.slots.entry(key.clone()).or_default();
                 if ev.ty == EventType::Delete {
@@ -480,6 +491,57 @@ mod tests {
 
     fn q() -> SendQueue {
         SendQueue::new(100, Backoff::default())
+    }
+
+    fn req(name: &str) -> Event {
+        Event::request(
+            "t",
+            EventType::RequestUpdate,
+            Target::ResourceResync,
+            json!({"name": name}),
+        )
+    }
+
+    /// Requests repeated faster than they are ACKed (a loaded peer) do not pile up: per key one
+    /// in flight and at most one waiting, the newest; each is resent until ACKed.
+    #[tokio::test(start_paused = true)]
+    async fn repeated_requests_coalesce_and_are_resent_until_acked() {
+        let q = q();
+        assert_eq!(q.push_request("a", req("a")), Pushed::Queued);
+        let now = Instant::now();
+        let first = q.next(now).unwrap();
+        for _ in 0..50 {
+            q.push_request("a", req("a"));
+        }
+        let last = req("a");
+        let last_id = last.event_id.clone();
+        assert_eq!(q.push_request("a", last), Pushed::Coalesced);
+        assert_eq!(q.push_request("b", req("b")), Pushed::Queued);
+        assert_eq!(
+            q.stats(),
+            QueueStats {
+                pending: 2,
+                inflight: 1,
+                deferred: 0
+            },
+            "one waiting behind the one in flight, and b"
+        );
+        let b = q.next(now).unwrap();
+        assert_eq!(b.key, "~request/b");
+        q.answer(&b.event.resource_id, &b.event.event_id);
+        assert!(q.next(now).is_err(), "a's next waits for the ACK");
+        let again = q.next(now + Backoff::default().delay(1)).unwrap();
+        assert_eq!(
+            again.event.event_id, first.event.event_id,
+            "resent while not ACKed"
+        );
+        q.answer(&first.event.resource_id, &first.event.event_id);
+        let next = q.next(now + Backoff::default().delay(1)).unwrap();
+        assert_eq!(next.event.event_id, last_id, "the newest waiting one");
+        assert!(matches!(
+            q.answer(&next.event.resource_id, &next.event.event_id),
+            Answered::Acked(_)
+        ));
     }
 
     #[tokio::test(start_paused = true)]

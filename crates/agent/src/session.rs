@@ -55,7 +55,18 @@ impl Outbox {
     /// Queues a request (resync events) that is resent until the peer ACKs it, on this stream or
     /// the next one (the peer's event writer resends every event until its ACK).
     pub fn send_reliable(&self, ev: Event) {
-        self.queue.push_request(ev);
+        let d = &ev.data;
+        let part = |k: &str| d[k].as_str().unwrap_or_default();
+        // what the request is about: one per resource (request-update, response-synced-resource)
+        // or one per stream side (request-synced-resource-list, request-resource-resync)
+        let key = format!(
+            "{}/{}/{}/{}",
+            ev.ty.short(),
+            part("kind"),
+            part("namespace"),
+            part("name")
+        );
+        self.queue.push_request(&key, ev);
     }
 }
 
@@ -229,6 +240,9 @@ where
     );
 
     let sem = Arc::new(Semaphore::new(ctx.concurrency.max(1)));
+    // events being handled (type + event id): a resend that arrives while the first copy is
+    // still being handled is dropped, the first one's ACK answers both
+    let busy: Arc<std::sync::Mutex<std::collections::HashSet<String>>> = Arc::default();
     loop {
         let msg = match inbound.next().await {
             None => break SessionEnd::Closed,
@@ -317,6 +331,13 @@ where
             }
             _ => {}
         }
+        let busy_guard = match Busy::enter(&busy, &ev) {
+            Some(g) => g,
+            None => {
+                tracing::debug!(r#type = ev.ty.short(), event = %ev.event_id, "resend of an event still being handled; dropped");
+                continue;
+            }
+        };
         let permit = match sem.clone().acquire_owned().await {
             Ok(p) => p,
             Err(_) => break SessionEnd::Closed,
@@ -326,6 +347,7 @@ where
         let ctx2 = ctx.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let _busy = busy_guard;
             // resync requests are ACKed like changes: the peer's event writer resends every
             // non-ACK, non-heartbeat event until its ACK arrives (internal/event/event_writer.go)
             // resource requests/responses and cache info are ACKed too (the peer ACKs every
@@ -397,6 +419,39 @@ where
                 }
             }
         });
+    }
+}
+
+/// Marks an event as being handled until dropped (see `busy` in [`run`]).
+struct Busy {
+    set: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    key: Option<String>,
+}
+
+impl Busy {
+    /// `None`: the same event is being handled already.
+    fn enter(
+        set: &Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+        ev: &Event,
+    ) -> Option<Busy> {
+        let key = (!ev.event_id.is_empty()).then(|| format!("{}/{}", ev.ty.short(), ev.event_id));
+        if let Some(k) = &key
+            && !set.lock().expect("poisoned").insert(k.clone())
+        {
+            return None;
+        }
+        Some(Busy {
+            set: set.clone(),
+            key,
+        })
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if let Some(k) = &self.key {
+            self.set.lock().expect("poisoned").remove(k);
+        }
     }
 }
 

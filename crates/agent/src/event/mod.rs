@@ -269,8 +269,11 @@ pub struct Event {
     pub sent_at: Option<String>,
     /// Every other extension (`principaluid`, `traceparent`, …) with its protobuf kind.
     pub extra_attrs: BTreeMap<String, AttrValue>,
-    /// JSON payload (`Null`: no data, no `datacontenttype`).
+    /// JSON payload (`Null`: no data, no `datacontenttype`, unless `encoded_data` holds it).
     pub data: Value,
+    /// The payload already encoded as the wire carries it, in place of `data` (which is then
+    /// `Null`): events held in a send queue keep only these bytes (see [`Event::compact`]).
+    pub encoded_data: Option<std::sync::Arc<[u8]>>,
 }
 
 /// Why an incoming event could not be decoded.
@@ -315,6 +318,7 @@ impl Event {
             sent_at: None,
             extra_attrs: BTreeMap::new(),
             data: obj.clone(),
+            encoded_data: None,
         }
     }
 
@@ -332,6 +336,7 @@ impl Event {
             sent_at: None,
             extra_attrs: BTreeMap::new(),
             data,
+            encoded_data: None,
         }
     }
 
@@ -350,6 +355,7 @@ impl Event {
             sent_at: self.sent_at.clone(),
             extra_attrs: self.extra_attrs.clone(),
             data: Value::Null,
+            encoded_data: None,
         }
     }
 
@@ -397,6 +403,15 @@ impl Event {
         self.subject.rsplit('/').next().unwrap_or("")
     }
 
+    /// Replaces the payload by its wire bytes (a parsed object takes several times the memory of
+    /// its JSON): what a send queue holds until the event is ACKed. `data` reads `Null` after.
+    pub fn compact(&mut self) {
+        if !self.data.is_null() {
+            self.encoded_data = Some(gojson::to_vec(&self.data).into());
+            self.data = Value::Null;
+        }
+    }
+
     /// The SDK-level event (what `format.ToProto` is given).
     pub fn to_sdk(&self) -> SdkEvent {
         let mut extensions = self.extra_attrs.clone();
@@ -406,7 +421,9 @@ impl Event {
         if let Some(sent) = &self.sent_at {
             extensions.insert(attr::SENTAT.into(), s(sent));
         }
-        let (datacontenttype, data) = if self.data.is_null() {
+        let (datacontenttype, data) = if let Some(b) = &self.encoded_data {
+            (CONTENT_TYPE_JSON.to_string(), b.to_vec())
+        } else if self.data.is_null() {
             (String::new(), Vec::new())
         } else {
             (CONTENT_TYPE_JSON.to_string(), gojson::to_vec(&self.data))
@@ -466,6 +483,7 @@ impl Event {
             sent_at,
             extra_attrs: e.extensions,
             data,
+            encoded_data: None,
         })
     }
 }

@@ -24,39 +24,32 @@ impl Inner {
             while let Some(ev) = s.next().await {
                 match ev {
                     Ok(StoreEvent::Restarted(list)) => {
-                        let mut by_ns: HashMap<String, HashMap<String, Value>> = HashMap::new();
-                        for h in list
+                        // the new list replaces the cache first (sending reads it); each object
+                        // is then handled from the list, and the old cache finds the deletions
+                        let mut by_ns: super::HubCache = HashMap::new();
+                        let list: Vec<Value> = list
                             .into_iter()
                             .filter(|h| self.ns_allowed(o::namespace(h)))
-                        {
+                            .collect();
+                        for h in &list {
                             by_ns
-                                .entry(o::namespace(&h).to_string())
+                                .entry(o::namespace(h).to_string())
                                 .or_default()
-                                .insert(o::name(&h).to_string(), h);
+                                .insert(o::name(h).to_string(), super::compact(h));
                         }
-                        // one copy of the hub's Applications at a time (100,000 of them are
-                        // hundreds of MiB): the new list replaces the cache first (sending reads
-                        // it), then each object is handled from a short-lived clone
                         let old =
                             std::mem::replace(&mut *self.cache.lock().expect("poisoned"), by_ns);
-                        let keys: Vec<(String, String)> = {
-                            let cache = self.cache.lock().expect("poisoned");
-                            cache
-                                .iter()
-                                .flat_map(|(ns, m)| m.keys().map(|n| (ns.clone(), n.clone())))
-                                .collect()
-                        };
-                        for (ns, name) in keys {
-                            if let Some(h) = self.cached(&ns, &name) {
-                                self.on_hub_apply(&ns, &h);
-                            }
+                        for h in list {
+                            self.on_hub_apply(o::namespace(&h), &h);
                         }
                         let mut gone = Vec::new();
                         {
                             let cache = self.cache.lock().expect("poisoned");
                             for (ns, objs) in old {
-                                for (name, h) in objs {
-                                    if cache.get(&ns).is_none_or(|m| !m.contains_key(&name)) {
+                                for (name, b) in objs {
+                                    if cache.get(&ns).is_none_or(|m| !m.contains_key(&name))
+                                        && let Ok(h) = serde_json::from_slice::<Value>(&b)
+                                    {
                                         gone.push((ns.clone(), h));
                                     }
                                 }
@@ -76,7 +69,7 @@ impl Inner {
                             .expect("poisoned")
                             .entry(ns.clone())
                             .or_default()
-                            .insert(o::name(&h).to_string(), h.clone());
+                            .insert(o::name(&h).to_string(), super::compact(&h));
                         self.on_hub_apply(&ns, &h);
                     }
                     Ok(StoreEvent::Deleted(h)) if self.ns_allowed(o::namespace(&h)) => {

@@ -130,6 +130,16 @@ impl PrincipalConfig {
     }
 }
 
+/// Hub Applications by namespace, then name, each as its JSON bytes.
+type HubCache = HashMap<String, HashMap<String, Box<[u8]>>>;
+
+/// The cache form of a hub object.
+fn compact(h: &Value) -> Box<[u8]> {
+    serde_json::to_vec(h)
+        .expect("a JSON value serializes")
+        .into_boxed_slice()
+}
+
 #[derive(Default, Clone)]
 struct View {
     /// spec checksum the agent has (managed) / the agent's (autonomous)
@@ -175,8 +185,10 @@ struct Inner {
     identity: Regex,
     metrics: Arc<Metrics>,
     agents: Mutex<HashMap<String, Arc<AgentState>>>,
-    /// hub Applications by namespace and name (kept by the hub watcher)
-    cache: Mutex<HashMap<String, HashMap<String, Value>>>,
+    /// hub Applications by namespace and name (kept by the hub watcher), as compact JSON: a
+    /// parsed `Value` takes ~5× the bytes, and 100,000 Applications are read only to rebuild a
+    /// deferred key's events
+    cache: Mutex<HubCache>,
     /// hub AppProjects in the principal's namespace by name (kept by the project watcher)
     projects: Mutex<HashMap<String, Value>>,
     /// resource-proxy requests waiting for their agent's answer
@@ -512,6 +524,31 @@ impl Principal {
         g.get(agent).is_none_or(|a| a.queue.is_idle())
     }
 
+    /// One line about an agent's state here (for diagnostics: benchmarks, support).
+    pub fn agent_debug(&self, agent: &str) -> String {
+        let Some(a) = self.inner.agent(agent) else {
+            return format!("{agent}: never seen");
+        };
+        let q = a.queue.stats();
+        format!(
+            "{agent}: mode={} connected={} generation={} session={:?} resynced={} outbox={:?} queue(pending={} inflight={} deferred={}) views={}",
+            a.mode.lock().expect("poisoned").as_str(),
+            a.connected.load(Ordering::SeqCst),
+            a.generation.load(Ordering::SeqCst),
+            a.session
+                .lock()
+                .expect("poisoned")
+                .as_ref()
+                .map(|(g, _)| *g),
+            a.resynced.load(Ordering::SeqCst),
+            a.outbox.lock().expect("poisoned").as_ref().map(|(g, _)| *g),
+            q.pending,
+            q.inflight,
+            q.deferred,
+            a.views.lock().expect("poisoned").len(),
+        )
+    }
+
     /// Stops serving and drops every stream.
     pub async fn shutdown(mut self) {
         self.inner.metrics.ready.set(false);
@@ -599,12 +636,9 @@ impl Inner {
     }
 
     fn cached(&self, ns: &str, name: &str) -> Option<Value> {
-        self.cache
-            .lock()
-            .expect("poisoned")
-            .get(ns)
-            .and_then(|m| m.get(name))
-            .cloned()
+        let g = self.cache.lock().expect("poisoned");
+        let b = g.get(ns).and_then(|m| m.get(name))?;
+        serde_json::from_slice(b).ok()
     }
 
     /// Current events for a deferred key (backpressure path).
