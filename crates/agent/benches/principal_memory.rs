@@ -193,7 +193,7 @@ async fn drive() {
             break;
         }
         tick += 1;
-        if tick % 300 == 0 {
+        if tick.is_multiple_of(300) {
             let connected = agents.iter().filter(|(a, _)| a.is_connected()).count();
             eprintln!(
                 "t={:.0}s delivered={have}/{} agents connected={connected}/{n}",
