@@ -9,6 +9,7 @@ mod ha;
 mod harness;
 mod hub;
 mod managed;
+mod mapping;
 mod mesh;
 mod ops;
 mod pod_streams;
