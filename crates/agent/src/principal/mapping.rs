@@ -86,6 +86,30 @@ pub fn hub_namespace_candidates<'a>(
     }
 }
 
+/// The Application (`(namespace, name)`) an agent-served Redis key of Argo CD's names:
+/// `app|{managed-resources,resources-tree}|[<ns>_]<app>|<version>`, no `<ns>_` meaning the
+/// principal's namespace; `None` for the keys the hub Redis keeps (peer: redisproxy.go
+/// `extractAgentNameFromRedisCommandKey`).
+pub fn redis_app_of_key<'a>(
+    key: &'a str,
+    principal_ns: &'a str,
+) -> Result<Option<(&'a str, &'a str)>, String> {
+    if !key.starts_with("app|managed-resources") && !key.starts_with("app|resources-tree") {
+        return Ok(None);
+    }
+    let fields: Vec<&str> = key.split('|').collect();
+    if fields.len() != 4 {
+        return Err(format!(
+            "unexpected number of fields in expected key: '{key}'"
+        ));
+    }
+    Ok(Some(
+        fields[2]
+            .split_once('_')
+            .unwrap_or((principal_ns, fields[2])),
+    ))
+}
+
 /// Which agent each hub Application (`<ns>/<name>`) was routed to, kept by the hub watcher: a
 /// changed destination deletes the app from the agent it left (peer: `handleAppAgentChange`),
 /// and the resync answers come from here.
@@ -191,6 +215,20 @@ mod tests {
             hub_namespace_candidates("argocd", Some("argocd"), "argocd"),
             vec!["argocd"]
         );
+    }
+
+    #[test]
+    fn redis_keys_name_the_app_and_a_bare_name_is_in_the_principal_namespace() {
+        assert_eq!(
+            redis_app_of_key("app|managed-resources|team-a_gb|1.8.3", "argocd"),
+            Ok(Some(("team-a", "gb")))
+        );
+        assert_eq!(
+            redis_app_of_key("app|resources-tree|gb|1.8.3.gz", "argocd"),
+            Ok(Some(("argocd", "gb")))
+        );
+        assert_eq!(redis_app_of_key("git-refs|x", "argocd"), Ok(None));
+        assert!(redis_app_of_key("app|resources-tree|gb", "argocd").is_err());
     }
 
     #[test]

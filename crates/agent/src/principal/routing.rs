@@ -200,6 +200,21 @@ impl Inner {
         Ok(())
     }
 
+    /// The agent a Redis key of Argo CD's belongs to (`None`: the hub Redis answers). Without
+    /// mapping the key's namespace names the agent; with it (peer: redisproxy.go
+    /// `extractAgentNameFromRedisCommandKey` + `GetAgentForApp`), the Application the key
+    /// names (no `<ns>_`: in the principal's namespace) is looked up in the routes.
+    pub(super) fn redis_agent_of_key(&self, key: &str) -> Result<Option<String>, String> {
+        if !self.cfg.destination_based_mapping {
+            return crate::redis_wire::agent_of_key(key).map(|a| a.map(str::to_string));
+        }
+        let Some((ns, app)) = mapping::redis_app_of_key(key, &self.cfg.namespace)? else {
+            return Ok(None);
+        };
+        let routes = self.routes.lock().expect("poisoned");
+        Ok(routes.get(&mapping::key(ns, app)).map(str::to_string))
+    }
+
     /// The hub Applications routed to a mapped agent (resync sets).
     pub(super) fn mapped_apps(&self, agent: &str) -> Vec<Value> {
         let routed = self.routes.lock().expect("poisoned").of_agent(agent);

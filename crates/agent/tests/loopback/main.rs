@@ -10,6 +10,7 @@ mod harness;
 mod hub;
 mod managed;
 mod mapping;
+mod mapping_redis;
 mod mesh;
 mod ops;
 mod pod_streams;

@@ -353,3 +353,33 @@ async fn autonomous_agents_refuse_mapping_and_keep_their_hub_namespace() {
     a.shutdown().await;
     p.shutdown().await;
 }
+
+/// AppProjects under mapping (peer: `DoesAgentMatchWithProject`/`AgentSpecificAppProject` with
+/// destination-based mapping): a destination naming the agent suffices, and `sourceNamespaces`
+/// (the hub namespaces of its Applications) is kept for the agent's Argo CD.
+#[tokio::test]
+async fn projects_match_by_destination_and_keep_their_source_namespaces() {
+    let pki = LocalPki::new().unwrap();
+    let (hub, sx) = (MemStore::new(), MemStore::new());
+    let p = mapped_principal(&pki, &hub, "127.0.0.1:0").await;
+    let ax = mapped_agent(&pki, &p, "agent-x", &sx, |_| {}).await;
+    hub.create(
+        Kind::AppProject,
+        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
+               "metadata": {"name": "team", "namespace": "argocd"},
+               "spec": {"sourceRepos": ["*"],
+                        "destinations": [{"name": "agent-x", "namespace": "*"}],
+                        "sourceNamespaces": ["team-a", "team-b"]}}),
+    )
+    .await
+    .unwrap();
+    let l = wait_for_kind(&sx, Kind::AppProject, "argocd", "team", "delivered", |o| {
+        o.is_some()
+    })
+    .await
+    .unwrap();
+    assert_eq!(l["spec"]["sourceNamespaces"], json!(["team-a", "team-b"]));
+    assert_eq!(l["spec"]["destinations"][0]["name"], "in-cluster");
+    ax.shutdown().await;
+    p.shutdown().await;
+}
