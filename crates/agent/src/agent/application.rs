@@ -396,7 +396,7 @@ impl Inner {
                 // already gone (e.g. deleted while we were disconnected): report at once
                 self.deleting.lock().expect("poisoned").remove(&key);
                 let mut stub = o::stub(&name, ns, "");
-                if ns != o::namespace(hub) {
+                if self.cfg.destination_based_mapping && ns != o::namespace(hub) {
                     // remapped (destination-based mapping): the principal maps it back
                     o::set_annotation(&mut stub, super::mapping::NAMESPACE_REMAPPED, "true");
                 }

@@ -187,14 +187,18 @@ async fn an_app_moved_to_another_destination_leaves_the_first_agent_and_reaches_
         o.is_some_and(|o| o["status"]["health"]["status"] == "Healthy")
     })
     .await;
-    wait_idle(|| p.agent_idle("agent-x") && p.agent_idle("agent-y") && ax.idle() && ay.idle())
-        .await;
-    let h = hub
-        .get(Kind::Application, "team-a", "gb")
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(h["status"]["health"]["status"], "Healthy");
+    // the ignore-sync label takes it away from its agent, as without mapping
+    patch(
+        &hub,
+        "team-a",
+        "gb",
+        json!({"metadata": {"labels": {"argocd-agent.argoproj-labs.io/ignore-sync": "true"}}}),
+    )
+    .await;
+    wait_for(&sy, "team-a", "gb", "ignore-sync removes it", |o| {
+        o.is_none()
+    })
+    .await;
     ax.shutdown().await;
     ay.shutdown().await;
     p.shutdown().await;
