@@ -434,6 +434,9 @@ async fn run(
     }
     cfg.cache_refresh_interval = args.cache_refresh_interval;
     cfg.destination_based_mapping = args.destination_based_mapping;
+    if cfg.destination_based_mapping {
+        tracing::info!("Destination-based mapping is enabled");
+    }
     cfg.create_namespace = args.create_namespace;
     cfg.allowed_namespaces = args
         .allowed_namespaces

@@ -611,6 +611,9 @@ async fn run(
         .cloned()
         .collect();
     cfg.destination_based_mapping = args.destination_based_mapping;
+    if cfg.destination_based_mapping {
+        tracing::info!("Destination-based mapping is enabled on the principal");
+    }
     let gzip = match args.proxy.redis_compression_type.as_str() {
         "gzip" => true,
         "none" => false,
