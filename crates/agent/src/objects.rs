@@ -337,6 +337,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn namespaced_application_keys_never_collide_with_other_targets() {
+        // a namespace named like a target prefix stays an Application
+        let k = app_qkey("appproject", "x");
+        assert_eq!(parse_qkey(&k), (Target::Application, "appproject/x"));
+        assert_eq!(split_ns_name("appproject/x"), Some(("appproject", "x")));
+        assert_eq!(
+            parse_qkey(&qkey(Target::AppProject, "x")),
+            (Target::AppProject, "x")
+        );
+        assert_eq!(parse_qkey("gb"), (Target::Application, "gb"));
+        assert_eq!(split_ns_name("gb"), None);
+    }
+
+    #[test]
     fn project_from_agent_is_prefixed_and_points_at_the_agent() {
         let p = json!({"metadata": {"name": "team", "namespace": "argocd", "uid": "u1"},
             "spec": {"destinations": [{"server": IN_CLUSTER_SERVER, "namespace": "*"}]}});
