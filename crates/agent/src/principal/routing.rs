@@ -50,13 +50,13 @@ impl Inner {
     /// Hub watcher, mapping on: routes `h` by destination. `false`: not for mapping (an
     /// autonomous agent's namespace), the caller goes on as without mapping.
     pub(super) fn on_hub_apply_mapped(self: &Arc<Self>, ns: &str, h: &Value) -> bool {
-        if self
-            .agent(ns)
-            .is_some_and(|a| *a.mode.lock().expect("poisoned") == Mode::Autonomous)
-        {
+        let key = mapping::key(ns, o::name(h));
+        if self.autonomous_namespace(ns) {
+            // an autonomous agent's copy belongs to the agent its namespace names (peer:
+            // `getAgentNameForApp`, `trackAppToAgent`: the Redis proxy finds it there)
+            self.routes.lock().expect("poisoned").set(&key, Some(ns));
             return false;
         }
-        let key = mapping::key(ns, o::name(h));
         let target = match o::ignored(h) {
             true => None,
             false => mapping::target_agent(h),
@@ -79,20 +79,23 @@ impl Inner {
 
     /// Hub watcher, mapping on: a hub Application is gone. `false` as [`Self::on_hub_apply_mapped`].
     pub(super) fn on_hub_delete_mapped(self: &Arc<Self>, ns: &str, h: &Value) -> bool {
-        if self
-            .agent(ns)
-            .is_some_and(|a| *a.mode.lock().expect("poisoned") == Mode::Autonomous)
-        {
-            return false;
-        }
         let key = mapping::key(ns, o::name(h));
         let was = self.routes.lock().expect("poisoned").set(&key, None);
+        if self.autonomous_namespace(ns) {
+            return false;
+        }
         if let Some(a) = was.and_then(|n| self.agent(&n))
             && self.mapped(&a)
         {
             self.delete_managed(&a, &key, h);
         }
         true
+    }
+
+    /// Whether `ns` is the hub namespace of an autonomous agent (its copies are not mapped).
+    fn autonomous_namespace(&self, ns: &str) -> bool {
+        self.agent(ns)
+            .is_some_and(|a| *a.mode.lock().expect("poisoned") == Mode::Autonomous)
     }
 
     /// A deferred `application/<ns>/<name>` key of a mapped agent: the current events.

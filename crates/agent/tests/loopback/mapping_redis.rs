@@ -33,6 +33,19 @@ async fn keys_go_to_the_agent_the_app_is_routed_to_unchanged() {
         ));
     })
     .await;
+    // an autonomous agent's copies (hub namespace `au`) stay its own under mapping
+    let (sa, au_redis) = (MemStore::new(), RedisServer::start().await);
+    let au = agent_with(&pki, &p, "au", Mode::Autonomous, &sa, |c| {
+        c.redis_proxy = Some(LocalRedisProxy::new(&au_redis.addr));
+    })
+    .await;
+    put(&sa, app("argocd", "mine", "v1")).await;
+    wait_for(&hub, "au", "mine", "copied to the hub", |o| o.is_some()).await;
+    let mut r = au_redis.conn().await;
+    let _: () = r
+        .set("app|resources-tree|mine|1.8.3.gz", "tree of au/mine")
+        .await
+        .unwrap();
     let ax = agent_with(&pki, &p, "agent-x", Mode::Managed, &sx, |c| {
         c.destination_based_mapping = true;
         c.allowed_namespaces = vec!["team-a".into()];
@@ -79,6 +92,12 @@ async fn keys_go_to_the_agent_the_app_is_routed_to_unchanged() {
         .await
         .unwrap();
     assert_eq!(v, "hub tree", "an app routed to no agent stays on the hub");
+    let v: String = c.get("app|resources-tree|au_mine|1.8.3.gz").await.unwrap();
+    assert_eq!(
+        v, "tree of au/mine",
+        "an autonomous agent's copy: its agent answers"
+    );
+    au.shutdown().await;
     ax.shutdown().await;
     p.shutdown().await;
 }
