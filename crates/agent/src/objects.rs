@@ -201,7 +201,8 @@ pub const AGENT_NAME_LABEL: &str = "argocd-agent.argoproj-labs.io/agent-name";
 pub const IN_CLUSTER_SERVER: &str = "https://kubernetes.default.svc";
 
 /// Send-queue / lock key of a resource: Applications by name, AppProjects as `appproject/<name>`
-/// (a name never contains `/`, so the two never collide).
+/// (a name never contains `/`, so the two never collide). With destination-based mapping an
+/// Application is keyed by namespace too: [`app_qkey`].
 pub fn qkey(target: Target, name: &str) -> String {
     match target {
         Target::AppProject => format!("appproject/{name}"),
@@ -211,9 +212,22 @@ pub fn qkey(target: Target, name: &str) -> String {
     }
 }
 
-/// Reverse of [`qkey`].
+/// Destination-based mapping: the send-queue / lock key of an Application in namespace `ns`,
+/// `application/<ns>/<name>` ([`parse_qkey`] gives `(Application, "<ns>/<name>")`).
+pub fn app_qkey(ns: &str, name: &str) -> String {
+    format!("application/{ns}/{name}")
+}
+
+/// `<ns>/<name>` → `(ns, name)`; a plain name → `None`.
+pub fn split_ns_name(key: &str) -> Option<(&str, &str)> {
+    key.split_once('/')
+}
+
+/// Reverse of [`qkey`] and [`app_qkey`].
 pub fn parse_qkey(key: &str) -> (Target, &str) {
-    if let Some(n) = key.strip_prefix("appproject/") {
+    if let Some(n) = key.strip_prefix("application/") {
+        (Target::Application, n)
+    } else if let Some(n) = key.strip_prefix("appproject/") {
         (Target::AppProject, n)
     } else if let Some(n) = key.strip_prefix("repository/") {
         (Target::Repository, n)
@@ -257,12 +271,13 @@ pub fn project_stub(name: &str, ns: &str, uid: &str) -> Value {
 /// Managed mode: the agent-specific form of a hub AppProject, or `None` when the project does not
 /// select the agent (destinations, deny patterns and `sourceNamespaces`, as argocd-agent: see
 /// [`crate::project_match`]). Metadata (uid, resourceVersion) is kept: it makes the event ids.
-pub fn project_for_agent(p: &Value, agent: &str) -> Option<Value> {
+/// `mapped` (destination-based mapping): `sourceNamespaces` is neither required nor removed.
+pub fn project_for_agent(p: &Value, agent: &str, mapped: bool) -> Option<Value> {
     use crate::project_match as pm;
-    if !pm::agent_matches(agent, p, false) {
+    if !pm::agent_matches(agent, p, mapped) {
         return None;
     }
-    let mut out = pm::agent_specific(p, agent, false, crate::Mode::Managed);
+    let mut out = pm::agent_specific(p, agent, mapped, crate::Mode::Managed);
     if let Some(m) = out.as_object_mut() {
         m.remove("status");
     }
@@ -320,6 +335,20 @@ pub fn request_update_project(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn namespaced_application_keys_never_collide_with_other_targets() {
+        // a namespace named like a target prefix stays an Application
+        let k = app_qkey("appproject", "x");
+        assert_eq!(parse_qkey(&k), (Target::Application, "appproject/x"));
+        assert_eq!(split_ns_name("appproject/x"), Some(("appproject", "x")));
+        assert_eq!(
+            parse_qkey(&qkey(Target::AppProject, "x")),
+            (Target::AppProject, "x")
+        );
+        assert_eq!(parse_qkey("gb"), (Target::Application, "gb"));
+        assert_eq!(split_ns_name("gb"), None);
+    }
 
     #[test]
     fn project_from_agent_is_prefixed_and_points_at_the_agent() {

@@ -318,6 +318,8 @@ type Key = (Kind, String, String);
 struct MemInner {
     objects: BTreeMap<Key, Value>,
     rv: u64,
+    /// namespaces made by `ensure_namespace` (objects never need one here)
+    namespaces: std::collections::BTreeSet<String>,
 }
 
 /// An in-memory store with watches (tests, benchmarks).
@@ -346,9 +348,16 @@ impl MemStore {
             inner: Arc::new(Mutex::new(MemInner {
                 objects: BTreeMap::new(),
                 rv: 0,
+                namespaces: Default::default(),
             })),
             tx,
         }
+    }
+
+    /// The namespaces `ensure_namespace` created, sorted.
+    pub fn namespaces(&self) -> Vec<String> {
+        let g = self.inner.lock().expect("poisoned");
+        g.namespaces.iter().cloned().collect()
     }
 
     fn write(
@@ -531,7 +540,12 @@ impl Store for MemStore {
         }
         Ok(())
     }
-    async fn ensure_namespace(&self, _ns: &str) -> StoreResult<()> {
+    async fn ensure_namespace(&self, ns: &str) -> StoreResult<()> {
+        self.inner
+            .lock()
+            .expect("poisoned")
+            .namespaces
+            .insert(ns.to_string());
         Ok(())
     }
     fn watch(&self, kind: Kind, ns: Option<&str>) -> BoxStream<'static, StoreResult<StoreEvent>> {

@@ -9,6 +9,7 @@ mod agent;
 mod bad_input;
 mod common;
 mod golden;
+mod mapping;
 mod peer_events;
 mod principal;
 mod redis_proxy;

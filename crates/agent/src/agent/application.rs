@@ -113,7 +113,12 @@ impl Inner {
         want: &Value,
         overlay: impl Fn(&Value) -> Value,
     ) -> Result<(), StoreError> {
-        let (ns, name) = (self.cfg.namespace.as_str(), o::name(want));
+        // an Application's namespace is its own with destination-based mapping
+        let ns = match kind == Kind::Application && self.cfg.destination_based_mapping {
+            true => o::namespace(want),
+            false => self.cfg.namespace.as_str(),
+        };
+        let name = o::name(want);
         for _ in 0..5 {
             let r = match self.store.get(kind, ns, name).await? {
                 None => self.store.create(kind, want.clone()).await.map(|_| ()),
@@ -141,12 +146,29 @@ impl Inner {
         ev: Event,
         out: &Outbox,
     ) -> Result<(), HandleError> {
+        // destination-based mapping: an Application keeps the principal's namespace here
+        let mapped = (self.cfg.destination_based_mapping
+            && ev.target == Target::Application
+            && ev.ty.is_resource_change())
+        .then(|| {
+            super::mapping::target_namespace(
+                o::namespace(&ev.data),
+                &self.principal_ns(),
+                &self.cfg.namespace,
+            )
+        });
         let _g = if ev.ty.is_resource_change() {
-            Some(self.locks.lock(&o::qkey(ev.target, ev.name())).await)
+            let key = match &mapped {
+                Some((ns, _)) => o::app_qkey(ns, ev.name()),
+                None => o::qkey(ev.target, ev.name()),
+            };
+            Some(self.locks.lock(&key).await)
         } else {
             None
         };
-        let ns = self.cfg.namespace.clone();
+        let (ns, remapped) = mapped
+            .clone()
+            .unwrap_or_else(|| (self.cfg.namespace.clone(), false));
         crate::validate::supported(&ev).map_err(HandleError::Permanent)?;
         if ev.target == Target::AppProject || ev.data["kind"] == "AppProject" {
             return self.handle_project_event(ev).await;
@@ -177,10 +199,16 @@ impl Inner {
                     ));
                 }
                 if o::deleting(&ev.data) {
-                    return self.delete_for_principal(&ev.data).await;
+                    return self.delete_for_principal(&ev.data, &ns).await;
                 }
-                let want = to_local(&ev.data, &ns);
-                let name = o::name(&want).to_string();
+                if mapped.is_some() {
+                    self.admit_namespace(&ns).await?;
+                }
+                let mut want = to_local(&ev.data, &ns);
+                if remapped {
+                    o::set_annotation(&mut want, super::mapping::NAMESPACE_REMAPPED, "true");
+                }
+                let name = self.lkey(&want);
                 if !self.settle_identity(&ev.data, &ns, &name).await? {
                     return Ok(());
                 }
@@ -192,7 +220,10 @@ impl Inner {
             }
             (Mode::Managed, EventType::Delete) => {
                 let name = ev.name().to_string();
-                self.copies.lock().expect("poisoned").remove(&name);
+                self.copies
+                    .lock()
+                    .expect("poisoned")
+                    .remove(&self.lkey_of(&ns, &name));
                 self.store.delete(Kind::Application, &ns, &name).await?;
                 Ok(())
             }
@@ -300,9 +331,10 @@ impl Inner {
         &self,
         incoming: &Value,
         ns: &str,
-        name: &str,
+        key: &str,
     ) -> Result<bool, HandleError> {
         use crate::policy::{self, AdoptionPolicy, Identity, MismatchPolicy};
+        let name = o::name(incoming);
         let existing = self.store.get(Kind::Application, ns, name).await?;
         match policy::identity(
             incoming,
@@ -312,13 +344,13 @@ impl Inner {
         ) {
             Identity::Adopt(AdoptionPolicy::Never) => {
                 tracing::info!(app = %name, "existing application is not adopted (adoption policy never)");
-                self.copies.lock().expect("poisoned").remove(name);
+                self.copies.lock().expect("poisoned").remove(key);
                 self.push_error(Target::Application, name, ns, policy::ADOPTION_REFUSED);
                 Ok(false)
             }
             Identity::Mismatch(MismatchPolicy::Recreate) => {
                 tracing::info!(app = %name, "source UID mismatch: recreating the application");
-                self.copies.lock().expect("poisoned").remove(name);
+                self.copies.lock().expect("poisoned").remove(key);
                 self.store.delete(Kind::Application, ns, name).await?;
                 if self.store.get(Kind::Application, ns, name).await?.is_some() {
                     return Err(HandleError::Retryable(format!(
@@ -331,26 +363,48 @@ impl Inner {
         }
     }
 
+    /// Destination-based mapping: Applications may only be written in the agent's namespace
+    /// and `--allowed-namespaces`; `--create-namespace` creates a missing one (peer:
+    /// `createApplication`/`updateApplication`).
+    async fn admit_namespace(&self, ns: &str) -> Result<(), HandleError> {
+        if !super::mapping::namespace_allowed(ns, &self.cfg.namespace, &self.cfg.allowed_namespaces)
+        {
+            return Err(HandleError::Permanent(format!(
+                "namespace {ns} is not permitted: not in allowed namespaces list (add it to --allowed-namespaces / ARGOCD_AGENT_ALLOWED_NAMESPACES); the Application was not written"
+            )));
+        }
+        if self.cfg.create_namespace {
+            self.store.ensure_namespace(ns).await?;
+        }
+        Ok(())
+    }
+
     /// Managed: the principal's Application carries a deletionTimestamp. Deletes the local copy in
     /// the foreground (its finalizers let the local Argo CD remove the workload first) and reports
     /// `delete` once it is gone.
     pub(super) async fn delete_for_principal(
         self: &Arc<Self>,
         hub: &Value,
+        ns: &str,
     ) -> Result<(), HandleError> {
-        let ns = self.cfg.namespace.clone();
         let name = o::name(hub).to_string();
-        self.copies.lock().expect("poisoned").remove(&name);
-        self.deleting.lock().expect("poisoned").insert(name.clone());
-        match self.store.get(Kind::Application, &ns, &name).await? {
+        let key = self.lkey_of(ns, &name);
+        self.copies.lock().expect("poisoned").remove(&key);
+        self.deleting.lock().expect("poisoned").insert(key.clone());
+        match self.store.get(Kind::Application, ns, &name).await? {
             None => {
                 // already gone (e.g. deleted while we were disconnected): report at once
-                self.deleting.lock().expect("poisoned").remove(&name);
-                self.push(EventType::Delete, &o::stub(&name, &ns, ""));
+                self.deleting.lock().expect("poisoned").remove(&key);
+                let mut stub = o::stub(&name, ns, "");
+                if self.cfg.destination_based_mapping && ns != o::namespace(hub) {
+                    // remapped (destination-based mapping): the principal maps it back
+                    o::set_annotation(&mut stub, super::mapping::NAMESPACE_REMAPPED, "true");
+                }
+                self.push(EventType::Delete, &stub);
             }
             Some(_) => {
                 tracing::info!(app = %name, "principal deletes the application; deleting in the foreground");
-                self.store.delete(Kind::Application, &ns, &name).await?;
+                self.store.delete(Kind::Application, ns, &name).await?;
             }
         }
         Ok(())

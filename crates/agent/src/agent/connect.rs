@@ -122,6 +122,12 @@ impl Inner {
                 .into_inner(),
         };
         *refresh = Some(resp.refresh_token.clone());
+        // destination-based mapping remaps the principal's namespace (peer: `SetOnAuthenticated`)
+        if !resp.principal_namespace.is_empty() {
+            *self.principal_ns.lock().expect("poisoned") = resp.principal_namespace.clone();
+        } else if self.cfg.destination_based_mapping {
+            tracing::error!("principal namespace from auth response is empty");
+        }
         // as the peer agent (pkg/client/remote.go): the principal judges the version at login
         // (string equality, FailedPrecondition "version mismatch"); Version is only logged
         let v = VersionClient::new(channel.clone())

@@ -6,6 +6,7 @@ mod appproject;
 mod cache_info;
 mod connect;
 mod logs;
+pub mod mapping;
 mod podstream;
 mod redis_proxy;
 mod repository;
@@ -88,6 +89,14 @@ pub struct AgentConfig {
     pub redis_proxy: Option<LocalRedisProxy>,
     /// How often the cluster cache info is sent (the peer's `--cache-refresh-interval`).
     pub cache_refresh_interval: Duration,
+    /// `--destination-based-mapping` (managed only): the principal's Applications keep their
+    /// namespace here (see [`mapping`]).
+    pub destination_based_mapping: bool,
+    /// `--create-namespace` (with mapping): create an Application's missing namespace.
+    pub create_namespace: bool,
+    /// `--allowed-namespaces` (with mapping): namespaces besides `namespace` Applications may
+    /// be written in (globs or `/regex/`).
+    pub allowed_namespaces: Vec<String>,
 }
 
 impl AgentConfig {
@@ -121,6 +130,9 @@ impl AgentConfig {
             local_redis: None,
             redis_proxy: None,
             cache_refresh_interval: Duration::from_secs(10),
+            destination_based_mapping: false,
+            create_namespace: false,
+            allowed_namespaces: Vec::new(),
         }
     }
 }
@@ -164,6 +176,8 @@ struct Inner {
     pod_streams: podstream::PodStreams,
     /// the Redis proxy's local connections and subscriptions
     redis: redis_proxy::RedisState,
+    /// the principal's namespace from the last login (`AuthResponse.principalNamespace`)
+    principal_ns: Mutex<String>,
 }
 
 /// A running agent.
@@ -181,6 +195,16 @@ impl Agent {
         store: Arc<dyn Store>,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Agent> {
+        if cfg.destination_based_mapping && cfg.mode == Mode::Autonomous {
+            anyhow::bail!(
+                "destination-based mapping is not supported for autonomous agents: remove --destination-based-mapping (ARGOCD_AGENT_DESTINATION_BASED_MAPPING) or run the agent in managed mode"
+            );
+        }
+        if cfg.create_namespace && !cfg.destination_based_mapping {
+            anyhow::bail!(
+                "cannot create namespaces if destination based mapping is disabled: remove --create-namespace (ARGOCD_AGENT_CREATE_NAMESPACE) or add --destination-based-mapping"
+            );
+        }
         let client_tls = match cfg.insecure_plaintext {
             true => None,
             false => Some(Arc::new(tls::client_config(&cfg.tls, cfg.allow_tls12)?)),
@@ -210,6 +234,7 @@ impl Agent {
             resource_requests: Arc::new(tokio::sync::Semaphore::new(resource::CONCURRENT_REQUESTS)),
             pod_streams: Default::default(),
             redis: Default::default(),
+            principal_ns: Mutex::new(String::new()),
         });
         let me = Arc::downgrade(&inner);
         queue.set_regenerate(Arc::new(move |key: &str| {
@@ -217,9 +242,10 @@ impl Agent {
         }));
         if cfg.mode == Mode::Managed {
             // what the principal last gave us survives an agent restart in the local objects
+            // (with destination-based mapping: in every namespace)
             for obj in inner
                 .store
-                .list(Kind::Application, Some(&cfg.namespace))
+                .list(Kind::Application, inner.app_scope())
                 .await?
             {
                 if !o::source_uid(&obj).is_empty() {
@@ -227,7 +253,7 @@ impl Agent {
                         .copies
                         .lock()
                         .expect("poisoned")
-                        .insert(o::name(&obj).to_string(), strip_local(&obj));
+                        .insert(inner.lkey(&obj), strip_local(&obj));
                 }
             }
             match inner
@@ -377,6 +403,38 @@ impl Drop for Agent {
 }
 
 impl Inner {
+    /// The namespaces Applications are watched in: the agent's, or all with mapping.
+    fn app_scope(&self) -> Option<&str> {
+        match self.cfg.destination_based_mapping {
+            true => None,
+            false => Some(&self.cfg.namespace),
+        }
+    }
+
+    /// The key of a local Application in the agent's maps: its name, `<ns>/<name>` with mapping.
+    fn lkey(&self, obj: &Value) -> String {
+        self.lkey_of(o::namespace(obj), o::name(obj))
+    }
+
+    fn lkey_of(&self, ns: &str, name: &str) -> String {
+        match self.cfg.destination_based_mapping {
+            true => mapping::key(ns, name),
+            false => name.to_string(),
+        }
+    }
+
+    /// The send-queue / lock key of a local Application.
+    fn app_qkey(&self, ns: &str, name: &str) -> String {
+        match self.cfg.destination_based_mapping {
+            true => o::app_qkey(ns, name),
+            false => name.to_string(),
+        }
+    }
+
+    fn principal_ns(&self) -> String {
+        self.principal_ns.lock().expect("poisoned").clone()
+    }
+
     fn source(&self) -> String {
         self.source.lock().expect("poisoned").clone()
     }
@@ -449,7 +507,11 @@ impl Inner {
 
     fn push_target(&self, ty: EventType, target: Target, obj: &Value) {
         let ev = Event::for_object(&self.source(), ty, target, obj);
-        match self.queue.push(&o::qkey(target, o::name(obj)), ev) {
+        let key = match target {
+            Target::Application => self.app_qkey(o::namespace(obj), o::name(obj)),
+            _ => o::qkey(target, o::name(obj)),
+        };
+        match self.queue.push(&key, ev) {
             Pushed::Queued => self.metrics.queued(ty.short()),
             Pushed::Coalesced => {
                 self.metrics.events_coalesced.inc();

@@ -252,11 +252,29 @@ impl Inner {
         Ok(())
     }
 
+    /// The key in the local Argo CD's Redis: `<namespace>_` removed (peer:
+    /// `stripNamespaceFromRedisKey`), except with destination-based mapping, where the
+    /// principal's key is already the local one (peer: inbound_redis.go); the same keys are
+    /// refused either way.
+    fn local_redis_key(&self, key: &str) -> Result<String, String> {
+        if !self.cfg.destination_based_mapping {
+            return strip_namespace(key);
+        }
+        // an Application of the agent's own namespace has no `<ns>_`: any app key is local
+        let app_key = (key.starts_with("app|resources-tree|")
+            || key.starts_with("app|managed-resources|"))
+            && key.split('|').count() == 4;
+        match app_key || strip_namespace(key).is_ok() {
+            true => Ok(key.to_string()),
+            false => Err(format!("unexpected redis key request: '{key}'")),
+        }
+    }
+
     async fn answer_redis(self: &Arc<Self>, req: &RedisRequest) -> RedisResponseBody {
         let m = &self.metrics;
         if let Some(g) = &req.body.get {
             m.agent_redis_proxy_request("get");
-            let r = match strip_namespace(&g.key) {
+            let r = match self.local_redis_key(&g.key) {
                 Ok(key) => self.redis_get(&key).await.and_then(|v| match v {
                     Some(b)
                         if encoded_get_size(b.len(), g.key.len()) > self.cfg.max_event_size =>
@@ -331,7 +349,7 @@ impl Inner {
     }
 
     async fn subscribe(self: &Arc<Self>, req: &RedisRequest, channel: &str) -> Result<(), String> {
-        let key = strip_namespace(channel)?;
+        let key = self.local_redis_key(channel)?;
         let stream = self.open_subscription(&key).await?;
         self.redis.touch(&req.connection_uuid, self.idle_timeout());
         let me = Arc::downgrade(self);
@@ -383,7 +401,7 @@ impl Inner {
                             break;
                         }
                         tokio::time::sleep(Duration::from_secs(1)).await;
-                        let key = strip_namespace(&channel).unwrap_or_default();
+                        let key = me.local_redis_key(&channel).unwrap_or_default();
                         match me.open_subscription(&key).await {
                             Ok(s) => stream = Box::pin(s),
                             Err(e) => {

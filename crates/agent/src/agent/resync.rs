@@ -35,7 +35,7 @@ use crate::objects as o;
 use crate::session::{HandleError, Outbox};
 use crate::store::Kind;
 
-use super::Inner;
+use super::{Inner, mapping};
 
 impl Inner {
     /// Called when the stream is up.
@@ -85,6 +85,7 @@ impl Inner {
             ));
             return;
         }
+        let principal_ns = self.principal_ns();
         let copy = if project {
             self.proj_copies
                 .lock()
@@ -92,14 +93,21 @@ impl Inner {
                 .get(name)
                 .cloned()
         } else {
-            self.copies.lock().expect("poisoned").get(name).cloned()
+            // destination-based mapping: the principal's namespace stands for ours
+            let ns = mapping::lookup_namespace(pns, &principal_ns, &self.cfg.namespace);
+            let key = self.lkey_of(ns, name);
+            self.copies.lock().expect("poisoned").get(&key).cloned()
         };
         let sum = copy.as_ref().map(spec_checksum).unwrap_or_default();
         let src = self.source();
         out.send_reliable(if project {
             o::request_update_project(&src, name, pns, uid, &sum)
         } else {
-            o::request_update(&src, name, pns, uid, &sum)
+            let ns = match (&copy, self.cfg.destination_based_mapping) {
+                (Some(c), true) => mapping::peer_namespace(c, &principal_ns),
+                _ => pns,
+            };
+            o::request_update(&src, name, ns, uid, &sum)
         });
     }
 
@@ -114,14 +122,19 @@ impl Inner {
             .cloned()
             .collect();
         let src = self.source();
+        let principal_ns = self.principal_ns();
         let mut items = Vec::new();
         for c in &copies {
             let suid = o::source_uid(c);
             items.push(set_item("Application", o::name(c), suid));
+            let ns = match self.cfg.destination_based_mapping {
+                true => mapping::peer_namespace(c, &principal_ns),
+                false => &self.cfg.namespace,
+            };
             out.send_reliable(o::request_update(
                 &src,
                 o::name(c),
-                &self.cfg.namespace,
+                ns,
                 suid,
                 &spec_checksum(c),
             ));

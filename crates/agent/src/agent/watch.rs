@@ -20,15 +20,13 @@ impl Inner {
     pub(super) async fn watch_local(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
         let mut ready = Some(ready);
         loop {
-            let mut s = self
-                .store
-                .watch(Kind::Application, Some(&self.cfg.namespace));
+            let mut s = self.store.watch(Kind::Application, self.app_scope());
             while let Some(ev) = s.next().await {
                 match ev {
                     Ok(StoreEvent::Restarted(list)) => {
-                        let old = replace_cache(&self.cache, &list);
-                        let names: std::collections::HashSet<&str> =
-                            list.iter().map(o::name).collect();
+                        let old = replace_cache_by(&self.cache, &list, |x| self.lkey(x));
+                        let names: std::collections::HashSet<String> =
+                            list.iter().map(|x| self.lkey(x)).collect();
                         for obj in &list {
                             self.on_local_apply(obj);
                         }
@@ -57,11 +55,14 @@ impl Inner {
                         self.cache
                             .lock()
                             .expect("poisoned")
-                            .insert(o::name(&obj).to_string(), obj.clone());
+                            .insert(self.lkey(&obj), obj.clone());
                         self.on_local_apply(&obj);
                     }
                     Ok(StoreEvent::Deleted(obj)) => {
-                        self.cache.lock().expect("poisoned").remove(o::name(&obj));
+                        self.cache
+                            .lock()
+                            .expect("poisoned")
+                            .remove(&self.lkey(&obj));
                         self.on_local_delete(&obj);
                     }
                     Err(e) => tracing::warn!(error = %e, "local watch error"),
@@ -216,13 +217,16 @@ impl Inner {
         self.metrics.local_edits_reverted.inc();
         let me = self.clone();
         tokio::spawn(async move {
-            let _g = me.locks.lock(o::name(&copy)).await;
+            let _g = me
+                .locks
+                .lock(&me.app_qkey(o::namespace(&copy), o::name(&copy)))
+                .await;
             // the principal may have deleted it meanwhile: then the deletion wins
             let current = me
                 .copies
                 .lock()
                 .expect("poisoned")
-                .get(o::name(&copy))
+                .get(&me.lkey(&copy))
                 .cloned();
             let Some(mut copy) = current else { return };
             let resync = deleted && me.cfg.on_recreate == crate::policy::RecreateAction::Resync;
@@ -246,7 +250,7 @@ impl Inner {
             }
             return;
         }
-        let name = o::name(obj).to_string();
+        let name = self.lkey(obj);
         match self.cfg.mode {
             Mode::Managed => {
                 let copy = self.copies.lock().expect("poisoned").get(&name).cloned();
@@ -289,7 +293,7 @@ impl Inner {
     }
 
     pub(super) fn on_local_delete(self: &Arc<Self>, obj: &Value) {
-        let name = o::name(obj).to_string();
+        let name = self.lkey(obj);
         match self.cfg.mode {
             Mode::Managed => {
                 self.sent.lock().expect("poisoned").remove(&name);
@@ -316,16 +320,22 @@ impl Inner {
 
 /// Replaces a by-name cache with a fresh list and returns the cached objects the list no longer has.
 fn replace_cache(cache: &Mutex<HashMap<String, Value>>, list: &[Value]) -> Vec<Value> {
-    let names: std::collections::HashSet<&str> = list.iter().map(o::name).collect();
+    replace_cache_by(cache, list, |x| o::name(x).to_string())
+}
+
+/// [`replace_cache`] with the cache keyed by `key`.
+fn replace_cache_by(
+    cache: &Mutex<HashMap<String, Value>>,
+    list: &[Value],
+    key: impl Fn(&Value) -> String,
+) -> Vec<Value> {
+    let names: std::collections::HashSet<String> = list.iter().map(&key).collect();
     let mut c = cache.lock().expect("poisoned");
     let vanished = c
         .values()
-        .filter(|v| !names.contains(o::name(v)))
+        .filter(|v| !names.contains(&key(v)))
         .cloned()
         .collect();
-    *c = list
-        .iter()
-        .map(|x| (o::name(x).to_string(), x.clone()))
-        .collect();
+    *c = list.iter().map(|x| (key(x), x.clone())).collect();
     vanished
 }

@@ -211,18 +211,19 @@ pub struct AgentArgs {
         default_value = ""
     )]
     pub label_selector: String,
-    /// Route Applications by `spec.destination.name` (argocd-agent's destination-based mapping).
-    /// Not supported by argocd-pull yet: the agent refuses to start with it.
+    /// argocd-agent's destination-based mapping (managed agents only, with the same flag on the
+    /// principal): Applications keep the principal's namespace here instead of `--namespace`.
     #[arg(long = "destination-based-mapping", env = "ARGOCD_AGENT_DESTINATION_BASED_MAPPING",
           default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true")]
     pub destination_based_mapping: bool,
-    /// Create target namespaces (only used with --destination-based-mapping).
+    /// Create an Application's missing namespace (needs --destination-based-mapping).
     #[arg(long = "create-namespace", env = "ARGOCD_AGENT_CREATE_NAMESPACE",
           default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true")]
     pub create_namespace: bool,
-    /// Additional namespaces for Applications (only used with --destination-based-mapping).
+    /// Namespaces besides --namespace that Applications may be written in (globs or `/regex/`;
+    /// used with --destination-based-mapping).
     #[arg(
         long = "allowed-namespaces",
         env = "ARGOCD_AGENT_ALLOWED_NAMESPACES",
@@ -366,9 +367,15 @@ async fn run(
 ) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     common::check_creds(&args.creds)?;
-    if args.destination_based_mapping {
+    // as the peer's NewAgent
+    if args.destination_based_mapping && args.mode == crate::Mode::Autonomous {
         bail!(
-            "--destination-based-mapping is not supported by argocd-pull yet: route Applications by namespace (the default: the hub namespace named after the agent) and remove the flag (ARGOCD_AGENT_DESTINATION_BASED_MAPPING)"
+            "destination-based mapping is not supported for autonomous agents: remove --destination-based-mapping (ARGOCD_AGENT_DESTINATION_BASED_MAPPING) or use --agent-mode managed"
+        );
+    }
+    if args.create_namespace && !args.destination_based_mapping {
+        bail!(
+            "cannot create namespaces if destination based mapping is disabled: remove --create-namespace (ARGOCD_AGENT_CREATE_NAMESPACE) or add --destination-based-mapping"
         );
     }
     // bad input is reported before anything is loaded or connected
@@ -426,6 +433,17 @@ async fn run(
         bail!("--cache-refresh-interval must be greater than 0");
     }
     cfg.cache_refresh_interval = args.cache_refresh_interval;
+    cfg.destination_based_mapping = args.destination_based_mapping;
+    if cfg.destination_based_mapping {
+        tracing::info!("Destination-based mapping is enabled");
+    }
+    cfg.create_namespace = args.create_namespace;
+    cfg.allowed_namespaces = args
+        .allowed_namespaces
+        .iter()
+        .filter(|n| !n.is_empty())
+        .cloned()
+        .collect();
     cfg.local_redis = Some(crate::agent::LocalRedis {
         address: args.redis_addr.clone(),
         password: Some(args.redis_password.clone()).filter(|p| !p.is_empty()),

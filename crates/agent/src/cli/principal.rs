@@ -233,8 +233,8 @@ pub struct PrincipalArgs {
         value_delimiter = ','
     )]
     pub allowed_namespaces: Vec<String>,
-    /// Route Applications by `spec.destination.name` (argocd-agent's destination-based mapping).
-    /// Not supported by argocd-pull yet: the principal refuses to start with it.
+    /// Route Applications to managed agents by `spec.destination.name` instead of their namespace
+    /// (argocd-agent's destination-based mapping); they keep their namespace on the agent.
     #[arg(long = "destination-based-mapping", env = "ARGOCD_PRINCIPAL_DESTINATION_BASED_MAPPING",
           default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true")]
@@ -550,11 +550,6 @@ async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    if args.destination_based_mapping {
-        bail!(
-            "--destination-based-mapping is not supported by argocd-pull yet: route Applications by namespace (the default: the hub namespace named after the agent) and remove the flag (ARGOCD_PRINCIPAL_DESTINATION_BASED_MAPPING)"
-        );
-    }
     // bad input is reported before anything is loaded or connected
     if args.enable_self_cluster_registration && args.self_registration_client_cert_secret.is_empty()
     {
@@ -615,6 +610,10 @@ async fn run(
         .filter(|n| !n.is_empty())
         .cloned()
         .collect();
+    cfg.destination_based_mapping = args.destination_based_mapping;
+    if cfg.destination_based_mapping {
+        tracing::info!("Destination-based mapping is enabled on the principal");
+    }
     let gzip = match args.proxy.redis_compression_type.as_str() {
         "gzip" => true,
         "none" => false,

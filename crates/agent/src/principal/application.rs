@@ -165,9 +165,17 @@ impl Inner {
         match (mode, ev.ty) {
             (Mode::Managed, EventType::StatusUpdate) => {
                 let name = ev.name().to_string();
-                let Some(h) = self.store.get(Kind::Application, agent, &name).await? else {
+                let hub = match self.mapped(a) {
+                    true => {
+                        let nss = self.reported_namespaces(agent, &ev.data);
+                        self.mapped_hub_app(agent, &nss, &name).await?
+                    }
+                    false => self.store.get(Kind::Application, agent, &name).await?,
+                };
+                let Some(h) = hub else {
                     return Ok(()); // deleted on the hub meanwhile
                 };
+                let vkey = self.view_key(a, o::namespace(&h), &name);
                 let mut n = h.clone();
                 match ev.data.get("status") {
                     Some(s) if !s.is_null() => n["status"] = s.clone(),
@@ -203,13 +211,16 @@ impl Inner {
                 if n == h {
                     return Ok(());
                 }
-                if let Some(v) = a.views.lock().expect("poisoned").get_mut(&name) {
+                if let Some(v) = a.views.lock().expect("poisoned").get_mut(&vkey) {
                     v.status = o::status_hash(&n);
                     v.op = o::op_hash(&n);
                 }
                 self.store.replace(Kind::Application, n).await?;
                 self.metrics.hub_write("Application", "updated");
                 Ok(())
+            }
+            (Mode::Managed, EventType::RequestUpdate) if self.mapped(a) => {
+                self.mapped_request_update(a, &ev).await
             }
             (Mode::Managed, EventType::RequestUpdate) => {
                 let name = ev.data["name"].as_str().unwrap_or_default().to_string();
@@ -225,35 +236,7 @@ impl Inner {
                         let uid = ev.data["uid"].as_str().unwrap_or_default();
                         self.push(a, EventType::Delete, &o::stub(&name, agent, uid));
                     }
-                    Some(h) if o::deleting(&h) => {
-                        a.views.lock().expect("poisoned").insert(
-                            name,
-                            View {
-                                deleting: true,
-                                ..Default::default()
-                            },
-                        );
-                        self.push(a, EventType::SpecUpdate, &o::without_operation(&h));
-                    }
-                    Some(h) => {
-                        let spec = spec_checksum(&h);
-                        if spec != checksum {
-                            self.push(a, EventType::SpecUpdate, &o::without_operation(&h));
-                        }
-                        if !o::op_hash(&h).is_empty() {
-                            self.push(a, EventType::SetOperation, &h);
-                        }
-                        a.views.lock().expect("poisoned").insert(
-                            name,
-                            View {
-                                spec,
-                                op: o::op_hash(&h),
-                                status: o::status_hash(&h),
-                                refresh: o::refresh(&h).to_string(),
-                                ..Default::default()
-                            },
-                        );
-                    }
+                    Some(h) => self.answer_request_update(a, name, &h, checksum),
                 }
                 Ok(())
             }
@@ -264,7 +247,17 @@ impl Inner {
                 // the agent deleted its copy of an Application marked for deletion on the hub:
                 // the Argo CD finalizers are satisfied, remove them so the hub deletion completes
                 // (the view stays marked `deleting`: the hub's final removal sends one `delete`)
-                self.finish_hub_deletion(agent, ev.name()).await?;
+                let ns = match self.mapped(a) {
+                    true => {
+                        let nss = self.reported_namespaces(agent, &ev.data);
+                        match self.mapped_hub_app(agent, &nss, ev.name()).await? {
+                            Some(h) => o::namespace(&h).to_string(),
+                            None => return Ok(()),
+                        }
+                    }
+                    false => agent.to_string(),
+                };
+                self.finish_hub_deletion(&ns, ev.name()).await?;
                 Ok(())
             }
             (Mode::Autonomous, EventType::Create | EventType::SpecUpdate) => {
@@ -301,7 +294,7 @@ impl Inner {
                 Ok(())
             }
             (Mode::Managed, EventType::RequestResourceResync) => Ok(()),
-            (Mode::Managed, EventType::Error) => self.agent_error(agent, &ev.data).await,
+            (Mode::Managed, EventType::Error) => self.agent_error(a, &ev.data).await,
             (_, t) => Err(HandleError::Permanent(format!(
                 "event type {} is not valid from a {} agent",
                 t.short(),
@@ -313,7 +306,8 @@ impl Inner {
     /// The peer's handling of an agent's `error` event (principal/event.go, `event.Error`): the
     /// hub Application named by `ErrorData` gets Health `Degraded` and one `AgentError`
     /// condition as its whole status, and its pending operation is dropped (`UpdateStatus`).
-    async fn agent_error(&self, agent: &str, data: &Value) -> Result<(), HandleError> {
+    async fn agent_error(&self, a: &AgentState, data: &Value) -> Result<(), HandleError> {
+        let agent = a.name.as_str();
         let name = match data.get("resourceName") {
             Some(Value::String(n)) if !n.is_empty() => n.clone(),
             _ => {
@@ -331,7 +325,15 @@ impl Inner {
                 ));
             }
         };
-        let Some(h) = self.store.get(Kind::Application, agent, &name).await? else {
+        let hub = match self.mapped(a) {
+            true => {
+                let ns = data["resourceNamespace"].as_str().unwrap_or_default();
+                let nss = self.candidates(agent, ns);
+                self.mapped_hub_app(agent, &nss, &name).await?
+            }
+            false => self.store.get(Kind::Application, agent, &name).await?,
+        };
+        let Some(h) = hub else {
             return Err(HandleError::Permanent(format!(
                 "agent {agent} reported an error for Application {name:?}, which does not exist on the hub"
             )));
@@ -356,6 +358,45 @@ impl Inner {
             "agent reported an error; hub Application marked Degraded"
         );
         Ok(())
+    }
+
+    /// A managed agent's `request-update` for the hub Application `h` (view key `key`): the
+    /// spec when the agent's checksum differs, the pending operation, or the deletion.
+    pub(super) fn answer_request_update(
+        &self,
+        a: &AgentState,
+        key: String,
+        h: &Value,
+        checksum: &str,
+    ) {
+        if o::deleting(h) {
+            a.views.lock().expect("poisoned").insert(
+                key,
+                View {
+                    deleting: true,
+                    ..Default::default()
+                },
+            );
+            self.push(a, EventType::SpecUpdate, &o::without_operation(h));
+            return;
+        }
+        let spec = spec_checksum(h);
+        if spec != checksum {
+            self.push(a, EventType::SpecUpdate, &o::without_operation(h));
+        }
+        if !o::op_hash(h).is_empty() {
+            self.push(a, EventType::SetOperation, h);
+        }
+        a.views.lock().expect("poisoned").insert(
+            key,
+            View {
+                spec,
+                op: o::op_hash(h),
+                status: o::status_hash(h),
+                refresh: o::refresh(h).to_string(),
+                ..Default::default()
+            },
+        );
     }
 
     /// Removes the Argo CD finalizers of a hub Application that is marked for deletion. Returns

@@ -29,7 +29,9 @@ impl Inner {
                     .expect("poisoned")
                     .get(&name)
                     .filter(|p| !o::ignored(p))
-                    .and_then(|p| o::project_for_agent(p, agent));
+                    .and_then(|p| {
+                        o::project_for_agent(p, agent, self.cfg.destination_based_mapping)
+                    });
                 match cur {
                     None => {
                         a.projects.lock().expect("poisoned").remove(&name);

@@ -259,8 +259,12 @@ impl Inner {
 
     /// `--allowed-namespaces` (globs or `/regex/`, as the peer's `defaultAppFilterChain`); none
     /// given: every namespace.
+    /// With destination-based mapping the principal's own namespace is always admitted.
     pub(super) fn ns_allowed(&self, ns: &str) -> bool {
         let allowed = &self.cfg.allowed_namespaces;
+        if self.cfg.destination_based_mapping {
+            return super::mapping::admitted(ns, &self.cfg.namespace, allowed);
+        }
         allowed.is_empty() || {
             let l: Vec<&str> = allowed.iter().map(String::as_str).collect();
             crate::project_match::in_list(&l, ns)
@@ -308,7 +312,7 @@ impl Inner {
             .expect("poisoned")
             .values()
             .filter(|p| !o::ignored(p))
-            .filter_map(|p| o::project_for_agent(p, &a.name))
+            .filter_map(|p| o::project_for_agent(p, &a.name, self.cfg.destination_based_mapping))
             .collect();
         let ns = self.cfg.namespace.clone();
         self.sync_set(
@@ -359,6 +363,9 @@ impl Inner {
     }
 
     pub(super) fn on_hub_apply(self: &Arc<Self>, ns: &str, h: &Value) {
+        if self.cfg.destination_based_mapping && self.on_hub_apply_mapped(ns, h) {
+            return;
+        }
         let Some(a) = self.agent(ns) else { return };
         if o::ignored(h) {
             // labelled ignore-sync after it was sent: a managed agent loses it (the peer's
@@ -371,56 +378,7 @@ impl Inner {
         let mode = *a.mode.lock().expect("poisoned");
         let name = o::name(h).to_string();
         match mode {
-            Mode::Managed => {
-                let (spec, op, st) = (spec_checksum(h), o::op_hash(h), o::status_hash(h));
-                let mut views = a.views.lock().expect("poisoned");
-                if o::deleting(h) {
-                    // deletion flows as a spec-update carrying the deletionTimestamp; the agent
-                    // deletes in the foreground and reports `delete`
-                    let v = views.entry(name).or_default();
-                    if !v.deleting {
-                        v.deleting = true;
-                        self.push(&a, EventType::SpecUpdate, &o::without_operation(h));
-                    }
-                    return;
-                }
-                match views.get_mut(&name) {
-                    None => {
-                        self.push(&a, EventType::Create, h);
-                        views.insert(
-                            name,
-                            View {
-                                spec,
-                                op,
-                                status: st,
-                                refresh: o::refresh(h).to_string(),
-                                ..Default::default()
-                            },
-                        );
-                    }
-                    Some(v) => {
-                        // a refresh requested on the hub (the UI's Refresh button) travels with
-                        // the spec; its removal comes back with the agent's status
-                        let refresh = o::refresh(h);
-                        let new_refresh = !refresh.is_empty() && v.refresh != refresh;
-                        if v.spec != spec || new_refresh {
-                            self.push(&a, EventType::SpecUpdate, &o::without_operation(h));
-                            v.spec = spec;
-                        }
-                        v.refresh = refresh.to_string();
-                        if !op.is_empty() && v.op != op {
-                            self.push(&a, EventType::SetOperation, h);
-                        }
-                        v.op = op;
-                        if v.status != st {
-                            if o::terminating(h) {
-                                self.push(&a, EventType::TerminateOperation, h);
-                            }
-                            v.status = st;
-                        }
-                    }
-                }
-            }
+            Mode::Managed => self.apply_managed(&a, name, h),
             Mode::Autonomous => {
                 let mut views = a.views.lock().expect("poisoned");
                 let Some(v) = views.get_mut(&name) else {
@@ -463,16 +421,75 @@ impl Inner {
         }
     }
 
+    /// A managed agent's hub Application `h` changed; `name` is its view key (the name, or
+    /// `<ns>/<name>` under destination-based mapping).
+    pub(super) fn apply_managed(self: &Arc<Self>, a: &Arc<AgentState>, name: String, h: &Value) {
+        let (spec, op, st) = (spec_checksum(h), o::op_hash(h), o::status_hash(h));
+        let mut views = a.views.lock().expect("poisoned");
+        if o::deleting(h) {
+            // deletion flows as a spec-update carrying the deletionTimestamp; the agent
+            // deletes in the foreground and reports `delete`
+            let v = views.entry(name).or_default();
+            if !v.deleting {
+                v.deleting = true;
+                self.push(a, EventType::SpecUpdate, &o::without_operation(h));
+            }
+            return;
+        }
+        match views.get_mut(&name) {
+            None => {
+                self.push(a, EventType::Create, h);
+                views.insert(
+                    name,
+                    View {
+                        spec,
+                        op,
+                        status: st,
+                        refresh: o::refresh(h).to_string(),
+                        ..Default::default()
+                    },
+                );
+            }
+            Some(v) => {
+                // a refresh requested on the hub (the UI's Refresh button) travels with
+                // the spec; its removal comes back with the agent's status
+                let refresh = o::refresh(h);
+                let new_refresh = !refresh.is_empty() && v.refresh != refresh;
+                if v.spec != spec || new_refresh {
+                    self.push(a, EventType::SpecUpdate, &o::without_operation(h));
+                    v.spec = spec;
+                }
+                v.refresh = refresh.to_string();
+                if !op.is_empty() && v.op != op {
+                    self.push(a, EventType::SetOperation, h);
+                }
+                v.op = op;
+                if v.status != st {
+                    if o::terminating(h) {
+                        self.push(a, EventType::TerminateOperation, h);
+                    }
+                    v.status = st;
+                }
+            }
+        }
+    }
+
+    /// A managed agent loses the hub Application `h` (view key `key`).
+    pub(super) fn delete_managed(&self, a: &AgentState, key: &str, h: &Value) {
+        if a.views.lock().expect("poisoned").remove(key).is_some() {
+            self.push(a, EventType::Delete, h);
+        }
+    }
+
     pub(super) fn on_hub_delete(self: &Arc<Self>, ns: &str, h: &Value) {
+        if self.cfg.destination_based_mapping && self.on_hub_delete_mapped(ns, h) {
+            return;
+        }
         let Some(a) = self.agent(ns) else { return };
         let mode = *a.mode.lock().expect("poisoned");
         let name = o::name(h).to_string();
         match mode {
-            Mode::Managed => {
-                if a.views.lock().expect("poisoned").remove(&name).is_some() {
-                    self.push(&a, EventType::Delete, h);
-                }
-            }
+            Mode::Managed => self.delete_managed(&a, &name, h),
             Mode::Autonomous => {
                 let copy = a
                     .views

@@ -6,11 +6,13 @@ pub mod cluster_info;
 pub mod cluster_secrets;
 mod hub;
 mod logs;
+pub mod mapping;
 pub mod redis_proxy;
 mod registration;
 mod repository;
 pub mod resource_proxy;
 mod resync;
+mod routing;
 mod server;
 mod terminal;
 
@@ -88,6 +90,9 @@ pub struct PrincipalConfig {
     /// `--allowed-namespaces`: the hub namespaces whose Applications the principal handles
     /// (globs or `/regex/`); empty: all (**Decision**: the peer then handles none).
     pub allowed_namespaces: Vec<String>,
+    /// `--destination-based-mapping`: a managed agent gets the hub Applications whose
+    /// `spec.destination.name` names it, in their own namespace (see [`mapping`]).
+    pub destination_based_mapping: bool,
 }
 
 /// Automatic creation of autonomous agents' hub namespaces (peer: `WithAutoNamespaceCreate`).
@@ -121,6 +126,7 @@ impl PrincipalConfig {
             backoff: Backoff::default(),
             namespace_create: None,
             allowed_namespaces: Vec::new(),
+            destination_based_mapping: false,
             resource_proxy: None,
             redis_proxy: None,
             argocd_cache: None,
@@ -176,6 +182,9 @@ struct AgentState {
     outbox: Mutex<Option<(u64, crate::session::Outbox)>>,
     /// connection state and the agent's cache counts (what Argo CD shows for the cluster)
     cluster: Mutex<cluster_info::ClusterState>,
+    /// destination-based mapping routes this agent's Applications (mapping on, managed); read
+    /// without the mode lock (the send path runs under the views lock)
+    mapped: AtomicBool,
 }
 
 struct Inner {
@@ -209,6 +218,11 @@ struct Inner {
     gpg: Mutex<HashMap<String, Value>>,
     /// blocked client certificates (ConfigMap `argocd-agent-tls-blocklist`)
     blocklist: crate::blocklist::Blocklist,
+    /// each agent's own namespace, from its `AuthRequest.agentNamespace` (peer:
+    /// `setAgentNamespace`)
+    agent_namespaces: Mutex<HashMap<String, String>>,
+    /// destination-based mapping: the agent each hub Application was routed to
+    routes: Mutex<mapping::Routes>,
 }
 
 /// The principal's TLS configuration (with `--enable-websocket` it offers HTTP/1.1 too).
@@ -289,6 +303,8 @@ impl Principal {
             redis: Default::default(),
             cluster_changed: cluster_tx,
             cluster_servers: Mutex::new(HashMap::new()),
+            agent_namespaces: Mutex::new(HashMap::new()),
+            routes: Mutex::new(Default::default()),
         });
         if let Some(c) = cfg.cluster_secrets.clone() {
             let w = inner.clone();
@@ -599,6 +615,10 @@ impl Inner {
                     "agent changed mode; resetting its state"
                 );
                 *m = mode;
+                a.mapped.store(
+                    self.cfg.destination_based_mapping && mode == Mode::Managed,
+                    Ordering::SeqCst,
+                );
                 a.views.lock().expect("poisoned").clear();
                 a.projects.lock().expect("poisoned").clear();
                 a.repos.lock().expect("poisoned").clear();
@@ -630,6 +650,7 @@ impl Inner {
             resynced: AtomicBool::new(false),
             outbox: Mutex::new(None),
             cluster: Mutex::new(Default::default()),
+            mapped: AtomicBool::new(self.cfg.destination_based_mapping && mode == Mode::Managed),
         });
         g.insert(name.to_string(), a.clone());
         a
@@ -659,7 +680,9 @@ impl Inner {
                 return vec![];
             }
             let cur = self.projects.lock().expect("poisoned").get(pname).cloned();
-            return match cur.and_then(|p| o::project_for_agent(&p, agent)) {
+            return match cur
+                .and_then(|p| o::project_for_agent(&p, agent, self.cfg.destination_based_mapping))
+            {
                 Some(f) => vec![Event::for_object(
                     SOURCE,
                     EventType::SpecUpdate,
@@ -673,6 +696,13 @@ impl Inner {
                     &o::project_stub(pname, &self.cfg.namespace, ""),
                 )],
             };
+        }
+        if let (true, Mode::Managed, Some((ns, n))) = (
+            self.cfg.destination_based_mapping,
+            mode,
+            o::split_ns_name(key_name),
+        ) {
+            return self.regenerate_mapped(agent, ns, n);
         }
         match (mode, self.cached(agent, name)) {
             (Mode::Managed, Some(h)) => {
@@ -718,7 +748,10 @@ impl Inner {
 
     fn push_target(&self, a: &AgentState, ty: EventType, target: Target, obj: &Value) {
         let ev = Event::for_object(SOURCE, ty, target, obj);
-        let key = o::qkey(target, o::name(obj));
+        let key = match target == Target::Application && self.mapped(a) {
+            true => o::app_qkey(o::namespace(obj), o::name(obj)),
+            false => o::qkey(target, o::name(obj)),
+        };
         match a.queue.push(&key, ev) {
             Pushed::Queued => self.metrics.queued(ty.short()),
             Pushed::Coalesced => {

@@ -37,7 +37,12 @@ impl Inner {
                         repo::project_of(r)
                             .and_then(|p| projects.get(&p))
                             .is_some_and(|p| {
-                                !o::ignored(p) && project_match::agent_matches(agent, p, false)
+                                !o::ignored(p)
+                                    && project_match::agent_matches(
+                                        agent,
+                                        p,
+                                        self.cfg.destination_based_mapping,
+                                    )
                             })
                     })
                     .map(|r| repo::wire_form(r, dk))

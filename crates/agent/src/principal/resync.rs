@@ -129,10 +129,13 @@ impl Inner {
     ) -> Result<(), HandleError> {
         let agent = a.name.as_str();
         let theirs = read_checksum(&ev.data).map_err(HandleError::Permanent)?;
-        // outside --allowed-namespaces the agent has no hub Applications
-        let apps: Vec<_> = match self.ns_allowed(agent) {
-            true => self.store.list(Kind::Application, Some(agent)).await?,
-            false => Vec::new(),
+        // outside --allowed-namespaces the agent has no hub Applications; with destination-based
+        // mapping it has the ones routed to it, in their namespaces
+        let mapped = self.mapped(a);
+        let apps: Vec<_> = match (mapped, self.ns_allowed(agent)) {
+            (true, _) => self.mapped_apps(agent),
+            (false, true) => self.store.list(Kind::Application, Some(agent)).await?,
+            (false, false) => Vec::new(),
         }
         .into_iter()
         .filter(|h| !o::ignored(h))
@@ -196,7 +199,7 @@ impl Inner {
                 SOURCE,
                 "Application",
                 o::name(h),
-                agent,
+                if mapped { o::namespace(h) } else { agent },
                 o::uid(h),
             ));
         }

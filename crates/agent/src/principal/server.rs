@@ -270,7 +270,9 @@ impl Authentication for Svc {
             .issue_pair(&agent, mode)
             .map_err(|e| Status::internal(e.to_string()))?;
         self.inner.register(&agent, mode);
-        if !self.inner.ns_allowed(&agent) {
+        // the agent's own namespace (peer: `setAgentNamespace`): resync and remapped Applications
+        self.inner.set_agent_namespace(&agent, &r.agent_namespace);
+        if !self.inner.cfg.destination_based_mapping && !self.inner.ns_allowed(&agent) {
             tracing::warn!(
                 agent,
                 "the agent's hub namespace is not in --allowed-namespaces: its hub Applications are ignored; add it (or a pattern matching it) to --allowed-namespaces"

@@ -9,6 +9,8 @@ mod ha;
 mod harness;
 mod hub;
 mod managed;
+mod mapping;
+mod mapping_redis;
 mod mesh;
 mod ops;
 mod pod_streams;

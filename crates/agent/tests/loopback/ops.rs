@@ -325,9 +325,11 @@ async fn agent_heartbeats_are_sent_at_the_interval_and_acked() {
 }
 
 /// The peer's agent and principal flags of this release parse (a user keeps their manifests);
-/// destination-based mapping, which argocd-pull does not implement, is refused by name.
+/// destination-based mapping is refused where the peer refuses it: on an autonomous agent, and
+/// `--create-namespace` without it.
 #[tokio::test]
-async fn the_peers_policy_flags_parse_and_destination_mapping_is_refused_by_name() {
+async fn the_peers_policy_flags_parse_and_destination_mapping_is_refused_where_the_peer_refuses_it()
+{
     let agent_flags = [
         "--server-address=localhost",
         "--source-uid-mismatch-policy=upsert",
@@ -348,17 +350,27 @@ async fn the_peers_policy_flags_parse_and_destination_mapping_is_refused_by_name
     let bad = AgentArgs::try_parse_flags(["--adoption-policy=sometimes"]).unwrap_err();
     assert!(bad.to_string().contains("sometimes"), "{bad}");
 
-    let a =
-        AgentArgs::try_parse_flags(["--server-address=localhost", "--destination-based-mapping"])
-            .unwrap();
-    let e = run_agent_until(a, Some(Arc::new(MemStore::new())), CancellationToken::new())
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("--destination-based-mapping is not supported"),
-        "{e}"
-    );
+    for (flags, want) in [
+        (
+            vec![
+                "--server-address=localhost",
+                "--destination-based-mapping",
+                "--agent-mode=autonomous",
+            ],
+            "destination-based mapping is not supported for autonomous agents",
+        ),
+        (
+            vec!["--server-address=localhost", "--create-namespace"],
+            "cannot create namespaces if destination based mapping is disabled",
+        ),
+    ] {
+        let a = AgentArgs::try_parse_flags(flags).unwrap();
+        let e = run_agent_until(a, Some(Arc::new(MemStore::new())), CancellationToken::new())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{e}");
+    }
     let p = PrincipalArgs::try_parse_flags([
         "--destination-based-mapping=true",
         "--namespace-create-enable",
@@ -368,14 +380,7 @@ async fn the_peers_policy_flags_parse_and_destination_mapping_is_refused_by_name
         "--label-selector=x!=y",
     ])
     .unwrap();
-    let e = run_principal_until(p, Some(Arc::new(MemStore::new())), CancellationToken::new())
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("--destination-based-mapping is not supported"),
-        "{e}"
-    );
+    assert!(p.destination_based_mapping);
     // auth and transport must pair as the peer's validateAuthTLSPairing demands
     for (flags, want) in [
         (

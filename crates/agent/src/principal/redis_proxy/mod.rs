@@ -34,7 +34,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::redis_wire::{
     PING_INTERVAL, REQUEST_TIMEOUT, RedisCommandBody, RedisCommandBodyGet,
-    RedisCommandBodySubscribe, RedisRequest, RedisResponse, RedisResponseBody, agent_of_key,
+    RedisCommandBodySubscribe, RedisRequest, RedisResponse, RedisResponseBody,
 };
 
 use super::{Inner, SOURCE};
@@ -259,8 +259,8 @@ async fn command_loop(
             let name = arg(0).unwrap_or_default();
             let routed = if cmd.args.len() == 2 && (eq(name, "get") || eq(name, "subscribe")) {
                 let key = String::from_utf8_lossy(arg(1).unwrap_or_default()).into_owned();
-                match agent_of_key(&key) {
-                    Ok(Some(agent)) => Some((eq(name, "get"), key.clone(), agent.to_string())),
+                match inner.redis_agent_of_key(&key) {
+                    Ok(Some(agent)) => Some((eq(name, "get"), key.clone(), agent)),
                     Ok(None) => None,
                     Err(e) => return End::Failed(e),
                 }
