@@ -122,3 +122,43 @@ fn enable_websocket_reaches_the_agent_as_the_peers_variable() {
     let e = h.template_err(CHART, &["--set-string", "enableWebSocket=yes"]);
     assert!(e.contains("/enableWebSocket"), "{e}");
 }
+
+#[test]
+fn destination_based_mapping_reaches_the_agent_with_the_cluster_rbac_it_needs() {
+    let Some(h) = helm::helm("agent chart destination-based mapping") else {
+        return;
+    };
+    let objs = h.template(
+        CHART,
+        "c",
+        "argocd",
+        &[
+            "--set",
+            "destinationBasedMapping=true",
+            "--set",
+            "createNamespace=true",
+            "--set-string",
+            "allowedNamespaces=team-*",
+        ],
+    );
+    let e = env(container(objs.get("Deployment", "c-argocd-pull-agent")));
+    assert_eq!(e["ARGOCD_AGENT_DESTINATION_BASED_MAPPING"], "true");
+    assert_eq!(e["ARGOCD_AGENT_CREATE_NAMESPACE"], "true");
+    assert_eq!(e["ARGOCD_AGENT_ALLOWED_NAMESPACES"], "team-*");
+    let g = grants(objs.get("ClusterRole", "c-argocd-pull-agent"));
+    assert!(g.contains(&("".into(), "namespaces".into(), "create".into())));
+    assert!(g.contains(&("argoproj.io".into(), "applications".into(), "update".into())));
+    assert!(
+        g.iter()
+            .all(|(_, r, _)| r == "namespaces" || r == "applications"),
+        "{g:?}"
+    );
+    let b = objs.get("ClusterRoleBinding", "c-argocd-pull-agent");
+    assert_eq!(b["subjects"][0]["namespace"], "argocd");
+    // without mapping: no cluster-wide RBAC, mapping off
+    let objs = h.template(CHART, "c", "argocd", &[]);
+    assert!(objs.of_kind("ClusterRole").is_empty());
+    let e = env(container(objs.get("Deployment", "c-argocd-pull-agent")));
+    assert_eq!(e["ARGOCD_AGENT_DESTINATION_BASED_MAPPING"], "false");
+    assert!(e.get("ARGOCD_AGENT_ALLOWED_NAMESPACES").is_none());
+}
