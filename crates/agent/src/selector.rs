@@ -108,6 +108,26 @@ impl Store for SelectedStore {
         })
         .boxed()
     }
+    fn watch_streaming(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+    ) -> BoxStream<'static, StoreResult<crate::store::WatchEvent>> {
+        use crate::store::WatchEvent as W;
+        let s = self.inner.watch_streaming(kind, ns);
+        if !self.kinds.contains(&kind) {
+            return s;
+        }
+        let sel = self.selector.clone();
+        s.filter_map(move |ev| {
+            futures::future::ready(match ev {
+                Ok(W::InitApply(o)) if !selects(&sel, &o) => None,
+                Ok(W::Applied(o)) if !selects(&sel, &o) => Some(Ok(W::Deleted(o))),
+                other => Some(other),
+            })
+        })
+        .boxed()
+    }
 }
 
 #[cfg(test)]

@@ -78,6 +78,31 @@ pub enum StoreEvent {
     Restarted(Vec<Value>),
 }
 
+/// A change seen by [`Store::watch_streaming`]: the (re)started list arrives one object at a time
+/// between `Init` and `InitDone`, so a consumer keeping a compact form never holds the whole list.
+#[derive(Debug, Clone)]
+pub enum WatchEvent {
+    Init,
+    InitApply(Value),
+    InitDone,
+    Applied(Value),
+    Deleted(Value),
+}
+
+impl WatchEvent {
+    /// The streaming form of a [`StoreEvent`].
+    pub fn from_store_event(ev: StoreEvent) -> Vec<WatchEvent> {
+        match ev {
+            StoreEvent::Applied(o) => vec![WatchEvent::Applied(o)],
+            StoreEvent::Deleted(o) => vec![WatchEvent::Deleted(o)],
+            StoreEvent::Restarted(l) => std::iter::once(WatchEvent::Init)
+                .chain(l.into_iter().map(WatchEvent::InitApply))
+                .chain(std::iter::once(WatchEvent::InitDone))
+                .collect(),
+        }
+    }
+}
+
 /// Backend errors.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -137,6 +162,25 @@ pub trait Store: Send + Sync + 'static {
     }
     /// Watches `kind` in `ns` (all namespaces for `None`); starts with `Restarted`.
     fn watch(&self, kind: Kind, ns: Option<&str>) -> BoxStream<'static, StoreResult<StoreEvent>>;
+    /// [`Store::watch`] with the list streamed (see [`WatchEvent`]). The default adapts `watch`
+    /// (the list is materialized once); backends override it to stream.
+    fn watch_streaming(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+    ) -> BoxStream<'static, StoreResult<WatchEvent>> {
+        self.watch(kind, ns)
+            .flat_map(|e| {
+                futures::stream::iter(match e {
+                    Ok(ev) => WatchEvent::from_store_event(ev)
+                        .into_iter()
+                        .map(Ok)
+                        .collect(),
+                    Err(e) => vec![Err(e)],
+                })
+            })
+            .boxed()
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -308,6 +352,23 @@ impl Store for KubeStore {
             })
             .boxed()
     }
+    fn watch_streaming(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+    ) -> BoxStream<'static, StoreResult<WatchEvent>> {
+        use kube::runtime::watcher::{self, Event as W};
+        watcher::watcher(self.api(kind, ns), watcher::Config::default())
+            .map(|e| match e {
+                Ok(W::Apply(o)) => Ok(WatchEvent::Applied(to_value(&o))),
+                Ok(W::Delete(o)) => Ok(WatchEvent::Deleted(to_value(&o))),
+                Ok(W::Init) => Ok(WatchEvent::Init),
+                Ok(W::InitApply(o)) => Ok(WatchEvent::InitApply(to_value(&o))),
+                Ok(W::InitDone) => Ok(WatchEvent::InitDone),
+                Err(e) => Err(StoreError::Other(e.to_string())),
+            })
+            .boxed()
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -434,6 +495,45 @@ impl MemStore {
         Ok(obj)
     }
 
+    /// The changes of `kind` in `ns` from now on (a lagging receiver restarts with the list).
+    fn changes(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+    ) -> impl futures::Stream<Item = StoreResult<StoreEvent>> + Send + 'static {
+        let rx = self.tx.subscribe();
+        let me = self.clone();
+        let ns = ns.map(str::to_string);
+        futures::stream::unfold(rx, move |mut rx| {
+            let me = me.clone();
+            let ns = ns.clone();
+            async move {
+                loop {
+                    match rx.recv().await {
+                        Ok((k, ev)) if k == kind => {
+                            let obj = match &ev {
+                                StoreEvent::Applied(o) | StoreEvent::Deleted(o) => o,
+                                StoreEvent::Restarted(_) => continue,
+                            };
+                            if ns
+                                .as_deref()
+                                .is_none_or(|n| obj["metadata"]["namespace"] == n)
+                            {
+                                return Some((Ok(ev), rx));
+                            }
+                        }
+                        Ok(_) => continue,
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            let l = me.list_sync(kind, ns.as_deref());
+                            return Some((Ok(StoreEvent::Restarted(l)), rx));
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            }
+        })
+    }
+
     fn list_sync(&self, kind: Kind, ns: Option<&str>) -> Vec<Value> {
         let g = self.inner.lock().expect("poisoned");
         match ns {
@@ -549,40 +649,101 @@ impl Store for MemStore {
         Ok(())
     }
     fn watch(&self, kind: Kind, ns: Option<&str>) -> BoxStream<'static, StoreResult<StoreEvent>> {
-        let rx = self.tx.subscribe();
+        let rest = self.changes(kind, ns);
         let initial = self.list_sync(kind, ns);
-        let me = self.clone();
-        let ns = ns.map(str::to_string);
-        let rest = futures::stream::unfold(rx, move |mut rx| {
-            let me = me.clone();
-            let ns = ns.clone();
-            async move {
-                loop {
-                    match rx.recv().await {
-                        Ok((k, ev)) if k == kind => {
-                            let obj = match &ev {
-                                StoreEvent::Applied(o) | StoreEvent::Deleted(o) => o,
-                                StoreEvent::Restarted(_) => continue,
-                            };
-                            if ns
-                                .as_deref()
-                                .is_none_or(|n| obj["metadata"]["namespace"] == n)
-                            {
-                                return Some((Ok(ev), rx));
-                            }
-                        }
-                        Ok(_) => continue,
-                        Err(broadcast::error::RecvError::Lagged(_)) => {
-                            let l = me.list_sync(kind, ns.as_deref());
-                            return Some((Ok(StoreEvent::Restarted(l)), rx));
-                        }
-                        Err(broadcast::error::RecvError::Closed) => return None,
-                    }
-                }
-            }
-        });
         futures::stream::once(async move { Ok(StoreEvent::Restarted(initial)) })
             .chain(rest)
             .boxed()
+    }
+    fn watch_streaming(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+    ) -> BoxStream<'static, StoreResult<WatchEvent>> {
+        // subscribed before the keys are read: no change is missed
+        let rest = self.changes(kind, ns).flat_map(|e| {
+            futures::stream::iter(match e {
+                Ok(ev) => WatchEvent::from_store_event(ev)
+                    .into_iter()
+                    .map(Ok)
+                    .collect(),
+                Err(e) => vec![Err(e)],
+            })
+        });
+        // the list: keys now, each object cloned as it is read (one at a time, never the whole
+        // list); one deleted meanwhile is skipped (its deletion follows in `rest`)
+        let keys: Vec<Key> = {
+            let g = self.inner.lock().expect("poisoned");
+            g.objects
+                .range((kind, ns.unwrap_or_default().to_string(), String::new())..)
+                .take_while(|((k, n, _), _)| *k == kind && ns.is_none_or(|ns| n == ns))
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        let me = self.clone();
+        let items = futures::stream::iter(keys).filter_map(move |k| {
+            let o = me.inner.lock().expect("poisoned").objects.get(&k).cloned();
+            futures::future::ready(o.map(|o| Ok(WatchEvent::InitApply(o))))
+        });
+        futures::stream::once(futures::future::ready(Ok(WatchEvent::Init)))
+            .chain(items)
+            .chain(futures::stream::once(futures::future::ready(Ok(
+                WatchEvent::InitDone,
+            ))))
+            .chain(rest)
+            .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app(ns: &str, name: &str) -> Value {
+        json!({"metadata": {"name": name, "namespace": ns}})
+    }
+
+    fn names(evs: &[WatchEvent]) -> Vec<String> {
+        evs.iter()
+            .map(|e| match e {
+                WatchEvent::Init => "init".to_string(),
+                WatchEvent::InitDone => "done".to_string(),
+                WatchEvent::InitApply(o) => format!("list {}", o["metadata"]["name"]),
+                WatchEvent::Applied(o) => format!("applied {}", o["metadata"]["name"]),
+                WatchEvent::Deleted(o) => format!("deleted {}", o["metadata"]["name"]),
+            })
+            .collect()
+    }
+
+    /// The streamed list reads each object when it is reached: one deleted meanwhile is not
+    /// listed, and its deletion follows; only the watched namespace is listed.
+    #[tokio::test]
+    async fn streaming_watch_lists_one_object_at_a_time_and_misses_nothing() {
+        let s = MemStore::new();
+        for n in ["a", "b", "c"] {
+            s.create(Kind::Application, app("ns1", n)).await.unwrap();
+        }
+        s.create(Kind::Application, app("ns2", "x")).await.unwrap();
+        let mut w = s.watch_streaming(Kind::Application, Some("ns1"));
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            seen.push(w.next().await.unwrap().unwrap());
+        }
+        s.delete(Kind::Application, "ns1", "c").await.unwrap();
+        s.create(Kind::Application, app("ns1", "d")).await.unwrap();
+        for _ in 0..4 {
+            seen.push(w.next().await.unwrap().unwrap());
+        }
+        assert_eq!(
+            names(&seen),
+            [
+                "init",
+                "list \"a\"",
+                "list \"b\"",
+                "done",
+                "deleted \"c\"",
+                "applied \"d\""
+            ]
+        );
     }
 }

@@ -12,7 +12,7 @@ use crate::Mode;
 use crate::checksum::spec_checksum;
 use crate::event::{EventType, Target};
 use crate::objects as o;
-use crate::store::{Kind, StoreEvent};
+use crate::store::{Kind, StoreEvent, WatchEvent};
 
 use super::{AgentState, Inner, View};
 
@@ -20,27 +20,36 @@ impl Inner {
     pub(super) async fn watch_hub(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
         let mut ready = Some(ready);
         loop {
-            let mut s = self.store.watch(Kind::Application, None);
+            // the list streamed: each object is kept compact as it arrives, never the whole
+            // list as parsed objects (100,000 Applications are ~600 MiB parsed)
+            let mut s = self.store.watch_streaming(Kind::Application, None);
+            let mut building: Option<super::HubCache> = None;
             while let Some(ev) = s.next().await {
                 match ev {
-                    Ok(StoreEvent::Restarted(list)) => {
-                        // the new list replaces the cache first (sending reads it); each object
-                        // is then handled from the list, and the old cache finds the deletions
-                        let mut by_ns: super::HubCache = HashMap::new();
-                        let list: Vec<Value> = list
-                            .into_iter()
-                            .filter(|h| self.ns_allowed(o::namespace(h)))
-                            .collect();
-                        for h in &list {
-                            by_ns
-                                .entry(o::namespace(h).to_string())
+                    Ok(WatchEvent::Init) => building = Some(HashMap::new()),
+                    Ok(WatchEvent::InitApply(h)) => {
+                        if let Some(b) = building.as_mut()
+                            && self.ns_allowed(o::namespace(&h))
+                        {
+                            b.entry(o::namespace(&h).to_string())
                                 .or_default()
-                                .insert(o::name(h).to_string(), super::compact(h));
+                                .insert(o::name(&h).to_string(), super::compact(&h));
                         }
+                    }
+                    Ok(WatchEvent::InitDone) => {
+                        // the new list replaces the cache first (sending reads it); each object
+                        // is then handled from it, and the old cache finds the deletions
+                        let by_ns = building.take().unwrap_or_default();
+                        let keys: Vec<(String, String)> = by_ns
+                            .iter()
+                            .flat_map(|(ns, m)| m.keys().map(|n| (ns.clone(), n.clone())))
+                            .collect();
                         let old =
                             std::mem::replace(&mut *self.cache.lock().expect("poisoned"), by_ns);
-                        for h in list {
-                            self.on_hub_apply(o::namespace(&h), &h);
+                        for (ns, name) in keys {
+                            if let Some(h) = self.cached(&ns, &name) {
+                                self.on_hub_apply(&ns, &h);
+                            }
                         }
                         let mut gone = Vec::new();
                         {
@@ -62,7 +71,7 @@ impl Inner {
                             let _ = r.send(());
                         }
                     }
-                    Ok(StoreEvent::Applied(h)) if self.ns_allowed(o::namespace(&h)) => {
+                    Ok(WatchEvent::Applied(h)) if self.ns_allowed(o::namespace(&h)) => {
                         let ns = o::namespace(&h).to_string();
                         self.cache
                             .lock()
@@ -72,7 +81,7 @@ impl Inner {
                             .insert(o::name(&h).to_string(), super::compact(&h));
                         self.on_hub_apply(&ns, &h);
                     }
-                    Ok(StoreEvent::Deleted(h)) if self.ns_allowed(o::namespace(&h)) => {
+                    Ok(WatchEvent::Deleted(h)) if self.ns_allowed(o::namespace(&h)) => {
                         let ns = o::namespace(&h).to_string();
                         if let Some(m) = self.cache.lock().expect("poisoned").get_mut(&ns) {
                             m.remove(o::name(&h));
@@ -80,7 +89,7 @@ impl Inner {
                         self.on_hub_delete(&ns, &h);
                     }
                     // outside --allowed-namespaces: not the principal's
-                    Ok(StoreEvent::Applied(_) | StoreEvent::Deleted(_)) => {}
+                    Ok(WatchEvent::Applied(_) | WatchEvent::Deleted(_)) => {}
                     Err(e) => {
                         tracing::warn!(error = %e, "hub watch error");
                     }
