@@ -136,6 +136,26 @@ impl PrincipalConfig {
     }
 }
 
+/// What a managed agent must get to hold hub Application `h` as it is now (a deferred key's
+/// events): its spec, and its operation when it has one.
+fn managed_events(h: &Value) -> Vec<Event> {
+    let mut v = vec![Event::for_object(
+        SOURCE,
+        EventType::SpecUpdate,
+        Target::Application,
+        &o::without_operation(h),
+    )];
+    if !o::op_hash(h).is_empty() {
+        v.push(Event::for_object(
+            SOURCE,
+            EventType::SetOperation,
+            Target::Application,
+            h,
+        ));
+    }
+    v
+}
+
 /// Hub Applications by namespace, then name, each as its JSON bytes.
 type HubCache = HashMap<String, HashMap<String, Box<[u8]>>>;
 
@@ -705,23 +725,7 @@ impl Inner {
             return self.regenerate_mapped(agent, ns, n);
         }
         match (mode, self.cached(agent, name)) {
-            (Mode::Managed, Some(h)) => {
-                let mut v = vec![Event::for_object(
-                    SOURCE,
-                    EventType::SpecUpdate,
-                    Target::Application,
-                    &o::without_operation(&h),
-                )];
-                if !o::op_hash(&h).is_empty() {
-                    v.push(Event::for_object(
-                        SOURCE,
-                        EventType::SetOperation,
-                        Target::Application,
-                        &h,
-                    ));
-                }
-                v
-            }
+            (Mode::Managed, Some(h)) => managed_events(&h),
             (Mode::Managed, None) => {
                 vec![Event::for_object(
                     SOURCE,

@@ -103,23 +103,7 @@ impl Inner {
         let key = mapping::key(ns, name);
         let routed = self.routes.lock().expect("poisoned").get(&key) == Some(agent);
         match self.cached(ns, name).filter(|_| routed) {
-            Some(h) => {
-                let mut v = vec![Event::for_object(
-                    SOURCE,
-                    EventType::SpecUpdate,
-                    Target::Application,
-                    &o::without_operation(&h),
-                )];
-                if !o::op_hash(&h).is_empty() {
-                    v.push(Event::for_object(
-                        SOURCE,
-                        EventType::SetOperation,
-                        Target::Application,
-                        &h,
-                    ));
-                }
-                v
-            }
+            Some(h) => super::managed_events(&h),
             None => vec![Event::for_object(
                 SOURCE,
                 EventType::Delete,

@@ -1,0 +1,369 @@
+//! The in-memory store (tests, benchmarks, the simulated fleet).
+
+use super::*;
+
+type Key = (Kind, String, String);
+
+struct MemInner {
+    objects: BTreeMap<Key, Value>,
+    rv: u64,
+    /// namespaces made by `ensure_namespace` (objects never need one here)
+    namespaces: std::collections::BTreeSet<String>,
+}
+
+/// An in-memory store with watches (tests, benchmarks).
+#[derive(Clone)]
+pub struct MemStore {
+    inner: Arc<Mutex<MemInner>>,
+    tx: broadcast::Sender<(Kind, StoreEvent)>,
+}
+
+impl Default for MemStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemStore {
+    pub fn new() -> Self {
+        Self::with_capacity(1024)
+    }
+
+    /// A store whose watchers may fall `capacity` events behind before they resynchronise from
+    /// a full list (a `Restarted` event): a busy shared store (a benchmark's hub) wants more.
+    pub fn with_capacity(capacity: usize) -> Self {
+        let (tx, _) = broadcast::channel(capacity.max(16));
+        Self {
+            inner: Arc::new(Mutex::new(MemInner {
+                objects: BTreeMap::new(),
+                rv: 0,
+                namespaces: Default::default(),
+            })),
+            tx,
+        }
+    }
+
+    /// The namespaces `ensure_namespace` created, sorted.
+    pub fn namespaces(&self) -> Vec<String> {
+        let g = self.inner.lock().expect("poisoned");
+        g.namespaces.iter().cloned().collect()
+    }
+
+    fn write(
+        &self,
+        kind: Kind,
+        mut obj: Value,
+        is_create: bool,
+        check_rv: bool,
+    ) -> StoreResult<Value> {
+        let (ns, name) = ns_name(&obj);
+        if name.is_empty() || ns.is_empty() {
+            return Err(StoreError::Invalid(
+                "metadata.name and metadata.namespace are required".into(),
+            ));
+        }
+        let mut g = self.inner.lock().expect("poisoned");
+        let key = (kind, ns, name);
+        let existing = g.objects.get(&key).cloned();
+        match (&existing, is_create) {
+            (Some(_), true) => return Err(StoreError::AlreadyExists),
+            (None, false) => return Err(StoreError::NotFound),
+            _ => {}
+        }
+        if let Some(old) = &existing {
+            if check_rv {
+                let want = obj["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default();
+                if !want.is_empty()
+                    && want
+                        != old["metadata"]["resourceVersion"]
+                            .as_str()
+                            .unwrap_or_default()
+                {
+                    return Err(StoreError::Conflict("resourceVersion is stale".into()));
+                }
+            }
+            obj["metadata"]["uid"] = old["metadata"]["uid"].clone();
+            obj["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
+            // like the API server: a deletionTimestamp cannot be set or cleared by an update
+            match old["metadata"].get("deletionTimestamp") {
+                Some(ts) if !ts.is_null() => {
+                    obj["metadata"]["deletionTimestamp"] = ts.clone();
+                }
+                _ => {
+                    if let Some(m) = obj["metadata"].as_object_mut() {
+                        m.remove("deletionTimestamp");
+                    }
+                }
+            }
+            if old == &obj {
+                return Ok(obj);
+            }
+            if has_deletion_timestamp(&obj) && !has_finalizers(&obj) {
+                // the last finalizer is gone: the object goes away
+                g.objects.remove(&key);
+                g.rv += 1;
+                let _ = self.tx.send((kind, StoreEvent::Deleted(obj.clone())));
+                return Ok(obj);
+            }
+        } else {
+            if let Some(m) = obj["metadata"].as_object_mut() {
+                m.remove("deletionTimestamp");
+            }
+            obj["metadata"]["uid"] = json!(uuid::Uuid::new_v4().to_string());
+            obj["metadata"]["creationTimestamp"] = json!(jiff::Timestamp::now().to_string());
+        }
+        g.rv += 1;
+        obj["metadata"]["resourceVersion"] = json!(g.rv.to_string());
+        obj["apiVersion"] = json!(kind.api_version());
+        obj["kind"] = json!(kind.as_str());
+        g.objects.insert(key, obj.clone());
+        let _ = self.tx.send((kind, StoreEvent::Applied(obj.clone())));
+        Ok(obj)
+    }
+
+    /// The changes of `kind` in `ns` from now on (a lagging receiver restarts with the list).
+    fn changes(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+    ) -> impl futures::Stream<Item = StoreResult<StoreEvent>> + Send + 'static {
+        let rx = self.tx.subscribe();
+        let me = self.clone();
+        let ns = ns.map(str::to_string);
+        futures::stream::unfold(rx, move |mut rx| {
+            let me = me.clone();
+            let ns = ns.clone();
+            async move {
+                loop {
+                    match rx.recv().await {
+                        Ok((k, ev)) if k == kind => {
+                            let obj = match &ev {
+                                StoreEvent::Applied(o) | StoreEvent::Deleted(o) => o,
+                                StoreEvent::Restarted(_) => continue,
+                            };
+                            if ns
+                                .as_deref()
+                                .is_none_or(|n| obj["metadata"]["namespace"] == n)
+                            {
+                                return Some((Ok(ev), rx));
+                            }
+                        }
+                        Ok(_) => continue,
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            let l = me.list_sync(kind, ns.as_deref());
+                            return Some((Ok(StoreEvent::Restarted(l)), rx));
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            }
+        })
+    }
+
+    fn list_sync(&self, kind: Kind, ns: Option<&str>) -> Vec<Value> {
+        let g = self.inner.lock().expect("poisoned");
+        match ns {
+            // keys sort by (kind, namespace, name): one namespace is a contiguous range
+            Some(ns) => g
+                .objects
+                .range((kind, ns.to_string(), String::new())..)
+                .take_while(|((k, n, _), _)| *k == kind && n == ns)
+                .map(|(_, v)| v.clone())
+                .collect(),
+            None => g
+                .objects
+                .range((kind, String::new(), String::new())..)
+                .take_while(|((k, _, _), _)| *k == kind)
+                .map(|(_, v)| v.clone())
+                .collect(),
+        }
+    }
+}
+
+fn has_finalizers(v: &Value) -> bool {
+    v["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|a| !a.is_empty())
+}
+
+fn has_deletion_timestamp(v: &Value) -> bool {
+    v["metadata"]["deletionTimestamp"]
+        .as_str()
+        .is_some_and(|s| !s.is_empty())
+}
+
+/// RFC 7386 merge.
+pub fn merge_json(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = Value::Object(Default::default());
+            }
+            let t = target.as_object_mut().expect("object");
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge_json(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+#[async_trait]
+impl Store for MemStore {
+    async fn list(&self, kind: Kind, ns: Option<&str>) -> StoreResult<Vec<Value>> {
+        Ok(self.list_sync(kind, ns))
+    }
+    async fn get(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<Option<Value>> {
+        let g = self.inner.lock().expect("poisoned");
+        Ok(g.objects
+            .get(&(kind, ns.to_string(), name.to_string()))
+            .cloned())
+    }
+    async fn create(&self, kind: Kind, obj: Value) -> StoreResult<Value> {
+        self.write(kind, obj, true, false)
+    }
+    async fn replace(&self, kind: Kind, obj: Value) -> StoreResult<Value> {
+        self.write(kind, obj, false, true)
+    }
+    async fn merge_patch(
+        &self,
+        kind: Kind,
+        ns: &str,
+        name: &str,
+        patch: Value,
+    ) -> StoreResult<Value> {
+        let mut cur = self
+            .get(kind, ns, name)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        merge_json(&mut cur, &patch);
+        self.write(kind, cur, false, false)
+    }
+    async fn delete(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<()> {
+        let key = (kind, ns.to_string(), name.to_string());
+        let mut g = self.inner.lock().expect("poisoned");
+        let Some(cur) = g.objects.get(&key).cloned() else {
+            return Ok(());
+        };
+        if has_finalizers(&cur) {
+            // like the API server: finalizers hold the object, marked for deletion
+            if !has_deletion_timestamp(&cur) {
+                let mut n = cur;
+                g.rv += 1;
+                n["metadata"]["deletionTimestamp"] = json!(jiff::Timestamp::now().to_string());
+                n["metadata"]["resourceVersion"] = json!(g.rv.to_string());
+                g.objects.insert(key, n.clone());
+                let _ = self.tx.send((kind, StoreEvent::Applied(n)));
+            }
+            return Ok(());
+        }
+        if let Some(o) = g.objects.remove(&key) {
+            let _ = self.tx.send((kind, StoreEvent::Deleted(o)));
+        }
+        Ok(())
+    }
+    async fn ensure_namespace(&self, ns: &str) -> StoreResult<()> {
+        self.inner
+            .lock()
+            .expect("poisoned")
+            .namespaces
+            .insert(ns.to_string());
+        Ok(())
+    }
+    fn watch(&self, kind: Kind, ns: Option<&str>) -> BoxStream<'static, StoreResult<StoreEvent>> {
+        let rest = self.changes(kind, ns);
+        let initial = self.list_sync(kind, ns);
+        futures::stream::once(async move { Ok(StoreEvent::Restarted(initial)) })
+            .chain(rest)
+            .boxed()
+    }
+    fn watch_streaming(
+        &self,
+        kind: Kind,
+        ns: Option<&str>,
+    ) -> BoxStream<'static, StoreResult<WatchEvent>> {
+        // subscribed before the keys are read: no change is missed
+        let rest = streamed(self.changes(kind, ns));
+        // the list: keys now, each object cloned as it is read (one at a time, never the whole
+        // list); one deleted meanwhile is skipped (its deletion follows in `rest`)
+        let keys: Vec<Key> = {
+            let g = self.inner.lock().expect("poisoned");
+            g.objects
+                .range((kind, ns.unwrap_or_default().to_string(), String::new())..)
+                .take_while(|((k, n, _), _)| *k == kind && ns.is_none_or(|ns| n == ns))
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        let me = self.clone();
+        let items = futures::stream::iter(keys).filter_map(move |k| {
+            let o = me.inner.lock().expect("poisoned").objects.get(&k).cloned();
+            futures::future::ready(o.map(|o| Ok(WatchEvent::InitApply(o))))
+        });
+        futures::stream::once(futures::future::ready(Ok(WatchEvent::Init)))
+            .chain(items)
+            .chain(futures::stream::once(futures::future::ready(Ok(
+                WatchEvent::InitDone,
+            ))))
+            .chain(rest)
+            .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app(ns: &str, name: &str) -> Value {
+        json!({"metadata": {"name": name, "namespace": ns}})
+    }
+
+    fn names(evs: &[WatchEvent]) -> Vec<String> {
+        evs.iter()
+            .map(|e| match e {
+                WatchEvent::Init => "init".to_string(),
+                WatchEvent::InitDone => "done".to_string(),
+                WatchEvent::InitApply(o) => format!("list {}", o["metadata"]["name"]),
+                WatchEvent::Applied(o) => format!("applied {}", o["metadata"]["name"]),
+                WatchEvent::Deleted(o) => format!("deleted {}", o["metadata"]["name"]),
+            })
+            .collect()
+    }
+
+    /// The streamed list reads each object when it is reached: one deleted meanwhile is not
+    /// listed, and its deletion follows; only the watched namespace is listed.
+    #[tokio::test]
+    async fn streaming_watch_lists_one_object_at_a_time_and_misses_nothing() {
+        let s = MemStore::new();
+        for n in ["a", "b", "c"] {
+            s.create(Kind::Application, app("ns1", n)).await.unwrap();
+        }
+        s.create(Kind::Application, app("ns2", "x")).await.unwrap();
+        let mut w = s.watch_streaming(Kind::Application, Some("ns1"));
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            seen.push(w.next().await.unwrap().unwrap());
+        }
+        s.delete(Kind::Application, "ns1", "c").await.unwrap();
+        s.create(Kind::Application, app("ns1", "d")).await.unwrap();
+        for _ in 0..4 {
+            seen.push(w.next().await.unwrap().unwrap());
+        }
+        assert_eq!(
+            names(&seen),
+            [
+                "init",
+                "list \"a\"",
+                "list \"b\"",
+                "done",
+                "deleted \"c\"",
+                "applied \"d\""
+            ]
+        );
+    }
+}
