@@ -1,5 +1,6 @@
 //! The principal: gRPC server on the hub, one send queue per agent, the hub watcher.
 
+mod agents;
 mod application;
 mod appproject;
 pub mod cluster_info;
@@ -33,13 +34,12 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::Mode;
 use crate::auth::TokenIssuer;
-use crate::event::{Event, EventType, Target};
 use crate::metrics::Metrics;
 use crate::objects as o;
 use crate::proto::authapi::authentication_server::AuthenticationServer;
 use crate::proto::eventstreamapi::event_stream_server::EventStreamServer;
 use crate::proto::versionapi::version_server::VersionServer;
-use crate::queue::{Backoff, Pushed, SendQueue};
+use crate::queue::{Backoff, SendQueue};
 use crate::store::Store;
 use crate::tls::{self, TlsMaterial};
 
@@ -134,26 +134,6 @@ impl PrincipalConfig {
             self_registration: None,
         }
     }
-}
-
-/// What a managed agent must get to hold hub Application `h` as it is now (a deferred key's
-/// events): its spec, and its operation when it has one.
-fn managed_events(h: &Value) -> Vec<Event> {
-    let mut v = vec![Event::for_object(
-        SOURCE,
-        EventType::SpecUpdate,
-        Target::Application,
-        &o::without_operation(h),
-    )];
-    if !o::op_hash(h).is_empty() {
-        v.push(Event::for_object(
-            SOURCE,
-            EventType::SetOperation,
-            Target::Application,
-            h,
-        ));
-    }
-    v
 }
 
 /// Hub Applications by namespace, then name, each as its JSON bytes.
@@ -613,157 +593,6 @@ impl Drop for Principal {
                 if let Some((_, h)) = a.session.lock().expect("poisoned").take() {
                     h.abort();
                 }
-            }
-        }
-    }
-}
-
-impl Inner {
-    fn agent(&self, name: &str) -> Option<Arc<AgentState>> {
-        self.agents.lock().expect("poisoned").get(name).cloned()
-    }
-
-    fn register(self: &Arc<Self>, name: &str, mode: Mode) -> Arc<AgentState> {
-        let mut g = self.agents.lock().expect("poisoned");
-        if let Some(a) = g.get(name) {
-            let mut m = a.mode.lock().expect("poisoned");
-            if *m != mode {
-                tracing::info!(
-                    agent = name,
-                    from = m.as_str(),
-                    to = mode.as_str(),
-                    "agent changed mode; resetting its state"
-                );
-                *m = mode;
-                a.mapped.store(
-                    self.cfg.destination_based_mapping && mode == Mode::Managed,
-                    Ordering::SeqCst,
-                );
-                a.views.lock().expect("poisoned").clear();
-                a.projects.lock().expect("poisoned").clear();
-                a.repos.lock().expect("poisoned").clear();
-                a.gpg.lock().expect("poisoned").clear();
-            }
-            return a.clone();
-        }
-        let queue = Arc::new(SendQueue::new(self.cfg.queue_capacity, self.cfg.backoff));
-        let me = Arc::downgrade(self);
-        let agent = name.to_string();
-        queue.set_regenerate(Arc::new(move |key: &str| {
-            let Some(me) = me.upgrade() else {
-                return vec![];
-            };
-            me.regenerate(&agent, key)
-        }));
-        let a = Arc::new(AgentState {
-            name: name.to_string(),
-            mode: Mutex::new(mode),
-            queue,
-            views: Mutex::new(HashMap::new()),
-            generation: AtomicU64::new(0),
-            session: Mutex::new(None),
-            connected: AtomicBool::new(false),
-            locks: o::KeyedLocks::default(),
-            projects: Mutex::new(HashMap::new()),
-            repos: Mutex::new(HashMap::new()),
-            gpg: Mutex::new(HashMap::new()),
-            resynced: AtomicBool::new(false),
-            outbox: Mutex::new(None),
-            cluster: Mutex::new(Default::default()),
-            mapped: AtomicBool::new(self.cfg.destination_based_mapping && mode == Mode::Managed),
-        });
-        g.insert(name.to_string(), a.clone());
-        a
-    }
-
-    fn cached(&self, ns: &str, name: &str) -> Option<Value> {
-        let g = self.cache.lock().expect("poisoned");
-        let b = g.get(ns).and_then(|m| m.get(name))?;
-        serde_json::from_slice(b).ok()
-    }
-
-    /// Current events for a deferred key (backpressure path).
-    fn regenerate(&self, agent: &str, name: &str) -> Vec<Event> {
-        let Some(a) = self.agent(agent) else {
-            return vec![];
-        };
-        let mode = *a.mode.lock().expect("poisoned");
-        let (target, key_name) = o::parse_qkey(name);
-        if let Some(dk) = crate::repository::DataKind::from_target(target) {
-            return match mode {
-                Mode::Managed => self.regenerate_data(agent, dk, key_name),
-                Mode::Autonomous => vec![],
-            };
-        }
-        if let (Target::AppProject, pname) = o::parse_qkey(name) {
-            if mode != Mode::Managed {
-                return vec![];
-            }
-            let cur = self.projects.lock().expect("poisoned").get(pname).cloned();
-            return match cur
-                .and_then(|p| o::project_for_agent(&p, agent, self.cfg.destination_based_mapping))
-            {
-                Some(f) => vec![Event::for_object(
-                    SOURCE,
-                    EventType::SpecUpdate,
-                    Target::AppProject,
-                    &f,
-                )],
-                None => vec![Event::for_object(
-                    SOURCE,
-                    EventType::Delete,
-                    Target::AppProject,
-                    &o::project_stub(pname, &self.cfg.namespace, ""),
-                )],
-            };
-        }
-        if let (true, Mode::Managed, Some((ns, n))) = (
-            self.cfg.destination_based_mapping,
-            mode,
-            o::split_ns_name(key_name),
-        ) {
-            return self.regenerate_mapped(agent, ns, n);
-        }
-        match (mode, self.cached(agent, name)) {
-            (Mode::Managed, Some(h)) => managed_events(&h),
-            (Mode::Managed, None) => {
-                vec![Event::for_object(
-                    SOURCE,
-                    EventType::Delete,
-                    Target::Application,
-                    &o::stub(name, agent, ""),
-                )]
-            }
-            (Mode::Autonomous, Some(h)) if !o::op_hash(&h).is_empty() => {
-                vec![Event::for_object(
-                    SOURCE,
-                    EventType::SetOperation,
-                    Target::Application,
-                    &self.to_agent_form(agent, &h),
-                )]
-            }
-            _ => vec![],
-        }
-    }
-
-    fn push(&self, a: &AgentState, ty: EventType, obj: &Value) {
-        self.push_target(a, ty, Target::Application, obj)
-    }
-
-    fn push_target(&self, a: &AgentState, ty: EventType, target: Target, obj: &Value) {
-        let ev = Event::for_object(SOURCE, ty, target, obj);
-        let key = match target == Target::Application && self.mapped(a) {
-            true => o::app_qkey(o::namespace(obj), o::name(obj)),
-            false => o::qkey(target, o::name(obj)),
-        };
-        match a.queue.push(&key, ev) {
-            Pushed::Queued => self.metrics.queued(ty.short()),
-            Pushed::Coalesced => {
-                self.metrics.events_coalesced.inc();
-            }
-            Pushed::Deferred => {
-                self.metrics.events_deferred.inc();
-                tracing::debug!(agent = %a.name, resource = %key, "send queue full; resource deferred");
             }
         }
     }

@@ -103,7 +103,7 @@ impl Inner {
         let key = mapping::key(ns, name);
         let routed = self.routes.lock().expect("poisoned").get(&key) == Some(agent);
         match self.cached(ns, name).filter(|_| routed) {
-            Some(h) => super::managed_events(&h),
+            Some(h) => super::agents::managed_events(&h),
             None => vec![Event::for_object(
                 SOURCE,
                 EventType::Delete,
