@@ -54,7 +54,8 @@ pub async fn run(args: HubControllerArgs) -> anyhow::Result<()> {
 /// the Lease release gets 2 s.
 pub async fn run_until(args: HubControllerArgs, token: CancellationToken) -> anyhow::Result<()> {
     argocd_pull_controller::install_crypto_provider();
-    let client = kube::Client::try_default()
+    // HTTP/2 when the API server offers it: one multiplexed connection (see `ops::client`)
+    let client = argocd_pull_ops::client::infer()
         .await
         .context("no Kubernetes cluster found: set KUBECONFIG or run inside a cluster")?;
 
