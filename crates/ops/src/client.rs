@@ -1,14 +1,19 @@
-//! The Kubernetes client of the long-running commands: kube's, speaking HTTP/2 to the API server.
+//! kube's client, speaking HTTP/2 to the API server (opt-in: not what `argocd-pull controller`
+//! uses, see below).
 //!
 //! kube 5 builds its client with an HTTP/1.1-only connector: every concurrent request (and every
 //! open watch) holds a TCP + TLS connection of its own, and a burst of N concurrent writes waits
 //! for N handshakes first. client-go — what the Go peers and the API server's other clients use —
 //! offers `h2` by ALPN and multiplexes everything over one connection. [`infer`] /
 //! [`from_config`] build the same tower stack as kube (base URI, kube's retry of 429/503/504,
-//! authentication, extra headers, request tracing) over a connector that offers `h2` and
+//! authentication, extra headers; not its debug span per request) over a connector offering `h2` and
 //! `http/1.1`: the API server picks HTTP/2, a plain-`http` or HTTP/1.1-only server keeps working
 //! as before. The HTTP/2 connection is checked like client-go does (a PING after 30 s without a
 //! frame, dropped when unanswered for 15 s), so a silently dead API server is noticed by watches.
+//!
+//! Measured on a real kube-apiserver 1.24 (docs/performance.md, issue 15): one multiplexed
+//! connection costs the hub controller less CPU per Application but takes longer until all works
+//! exist than kube's one connection per concurrent request, so the controller keeps kube's client.
 //!
 //! A kubeconfig with a proxy, an exec credential plugin or a `tls-server-name` gets kube's own
 //! client unchanged (the proxy connectors, the expiry of exec-issued certificates and the fixed

@@ -13,7 +13,7 @@
 //! * [`apis::ApiGate`] — which CRDs each feature needs: reported once (ERROR, `/readyz`, metric)
 //!   when missing, features started when they appear;
 //! * [`client::infer`] — kube's client over a connector that offers HTTP/2 (one multiplexed
-//!   connection to the API server, as client-go);
+//!   connection to the API server, as client-go; opt-in);
 //! * [`watch::backoff`] — the retry policy of every watch (capped at 5 s);
 //! * [`leader`] — leader election on a `coordination.k8s.io/v1` Lease (kube-lease-manager).
 //!

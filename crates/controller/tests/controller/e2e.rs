@@ -18,8 +18,7 @@ async fn client(path: &str) -> Client {
     let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .unwrap();
-    // the binary's client: HTTP/2 to the API server (one multiplexed connection)
-    argocd_pull_ops::client::from_config(cfg).unwrap()
+    Client::try_from(cfg).unwrap()
 }
 
 #[tokio::test]
