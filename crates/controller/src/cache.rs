@@ -23,7 +23,7 @@ use argocd_pull_domain::{
     FeedbackValues, SpecDigest, is_application_identifier, normalized_spec_digest,
     payload_identifier_in,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -359,7 +359,7 @@ pub(crate) struct AppLite {
 
 #[derive(Deserialize)]
 struct WireApp {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "meta_without_managed_fields")]
     metadata: ObjectMeta,
     #[serde(default)]
     spec: Option<Box<RawValue>>,
@@ -433,6 +433,63 @@ impl AppLite {
     pub fn operation_json(&self) -> Option<&str> {
         self.operation.as_deref()
     }
+}
+
+/// An object's metadata without `managedFields`: serde skips them without building them (a
+/// field manager's tree of `f:` keys per writer, the largest part of an Application's metadata).
+fn meta_without_managed_fields<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<ObjectMeta, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Meta {
+        #[serde(default)]
+        annotations: Option<BTreeMap<String, String>>,
+        #[serde(default)]
+        creation_timestamp: Option<Time>,
+        #[serde(default)]
+        deletion_grace_period_seconds: Option<i64>,
+        #[serde(default)]
+        deletion_timestamp: Option<Time>,
+        #[serde(default)]
+        finalizers: Option<Vec<String>>,
+        #[serde(default)]
+        generate_name: Option<String>,
+        #[serde(default)]
+        generation: Option<i64>,
+        #[serde(default)]
+        labels: Option<BTreeMap<String, String>>,
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        namespace: Option<String>,
+        #[serde(default)]
+        owner_references: Option<Vec<OwnerReference>>,
+        #[serde(default)]
+        resource_version: Option<String>,
+        #[serde(default)]
+        self_link: Option<String>,
+        #[serde(default)]
+        uid: Option<String>,
+    }
+    let m = Meta::deserialize(d)?;
+    Ok(ObjectMeta {
+        annotations: m.annotations,
+        creation_timestamp: m.creation_timestamp,
+        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+        deletion_timestamp: m.deletion_timestamp,
+        finalizers: m.finalizers,
+        generate_name: m.generate_name,
+        generation: m.generation,
+        labels: m.labels,
+        managed_fields: None,
+        name: m.name,
+        namespace: m.namespace,
+        owner_references: m.owner_references,
+        resource_version: m.resource_version,
+        self_link: m.self_link,
+        uid: m.uid,
+    })
 }
 
 fn strip_meta(meta: &mut ObjectMeta) {

@@ -124,10 +124,19 @@ pub(crate) fn spawn_all(
                     ctx.recent_apps.observe(&app);
                     let key = ObjectRef::from_obj(&app);
                     let fp = app_fingerprint(&app);
-                    if seen.insert(key.clone(), fp) != Some(fp) {
-                        ctx.trigger_propagation(key);
-                        // a label/annotation change may leave a stale work behind
-                        ctx.request_sweep();
+                    match seen.insert(key.clone(), fp) {
+                        Some(old) if old == fp => {}
+                        Some(_) => {
+                            ctx.trigger_propagation(key);
+                            // a label/annotation change may leave a stale work behind
+                            ctx.request_sweep();
+                        }
+                        // first seen: no work of it can be stale yet (a work left by an
+                        // earlier Application of that name went with its delete event, or
+                        // with the sweep after the re-list that missed it) — no sweep, which
+                        // walks every work: one per created Application made creating N
+                        // Applications cost O(N²)
+                        None => ctx.trigger_propagation(key),
                     }
                 }
                 Event::Delete(app) => {

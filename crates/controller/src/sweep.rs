@@ -65,16 +65,31 @@ async fn delete(ctx: &Ctx, work: &WorkLite) -> Result<(), kube::Error> {
     }
 }
 
-/// Sweeps at start, on request (Application deletes, re-lists) and every `sweep_interval`.
+/// Requested sweeps start at most this often: each walks every work, and a burst of requests
+/// (10,000 Applications deleted at once) would otherwise sweep back to back for its whole length.
+pub(crate) const SWEEP_SPACING: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Sweeps at start, on request (Application deletes and changes, re-lists; requests made while a
+/// sweep runs or within [`SWEEP_SPACING`] of its start make one more sweep) and every
+/// `sweep_interval`.
 pub(crate) async fn sweeper(ctx: Arc<Ctx>, token: CancellationToken) {
     let mut interval = tokio::time::interval(ctx.config.sweep_interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             _ = token.cancelled() => return,
             _ = interval.tick() => {}
-            _ = ctx.sweep_request.notified() => {}
+            _ = ctx.sweep_request.notified() => {
+                if let Some(at) = last {
+                    tokio::select! {
+                        _ = token.cancelled() => return,
+                        _ = tokio::time::sleep_until(at + SWEEP_SPACING) => {}
+                    }
+                }
+            }
         }
+        last = Some(tokio::time::Instant::now());
         if let Err(e) = sweep(&ctx).await {
             tracing::warn!(error = %e, "sweep failed; retrying at the next one");
         }

@@ -12,6 +12,8 @@
 //!   completes whatever state the watches are in;
 //! * [`apis::ApiGate`] — which CRDs each feature needs: reported once (ERROR, `/readyz`, metric)
 //!   when missing, features started when they appear;
+//! * [`client::infer`] — kube's client over a connector that offers HTTP/2 (one multiplexed
+//!   connection to the API server, as client-go; opt-in);
 //! * [`watch::backoff`] — the retry policy of every watch (capped at 5 s);
 //! * [`leader`] — leader election on a `coordination.k8s.io/v1` Lease (kube-lease-manager).
 //!
@@ -32,6 +34,7 @@
 
 pub mod admin;
 pub mod apis;
+pub mod client;
 pub mod labels;
 pub mod leader;
 pub mod logging;

@@ -139,6 +139,44 @@ async fn moving_to_another_cluster_removes_the_old_work() {
     running.shutdown().await;
 }
 
+/// A sweep walks every work: new Applications do not request one (they cannot have left a stale
+/// work), or creating N of them would cost O(N²). A change of a known one still does (above).
+#[tokio::test]
+async fn new_applications_do_not_sweep() {
+    let env = Env::new().await;
+    env.cluster("cluster1", true).await;
+    let running = env.start().await;
+    // the sweep after the first list
+    eventually("the first sweep", || async {
+        (running.metrics().sweeps.get() >= 1).then_some(())
+    })
+    .await;
+    let before = running.metrics().sweeps.get();
+    for i in 0..20 {
+        let app = env
+            .create_app(&format!("app{i}"), "cluster1", json!({}))
+            .await;
+        eventually("its work", || env.work_of(&app, "cluster1")).await;
+    }
+    // at most the sweep the first list requested (it may still have been pending)
+    let after = running.metrics().sweeps.get();
+    assert!(
+        after <= before + 1,
+        "{} sweeps for 20 new Applications",
+        after - before
+    );
+    // a deleted one still sweeps its work away
+    env.apps()
+        .delete("app0", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("a sweep after the delete", || async {
+        (running.metrics().sweeps.get() > after).then_some(())
+    })
+    .await;
+    running.shutdown().await;
+}
+
 #[tokio::test]
 async fn disabled_cleanup_leaves_works() {
     let env = Env::new().await;
