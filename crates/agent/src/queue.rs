@@ -86,6 +86,8 @@ struct Slot {
 
 struct InFlight {
     ev: Event,
+    /// counted in the window: sent once, neither ACKed nor resent yet
+    in_window: bool,
     attempts: u32,
     deadline: Instant,
     /// identifies this (re)scheduling in the deadline heap; older heap entries are stale
@@ -102,6 +104,8 @@ struct State {
     deferred_set: HashSet<String>,
     pending: usize,
     inflight: usize,
+    /// in-flight events counted in the window (see [`InFlight::in_window`])
+    window: usize,
     /// sent but connection went away: resend at once on the next session
     seq: u64,
     /// in-flight event id -> key (ACK matching without scanning the slots)
@@ -340,8 +344,14 @@ impl SendQueue {
                 let slot = s.slots.get_mut(&k).expect("slot");
                 let f = slot.inflight.as_mut().expect("inflight");
                 f.attempts += 1;
+                // a resent event leaves the window: a peer that never ACKs some events (one it
+                // cannot apply, retried forever) must not hold back every other resource
+                let left_window = std::mem::take(&mut f.in_window);
                 let attempts = f.attempts;
                 let ev = f.ev.clone();
+                if left_window {
+                    s.window -= 1;
+                }
                 s.schedule(&k, now + self.backoff.delay(attempts));
                 return Ok(Outgoing {
                     key: k,
@@ -351,7 +361,7 @@ impl SendQueue {
             }
             earliest = Some(d);
         }
-        while s.inflight < self.max_in_flight
+        while s.window < self.max_in_flight
             && let Some(k) = s.ready.pop_front()
         {
             s.ready_set.remove(&k);
@@ -374,12 +384,14 @@ impl SendQueue {
             let slot = s.slots.get_mut(&k).expect("slot");
             slot.inflight = Some(InFlight {
                 ev: ev.clone(),
+                in_window: true,
                 attempts: 1,
                 deadline: now,
                 token: 0,
             });
             s.pending -= 1;
             s.inflight += 1;
+            s.window += 1;
             s.by_event.insert(ev.event_id.clone(), k.clone());
             s.schedule(&k, now + self.backoff.delay(1));
             drop(s);
@@ -444,6 +456,9 @@ impl SendQueue {
             s.ready_set.insert(key);
         }
         s.inflight -= 1;
+        if f.in_window {
+            s.window -= 1;
+        }
         drop(s);
         self.notify.notify_one();
         Answered::Acked(Box::new(f.ev))
@@ -532,6 +547,14 @@ mod tests {
         q.answer(&sent[0].event.resource_id, &sent[0].event.event_id);
         assert_eq!(q.next(now).unwrap().key, "k3");
         assert!(q.next(now).is_err(), "window full again");
+        // events the peer does not ACK leave the window when resent: they never hold back the
+        // others (a resource the peer cannot apply is retried without blocking the queue)
+        let later = now + Backoff::default().delay(1);
+        let resent = q.next(later).unwrap();
+        assert_eq!((resent.key.as_str(), resent.attempt), ("k1", 2));
+        assert_eq!(q.next(later).unwrap().key, "k2", "the resend of k2");
+        assert_eq!(q.next(later).unwrap().key, "k3", "the resend of k3");
+        assert_eq!(q.next(later).unwrap().key, "k4", "room again in the window");
     }
 
     /// Requests repeated faster than they are ACKed (a loaded peer) do not pile up: per key one

@@ -35,6 +35,14 @@ async fn one_propagation_reconcile_makes_exactly_these_requests() {
         a.operation.is_none().then_some(())
     })
     .await;
+    // The controller's own reconcile rewrites the work without the operation after stripping
+    // it; the forced pass must not race that write (it would rewrite the work a second time).
+    eventually("the work is rewritten without the operation", || async {
+        let w = env.work_of(&app, "cluster1").await?;
+        let payload = w.spec.workload.manifests.first()?;
+        payload.get("operation").is_none().then_some(())
+    })
+    .await;
     // A converged forced pass: every reconcile answers from the caches.
     let report = running.resync().await.unwrap();
     assert_eq!(report.errors, 0);
