@@ -139,9 +139,8 @@ async fn autonomous_principal_restart_and_agent_restart() {
 }
 
 /// The principal drops a managed agent's first stream right after its first Application arrived;
-/// after the reconnect every Application arrives. (The principal-memory benchmark saw 12 of 1,000
-/// agents stuck at 0–25 of 100 after a second connection under heavy load; this small case does
-/// not reproduce that, see docs/reliability.md.)
+/// after the reconnect every Application arrives. (A cut earlier, during the resync exchange, is
+/// `cuts::first_stream_cut_mid_resync_still_delivers_everything`; see docs/reliability.md.)
 #[tokio::test]
 async fn managed_agent_cut_during_its_first_delivery_gets_everything_after_reconnecting() {
     let pki = LocalPki::new().unwrap();
