@@ -217,6 +217,18 @@ pub fn encoded_get_size(n: usize, key_len: usize) -> usize {
 /// for `app|{managed-resources,resources-tree}|<agent>_<app>|<version>`, `Err` for such a key
 /// without exactly four `|`-separated fields.
 pub fn agent_of_key(key: &str) -> Result<Option<&str>, String> {
+    // an empty namespace names no agent (the peer forwards it when the name is "")
+    Ok(app_field_of_key(key)?.and_then(|app| {
+        app.split_once('_')
+            .map(|(ns, _)| ns)
+            .filter(|ns| !ns.is_empty())
+    }))
+}
+
+/// The `[<ns>_]<app>` field of `app|{managed-resources,resources-tree}|[<ns>_]<app>|<version>`;
+/// `Ok(None)` for every other key, `Err` for such a key without exactly four `|`-separated
+/// fields (peer: redisproxy.go `extractAgentNameFromRedisCommandKey`).
+pub fn app_field_of_key(key: &str) -> Result<Option<&str>, String> {
     if !key.starts_with("app|managed-resources") && !key.starts_with("app|resources-tree") {
         return Ok(None);
     }
@@ -226,11 +238,7 @@ pub fn agent_of_key(key: &str) -> Result<Option<&str>, String> {
             "unexpected number of fields in expected key: '{key}'"
         ));
     }
-    // an empty namespace names no agent (the peer forwards it when the name is "")
-    Ok(fields[2]
-        .split_once('_')
-        .map(|(ns, _)| ns)
-        .filter(|ns| !ns.is_empty()))
+    Ok(Some(fields[2]))
 }
 
 /// The key the agent's Argo CD uses: `<namespace>_` removed from the Application field, as the

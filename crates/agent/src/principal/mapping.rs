@@ -94,20 +94,8 @@ pub fn redis_app_of_key<'a>(
     key: &'a str,
     principal_ns: &'a str,
 ) -> Result<Option<(&'a str, &'a str)>, String> {
-    if !key.starts_with("app|managed-resources") && !key.starts_with("app|resources-tree") {
-        return Ok(None);
-    }
-    let fields: Vec<&str> = key.split('|').collect();
-    if fields.len() != 4 {
-        return Err(format!(
-            "unexpected number of fields in expected key: '{key}'"
-        ));
-    }
-    Ok(Some(
-        fields[2]
-            .split_once('_')
-            .unwrap_or((principal_ns, fields[2])),
-    ))
+    Ok(crate::redis_wire::app_field_of_key(key)?
+        .map(|app| app.split_once('_').unwrap_or((principal_ns, app))))
 }
 
 /// Which agent each hub Application (`<ns>/<name>`) was routed to, kept by the hub watcher: a

@@ -118,6 +118,31 @@ fn streamed(
     })
 }
 
+/// A [`Store::watch_streaming`] stream with each streamed list collected into `Restarted`.
+fn collected(
+    s: impl futures::Stream<Item = StoreResult<WatchEvent>> + Send + 'static,
+) -> impl futures::Stream<Item = StoreResult<StoreEvent>> + Send + 'static {
+    let mut init: Option<Vec<Value>> = None;
+    s.filter_map(move |e| {
+        futures::future::ready(match e {
+            Ok(WatchEvent::Init) => {
+                init = Some(Vec::new());
+                None
+            }
+            Ok(WatchEvent::InitApply(o)) => {
+                init.get_or_insert_with(Vec::new).push(o);
+                None
+            }
+            Ok(WatchEvent::InitDone) => {
+                Some(Ok(StoreEvent::Restarted(init.take().unwrap_or_default())))
+            }
+            Ok(WatchEvent::Applied(o)) => Some(Ok(StoreEvent::Applied(o))),
+            Ok(WatchEvent::Deleted(o)) => Some(Ok(StoreEvent::Deleted(o))),
+            Err(e) => Some(Err(e)),
+        })
+    })
+}
+
 /// Backend errors.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -334,28 +359,7 @@ impl Store for KubeStore {
         }
     }
     fn watch(&self, kind: Kind, ns: Option<&str>) -> BoxStream<'static, StoreResult<StoreEvent>> {
-        use kube::runtime::watcher::{self, Event as W};
-        let api = self.api(kind, ns);
-        let mut init: Vec<Value> = Vec::new();
-        watcher::watcher(api, watcher::Config::default())
-            .filter_map(move |e| {
-                let out = match e {
-                    Ok(W::Apply(o)) => Some(Ok(StoreEvent::Applied(to_value(&o)))),
-                    Ok(W::Delete(o)) => Some(Ok(StoreEvent::Deleted(to_value(&o)))),
-                    Ok(W::Init) => {
-                        init.clear();
-                        None
-                    }
-                    Ok(W::InitApply(o)) => {
-                        init.push(to_value(&o));
-                        None
-                    }
-                    Ok(W::InitDone) => Some(Ok(StoreEvent::Restarted(std::mem::take(&mut init)))),
-                    Err(e) => Some(Err(StoreError::Other(e.to_string()))),
-                };
-                futures::future::ready(out)
-            })
-            .boxed()
+        collected(self.watch_streaming(kind, ns)).boxed()
     }
     fn watch_streaming(
         &self,
