@@ -237,6 +237,17 @@ async fn drive() {
     // steady state: every queue drained
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss = rss_kib(pid, "VmRSS:");
+    // the principal's state of a few agents once delivered (every queue should be empty)
+    {
+        let stdin = child.stdin.as_mut().unwrap();
+        writeln!(stdin, "dump agent-0 agent-{} agent-{}", n / 2, n - 1).unwrap();
+        stdin.flush().unwrap();
+        let mut line = String::new();
+        while child_out.read_line(&mut line).unwrap_or(0) > 0 && line.trim() != "end" {
+            eprint!("principal: {line}");
+            line.clear();
+        }
+    }
     let hwm = rss_kib(pid, "VmHWM:");
     println!(
         "agents={n} apps_per_agent={apps} delivered_s={:.1} principal_rss_mib={:.0} principal_peak_mib={:.0} \

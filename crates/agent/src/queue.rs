@@ -77,11 +77,24 @@ pub enum Pushed {
 /// Rebuilds the current events of a deferred key (e.g. from the owner's object cache).
 pub type Regenerate = Arc<dyn Fn(&str) -> Vec<Event> + Send + Sync>;
 
+/// A key's state. Kept small: a fleet reconnecting queues a slot per resource and agent at once
+/// (1,000 agents × 100 Applications: 100,000 slots, twice during a resync), so the in-flight
+/// event is boxed and a key's queue is allocated for one event (what almost every key holds).
 #[derive(Default)]
 struct Slot {
-    inflight: Option<InFlight>,
+    inflight: Option<Box<InFlight>>,
     pending: VecDeque<Event>,
     recent_ids: VecDeque<String>,
+}
+
+impl Slot {
+    fn enqueue(&mut self, ev: Event) {
+        if self.pending.capacity() == 0 {
+            // `push_back` alone would allocate room for four
+            self.pending.reserve_exact(1);
+        }
+        self.pending.push_back(ev);
+    }
 }
 
 struct InFlight {
@@ -264,7 +277,7 @@ impl SendQueue {
                 *q = ev;
                 Pushed::Coalesced
             } else {
-                slot.pending.push_back(ev);
+                slot.enqueue(ev);
                 let idle = slot.inflight.is_none();
                 s.pending += 1;
                 if idle && s.ready_set.insert(key.clone()) {
@@ -323,7 +336,7 @@ impl SendQueue {
             return Pushed::Deferred;
         }
         let slot = s.slots.get_mut(key).expect("slot exists");
-        slot.pending.push_back(ev);
+        slot.enqueue(ev);
         s.pending += 1;
         if slot.inflight.is_none() && !s.ready_set.contains(key) {
             s.ready.push_back(key.to_string());
@@ -382,13 +395,13 @@ impl SendQueue {
                 ev.event_id = format!("{}.{}", ev.event_id, seq);
             }
             let slot = s.slots.get_mut(&k).expect("slot");
-            slot.inflight = Some(InFlight {
+            slot.inflight = Some(Box::new(InFlight {
                 ev: ev.clone(),
                 in_window: true,
                 attempts: 1,
                 deadline: now,
                 token: 0,
-            });
+            }));
             s.pending -= 1;
             s.inflight += 1;
             s.window += 1;
@@ -492,7 +505,7 @@ impl SendQueue {
                     s.pending -= n;
                 }
                 let slot = s.slots.get_mut(&key).expect("slot");
-                slot.pending.push_back(ev);
+                slot.enqueue(ev);
                 let idle = slot.inflight.is_none();
                 s.pending += 1;
                 if idle && !s.ready_set.contains(&key) {

@@ -70,6 +70,12 @@ impl Outbox {
     }
 }
 
+/// Encoded events waiting for the stream (gRPC's own buffers come after): small, so that what
+/// a slow peer has not taken yet stays compact in the send queue rather than as encoded
+/// messages (each a few KiB). With 1,000 agents resyncing at once, 256 held ~2 KiB per
+/// Application on the principal; the window already bounds what is in flight.
+pub const WIRE_BUFFER: usize = 16;
+
 /// The side-specific behaviour.
 #[async_trait]
 pub trait Handler: Send + Sync + 'static {

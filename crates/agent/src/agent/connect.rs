@@ -143,7 +143,8 @@ impl Inner {
         if self.cfg.compression {
             es = es.send_compressed(tonic::codec::CompressionEncoding::Gzip);
         }
-        let (tx, rx) = mpsc::channel::<Box<crate::proto::eventstreamapi::Event>>(256);
+        let (tx, rx) =
+            mpsc::channel::<Box<crate::proto::eventstreamapi::Event>>(session::WIRE_BUFFER);
         let mut req = tonic::Request::new(ReceiverStream::new(rx).map(|e| *e));
         req.metadata_mut()
             .insert("authorization", resp.access_token.parse()?);

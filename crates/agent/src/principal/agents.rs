@@ -11,6 +11,7 @@ use crate::Mode;
 use crate::event::{Event, EventType, Target};
 use crate::objects as o;
 use crate::queue::{Pushed, SendQueue};
+use crate::store::{Kind, StoreResult};
 
 use super::{AgentState, Inner, SOURCE};
 
@@ -96,6 +97,16 @@ impl Inner {
         let g = self.cache.lock().expect("poisoned");
         let b = g.get(ns).and_then(|m| m.get(name))?;
         serde_json::from_slice(b).ok()
+    }
+
+    /// Hub Application `ns/name` from the hub watch's cache, else from the API server (as the
+    /// peer's `Get`: the informer first). A reconnecting fleet asks for every Application
+    /// (`request-update`): answered from memory, not with a GET each.
+    pub(super) async fn hub_app(&self, ns: &str, name: &str) -> StoreResult<Option<Value>> {
+        match self.cached(ns, name) {
+            Some(h) => Ok(Some(h)),
+            None => self.store.get(Kind::Application, ns, name).await,
+        }
     }
 
     /// Current events for a deferred key (backpressure path).

@@ -227,7 +227,7 @@ impl Inner {
                 let checksum = ev.data["checksum"].as_str().unwrap_or_default();
                 // an ignore-sync Application is not the agent's: it is answered like a missing one
                 let hub = match self.ns_allowed(agent) {
-                    true => self.store.get(Kind::Application, agent, &name).await?,
+                    true => self.hub_app(agent, &name).await?,
                     false => None,
                 };
                 match hub.filter(|h| !o::ignored(h)) {

@@ -130,16 +130,9 @@ impl Inner {
         let agent = a.name.as_str();
         let theirs = read_checksum(&ev.data).map_err(HandleError::Permanent)?;
         // outside --allowed-namespaces the agent has no hub Applications; with destination-based
-        // mapping it has the ones routed to it, in their namespaces
-        let mapped = self.mapped(a);
-        let apps: Vec<_> = match (mapped, self.ns_allowed(agent)) {
-            (true, _) => self.mapped_apps(agent),
-            (false, true) => self.store.list(Kind::Application, Some(agent)).await?,
-            (false, false) => Vec::new(),
-        }
-        .into_iter()
-        .filter(|h| !o::ignored(h))
-        .collect();
+        // mapping it has the ones routed to it, in their namespaces. From the hub watch's cache:
+        // a reconnecting fleet costs no LIST per agent (the peer lists from the API server).
+        let apps = self.app_refs(a);
         let projects: Vec<(String, String)> = {
             let given: Vec<String> = a
                 .projects
@@ -184,7 +177,7 @@ impl Inner {
             .collect();
         let items = apps
             .iter()
-            .map(|h| set_item("Application", o::name(h), o::uid(h)))
+            .map(|(_, n, u)| set_item("Application", n, u))
             .chain(projects.iter().map(|(n, u)| set_item("AppProject", n, u)))
             .chain(data.iter().map(|(k, n, u)| set_item(k, n, u)));
         if set_checksum(items) == theirs {
@@ -194,14 +187,8 @@ impl Inner {
             agent,
             "resync: resource sets differ; sending the synced resources"
         );
-        for h in &apps {
-            out.send_reliable(response_synced(
-                SOURCE,
-                "Application",
-                o::name(h),
-                if mapped { o::namespace(h) } else { agent },
-                o::uid(h),
-            ));
+        for (ns, name, uid) in &apps {
+            out.send_reliable(response_synced(SOURCE, "Application", name, ns, uid));
         }
         for (n, u) in &projects {
             out.send_reliable(response_synced(
@@ -248,7 +235,7 @@ impl Inner {
             }
             return Ok(());
         }
-        let sum = match self.store.get(Kind::Application, agent, name).await? {
+        let sum = match self.hub_app(agent, name).await? {
             Some(h) => spec_checksum(&self.to_agent_form(agent, &h)),
             None => String::new(),
         };

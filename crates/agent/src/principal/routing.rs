@@ -202,13 +202,29 @@ impl Inner {
         Ok(routes.get(&mapping::key(ns, app)).map(str::to_string))
     }
 
-    /// The hub Applications routed to a mapped agent (resync sets).
-    pub(super) fn mapped_apps(&self, agent: &str) -> Vec<Value> {
-        let routed = self.routes.lock().expect("poisoned").of_agent(agent);
-        routed
+    /// `(namespace, name, uid)` of the hub Applications an agent holds (its resync set), from the
+    /// hub watch's cache, parsed one at a time: routed to it with destination-based mapping, else
+    /// the ones in its namespace. Ignored (`skip-reconcile`-style) Applications are not its.
+    pub(super) fn app_refs(&self, a: &AgentState) -> Vec<(String, String, String)> {
+        let names: Vec<(String, String)> = match (self.mapped(a), self.ns_allowed(&a.name)) {
+            (true, _) => self.routes.lock().expect("poisoned").of_agent(&a.name),
+            (false, true) => self
+                .cache
+                .lock()
+                .expect("poisoned")
+                .get(&a.name)
+                .map(|m| m.keys().map(|n| (a.name.clone(), n.clone())).collect())
+                .unwrap_or_default(),
+            (false, false) => Vec::new(),
+        };
+        names
             .into_iter()
             .filter_map(|(ns, name)| self.cached(&ns, &name))
             .filter(|h| !o::ignored(h))
+            .map(|h| {
+                let r = |s: &str| s.to_string();
+                (r(o::namespace(&h)), r(o::name(&h)), r(o::uid(&h)))
+            })
             .collect()
     }
 }

@@ -334,7 +334,7 @@ impl EventStream for Svc {
         let (agent, mode) = self.verified_agent(&req)?;
         let a = self.inner.register(&agent, mode);
         let inbound = req.into_inner();
-        let (tx, rx) = mpsc::channel::<Box<eventstreamapi::Event>>(256);
+        let (tx, rx) = mpsc::channel::<Box<eventstreamapi::Event>>(session::WIRE_BUFFER);
         let ctx = SessionCtx {
             source: SOURCE.into(),
             queue: a.queue.clone(),
