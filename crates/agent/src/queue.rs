@@ -109,10 +109,10 @@ struct InFlight {
 
 #[derive(Default)]
 struct State {
-    slots: HashMap<String, Slot>,
+    slots: HashMap<Key, Slot>,
     /// keys with pending events and nothing in flight, in FIFO order
-    ready: VecDeque<String>,
-    ready_set: HashSet<String>,
+    ready: VecDeque<Key>,
+    ready_set: HashSet<Key>,
     deferred: VecDeque<String>,
     deferred_set: HashSet<String>,
     pending: usize,
@@ -122,24 +122,48 @@ struct State {
     /// sent but connection went away: resend at once on the next session
     seq: u64,
     /// in-flight event id -> key (ACK matching without scanning the slots)
-    by_event: HashMap<String, String>,
+    by_event: HashMap<String, Key>,
     /// resend deadlines (lazy deletion: an entry is live while its token matches the slot's)
-    deadlines: BinaryHeap<Reverse<(Instant, u64, String)>>,
+    deadlines: BinaryHeap<Reverse<(Instant, u64, Key)>>,
 }
 
+/// A resource key, shared by its slot, the ready list, the ACK index and the deadline heap (one
+/// allocation per key instead of one per place it is listed).
+type Key = Arc<str>;
+
 impl State {
-    fn schedule(&mut self, key: &str, deadline: Instant) {
+    /// The slot of `key` (created empty if missing) and the key's shared name.
+    fn slot(&mut self, key: &str) -> (Key, &mut Slot) {
+        let k = match self.slots.get_key_value(key) {
+            Some((k, _)) => k.clone(),
+            None => {
+                let k: Key = Arc::from(key);
+                self.slots.insert(k.clone(), Slot::default());
+                k
+            }
+        };
+        let slot = self.slots.get_mut(&k).expect("slot exists");
+        (k, slot)
+    }
+
+    /// Lists `key` as ready to send (once).
+    fn mark_ready(&mut self, key: &Key) {
+        if self.ready_set.insert(key.clone()) {
+            self.ready.push_back(key.clone());
+        }
+    }
+
+    fn schedule(&mut self, key: &Key, deadline: Instant) {
         self.seq += 1;
         let token = self.seq;
         if let Some(f) = self.slots.get_mut(key).and_then(|s| s.inflight.as_mut()) {
             f.deadline = deadline;
             f.token = token;
-            self.deadlines
-                .push(Reverse((deadline, token, key.to_string())));
+            self.deadlines.push(Reverse((deadline, token, key.clone())));
         }
         // stale entries of ACKed events are dropped when they surface; bound them anyway
         if self.deadlines.len() > 2 * self.inflight + 1024 {
-            let live: Vec<Reverse<(Instant, u64, String)>> = self
+            let live: Vec<Reverse<(Instant, u64, Key)>> = self
                 .slots
                 .iter()
                 .filter_map(|(k, s)| {
@@ -153,7 +177,7 @@ impl State {
     }
 
     /// The earliest live resend: (deadline, key). Drops stale heap entries on the way.
-    fn earliest(&mut self) -> Option<(Instant, String)> {
+    fn earliest(&mut self) -> Option<(Instant, Key)> {
         while let Some(Reverse((d, tok, k))) = self.deadlines.peek() {
             let live = self
                 .slots
@@ -270,9 +294,8 @@ impl SendQueue {
         ev.compact();
         let r = {
             let mut s = self.state.lock().expect("poisoned");
-            let key = format!("{REQUEST_KEY_PREFIX}{key}");
             s.seq += 1;
-            let slot = s.slots.entry(key.clone()).or_default();
+            let (key, slot) = s.slot(&format!("{REQUEST_KEY_PREFIX}{key}"));
             if let Some(q) = slot.pending.back_mut() {
                 *q = ev;
                 Pushed::Coalesced
@@ -280,8 +303,8 @@ impl SendQueue {
                 slot.enqueue(ev);
                 let idle = slot.inflight.is_none();
                 s.pending += 1;
-                if idle && s.ready_set.insert(key.clone()) {
-                    s.ready.push_back(key);
+                if idle {
+                    s.mark_ready(&key);
                 }
                 Pushed::Queued
             }
@@ -296,7 +319,7 @@ impl SendQueue {
             return Pushed::Deferred;
         }
         s.seq += 1;
-        let slot = s.slots.entry(key.to_string()).or_default();
+        let (key, slot) = s.slot(key);
         match ev.ty {
             EventType::Delete => {
                 let cleared = slot.pending.len();
@@ -325,22 +348,22 @@ impl SendQueue {
             }
             _ => {}
         }
-        let slot = s.slots.get_mut(key).expect("slot exists");
+        let slot = s.slots.get_mut(&key).expect("slot exists");
         let slot_empty = slot.pending.is_empty() && slot.inflight.is_none();
         if s.pending >= capacity {
             if slot_empty {
-                s.slots.remove(key);
+                s.slots.remove(&key);
             }
             s.deferred.push_back(key.to_string());
             s.deferred_set.insert(key.to_string());
             return Pushed::Deferred;
         }
-        let slot = s.slots.get_mut(key).expect("slot exists");
+        let slot = s.slots.get_mut(&key).expect("slot exists");
         slot.enqueue(ev);
+        let idle = slot.inflight.is_none();
         s.pending += 1;
-        if slot.inflight.is_none() && !s.ready_set.contains(key) {
-            s.ready.push_back(key.to_string());
-            s.ready_set.insert(key.to_string());
+        if idle {
+            s.mark_ready(&key);
         }
         Pushed::Queued
     }
@@ -367,7 +390,7 @@ impl SendQueue {
                 }
                 s.schedule(&k, now + self.backoff.delay(attempts));
                 return Ok(Outgoing {
-                    key: k,
+                    key: k.to_string(),
                     event: ev,
                     attempt: attempts,
                 });
@@ -410,7 +433,7 @@ impl SendQueue {
             drop(s);
             self.notify.notify_one();
             return Ok(Outgoing {
-                key: k,
+                key: k.to_string(),
                 event: ev,
                 attempt: 1,
             });
@@ -464,9 +487,8 @@ impl SendQueue {
         let has_pending = !slot.pending.is_empty();
         if !has_pending {
             s.slots.remove(&key);
-        } else if !s.ready_set.contains(&key) {
-            s.ready.push_back(key.clone());
-            s.ready_set.insert(key);
+        } else {
+            s.mark_ready(&key);
         }
         s.inflight -= 1;
         if f.in_window {
@@ -477,7 +499,7 @@ impl SendQueue {
         Answered::Acked(Box::new(f.ev))
     }
 
-    /// Drops whatever is queued or in flight for `key` that an `error` answered (not resendable).
+    /// Rebuilds deferred keys' events (the regenerate callback) while the queue has room.
     fn refill_deferred(&self) {
         let regen = self.regenerate.lock().expect("poisoned").clone();
         let Some(regen) = regen else { return };
@@ -498,19 +520,18 @@ impl SendQueue {
             for mut ev in events {
                 ev.compact();
                 // may exceed capacity by the few events of one key: bounded by the key's event count
-                let slot = s.slots.entry(key.clone()).or_default();
+                let (k, slot) = s.slot(&key);
                 if ev.ty == EventType::Delete {
                     let n = slot.pending.len();
                     slot.pending.clear();
                     s.pending -= n;
                 }
-                let slot = s.slots.get_mut(&key).expect("slot");
+                let slot = s.slots.get_mut(&k).expect("slot");
                 slot.enqueue(ev);
                 let idle = slot.inflight.is_none();
                 s.pending += 1;
-                if idle && !s.ready_set.contains(&key) {
-                    s.ready.push_back(key.clone());
-                    s.ready_set.insert(key.clone());
+                if idle {
+                    s.mark_ready(&k);
                 }
             }
         }
