@@ -9,6 +9,8 @@ struct MemInner {
     rv: u64,
     /// namespaces made by `ensure_namespace` (objects never need one here)
     namespaces: std::collections::BTreeSet<String>,
+    /// `get` and `list` calls by kind (what an API server would have been asked)
+    reads: BTreeMap<Kind, u64>,
 }
 
 /// An in-memory store with watches (tests, benchmarks).
@@ -38,9 +40,22 @@ impl MemStore {
                 objects: BTreeMap::new(),
                 rv: 0,
                 namespaces: Default::default(),
+                reads: BTreeMap::new(),
             })),
             tx,
         }
+    }
+
+    /// How many `get` and `list` calls of `kind` this store answered: the reads a real API server
+    /// would have served (tests pin that a path answers from a cache instead).
+    pub fn reads(&self, kind: Kind) -> u64 {
+        let g = self.inner.lock().expect("poisoned");
+        g.reads.get(&kind).copied().unwrap_or(0)
+    }
+
+    fn count_read(&self, kind: Kind) {
+        let mut g = self.inner.lock().expect("poisoned");
+        *g.reads.entry(kind).or_default() += 1;
     }
 
     /// The namespaces `ensure_namespace` created, sorted.
@@ -217,9 +232,11 @@ pub fn merge_json(target: &mut Value, patch: &Value) {
 #[async_trait]
 impl Store for MemStore {
     async fn list(&self, kind: Kind, ns: Option<&str>) -> StoreResult<Vec<Value>> {
+        self.count_read(kind);
         Ok(self.list_sync(kind, ns))
     }
     async fn get(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<Option<Value>> {
+        self.count_read(kind);
         let g = self.inner.lock().expect("poisoned");
         Ok(g.objects
             .get(&(kind, ns.to_string(), name.to_string()))

@@ -196,3 +196,40 @@ async fn autonomous_principal_restart_with_nothing_changed_resends_nothing() {
     a.shutdown().await;
     p2.shutdown().await;
 }
+
+/// A managed agent connecting for the first time to a principal with 30 hub Applications gets
+/// them all through the resync exchange (its set checksum differs, the principal answers with
+/// the synced resources, the agent asks for each) answered from the principal's hub watch: no
+/// hub `get` or `list` of an Application per agent or per Application, as the peer's
+/// informer-first reads (a restarted principal with 1,000 agents would otherwise send their
+/// 100,000 GETs to the API server at once).
+#[tokio::test]
+async fn a_fresh_managed_agent_is_resynced_from_the_hub_cache() {
+    let pki = LocalPki::new().unwrap();
+    let (hub, spoke) = (MemStore::new(), MemStore::new());
+    for i in 0..30 {
+        put(&hub, app("c1", &format!("app-{i}"), "v1")).await;
+    }
+    let p = principal(&pki, &hub, "127.0.0.1:0").await;
+    let reads_before = hub.reads(Kind::Application);
+    let a = agent(&pki, &p, "c1", Mode::Managed, &spoke).await;
+    for i in 0..30 {
+        wait_for(&spoke, "argocd", &format!("app-{i}"), "delivered", |o| {
+            o.is_some()
+        })
+        .await;
+    }
+    wait_idle(|| p.agent_idle("c1") && a.idle()).await;
+    assert_eq!(
+        object_events(&p)[3],
+        30,
+        "the principal answered the agent's set with one response-synced-resource per Application"
+    );
+    assert_eq!(
+        hub.reads(Kind::Application) - reads_before,
+        0,
+        "the resync read hub Applications from the API instead of the principal's cache"
+    );
+    a.shutdown().await;
+    p.shutdown().await;
+}
