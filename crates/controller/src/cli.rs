@@ -4,7 +4,7 @@
 //! ```text
 //! argocd-pull controller [--disable-propagation] [--disable-status] [--disable-cleanup]
 //!                        [--binding-gate] [--acm-extras] [--sweep-interval 5m]
-//!                        [--admin-addr 0.0.0.0:8080] [--concurrency 32]
+//!                        [--admin-addr 0.0.0.0:8080] [--concurrency 32] [--api-connections 0]
 //!                        [--leader-elect auto|true|false] [--lease-name ..] [--lease-namespace ..]
 //! ```
 //!
