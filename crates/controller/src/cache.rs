@@ -37,8 +37,7 @@ pub(crate) struct AppFeedback {
 }
 
 /// A ManifestWork as the controllers need it (see the module docs).
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(from = "WireWork<'static>")]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct WorkLite {
     /// name, namespace, uid, resourceVersion, generation, labels, annotations, deletionTimestamp.
     pub metadata: ObjectMeta,
@@ -75,9 +74,10 @@ impl WorkLite {
     /// The projection of a full work (tests compare it with the decoded wire form).
     #[cfg(test)]
     pub fn from_work(work: &ManifestWork) -> Self {
-        WireWork {
-            metadata: WireMeta::from_meta(&work.metadata),
-            spec: Some(Cow::Borrowed(&work.spec)),
+        let spec = serde_json::to_string(&work.spec).expect("a spec serializes");
+        WorkWire {
+            metadata: WireMeta::from_meta(&work.metadata).into_meta(),
+            spec: Some(RawValue::from_string(spec).expect("serialized JSON")),
             status: work.status.as_ref().and_then(|s| {
                 let rs = s.resource_status.as_ref()?;
                 Some(WireStatus {
@@ -96,7 +96,8 @@ impl WorkLite {
                 })
             }),
         }
-        .into()
+        .into_lite(None)
+        .expect("a typed spec parses back")
     }
 }
 
@@ -115,14 +116,7 @@ impl WorkLite {
         WorkLite {
             metadata: answer.metadata.into_meta(),
             spec_digest: digest,
-            app_ids: desired
-                .spec
-                .manifest_configs
-                .iter()
-                .map(|c| &c.resource_identifier)
-                .filter(|id| is_application_identifier(id))
-                .cloned()
-                .collect(),
+            app_ids: application_ids(&desired.spec),
             feedback: Vec::new(),
         }
     }
@@ -137,18 +131,74 @@ fn ident(m: &ManifestResourceMeta) -> ResourceIdentifier {
     }
 }
 
-impl From<WireWork<'_>> for WorkLite {
-    fn from(w: WireWork<'_>) -> Self {
-        let mut spec = w.spec.map(Cow::into_owned).unwrap_or_default();
+impl<'de> Deserialize<'de> for WorkLite {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        WorkWire::deserialize(d)?
+            .into_lite(None)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A ManifestWork as the watch decodes it: the projection's metadata and feedback source, and the
+/// spec as JSON text, not yet parsed ([`WorkWire::into_lite`]). A work this controller just
+/// wrote arrives on the watch with the resourceVersion of the write's answer; its spec digest is
+/// already known then, and the spec is only scanned, never built (a typed spec is a tree of maps
+/// per manifest, and its digest another one).
+#[derive(Clone, Debug)]
+pub(crate) struct WorkWire {
+    pub metadata: ObjectMeta,
+    spec: Option<Box<RawValue>>,
+    status: Option<WireStatus>,
+}
+
+impl<'de> Deserialize<'de> for WorkWire {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = WireWork::deserialize(d)?;
+        Ok(WorkWire {
+            metadata: w.metadata.into_meta(),
+            spec: w.spec,
+            status: w.status,
+        })
+    }
+}
+
+impl WorkWire {
+    /// The projection. `written` is what this controller last wrote to the work (if it still
+    /// remembers it): when it is this very version (same uid and resourceVersion), its digest and
+    /// Application identifiers are taken over instead of parsing and hashing the spec again.
+    pub fn into_lite(self, written: Option<&WorkLite>) -> Result<WorkLite, serde_json::Error> {
+        let spec = self.spec_of(written)?;
+        Ok(self.with_spec(spec))
+    }
+
+    /// The spec digest and Application identifiers: `written`'s when it is this very version,
+    /// else of the spec parsed and normalized.
+    pub fn spec_of(&self, written: Option<&WorkLite>) -> Result<SpecOf, serde_json::Error> {
+        if let Some(w) = written
+            && self.metadata.resource_version.is_some()
+            && w.metadata.resource_version == self.metadata.resource_version
+            && w.metadata.uid == self.metadata.uid
+        {
+            return Ok(SpecOf {
+                digest: w.spec_digest,
+                app_ids: w.app_ids.clone(),
+            });
+        }
+        let mut spec: ManifestWorkSpec = match &self.spec {
+            Some(raw) => serde_json::from_str(raw.get())?,
+            None => ManifestWorkSpec::default(),
+        };
         normalize_spec(&mut spec);
-        let app_ids: Vec<ResourceIdentifier> = spec
-            .manifest_configs
-            .iter()
-            .map(|c| &c.resource_identifier)
-            .filter(|id| is_application_identifier(id))
-            .cloned()
-            .collect();
-        let feedback = w
+        Ok(SpecOf {
+            digest: normalized_spec_digest(&spec),
+            app_ids: application_ids(&spec),
+        })
+    }
+
+    /// The projection with `spec` (from [`WorkWire::spec_of`]).
+    pub fn with_spec(self, spec: SpecOf) -> WorkLite {
+        let SpecOf { digest, app_ids } = spec;
+        let feedback = self
             .status
             .and_then(|s| s.resource_status)
             .map(|rs| rs.manifests)
@@ -168,22 +218,49 @@ impl From<WireWork<'_>> for WorkLite {
             })
             .collect();
         WorkLite {
-            metadata: w.metadata.into_meta(),
-            spec_digest: normalized_spec_digest(&spec),
+            metadata: self.metadata,
+            spec_digest: digest,
             app_ids,
             feedback,
         }
     }
 }
 
+/// What the projection keeps of a work's spec.
+pub(crate) struct SpecOf {
+    digest: SpecDigest,
+    app_ids: Vec<ResourceIdentifier>,
+}
+
+impl SpecOf {
+    /// That of an empty spec.
+    pub fn empty() -> Self {
+        let mut spec = ManifestWorkSpec::default();
+        normalize_spec(&mut spec);
+        SpecOf {
+            digest: normalized_spec_digest(&spec),
+            app_ids: Vec::new(),
+        }
+    }
+}
+
+fn application_ids(spec: &ManifestWorkSpec) -> Vec<ResourceIdentifier> {
+    spec.manifest_configs
+        .iter()
+        .map(|c| &c.resource_identifier)
+        .filter(|id| is_application_identifier(id))
+        .cloned()
+        .collect()
+}
+
 /// The wire form, as much of it as the projection reads (serde skips everything else without
 /// building it).
 #[derive(Deserialize)]
-struct WireWork<'a> {
+struct WireWork {
     #[serde(default)]
     metadata: WireMeta,
     #[serde(default)]
-    spec: Option<Cow<'a, ManifestWorkSpec>>,
+    spec: Option<Box<RawValue>>,
     #[serde(default)]
     status: Option<WireStatus>,
 }
@@ -243,20 +320,20 @@ impl WireMeta {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireStatus {
     #[serde(default)]
     resource_status: Option<WireResourceStatus>,
 }
 
-#[derive(Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 struct WireResourceStatus {
     #[serde(default)]
     manifests: Vec<WireManifest>,
 }
 
-#[derive(Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireManifest {
     resource_meta: ManifestResourceMeta,
@@ -264,38 +341,45 @@ struct WireManifest {
     status_feedback: Option<WireFeedback>,
 }
 
-#[derive(Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 struct WireFeedback {
     #[serde(default)]
     values: Vec<FeedbackValue>,
 }
 
-impl kube::Resource for WorkLite {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
+/// `kube::Resource` as a ManifestWork for a projection of one.
+macro_rules! manifest_work_resource {
+    ($t:ty) => {
+        impl kube::Resource for $t {
+            type DynamicType = ();
+            type Scope = NamespaceResourceScope;
 
-    fn kind(dt: &()) -> Cow<'_, str> {
-        ManifestWork::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        ManifestWork::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        ManifestWork::version(dt)
-    }
-    fn api_version(dt: &()) -> Cow<'_, str> {
-        ManifestWork::api_version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        ManifestWork::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
+            fn kind(dt: &()) -> Cow<'_, str> {
+                ManifestWork::kind(dt)
+            }
+            fn group(dt: &()) -> Cow<'_, str> {
+                ManifestWork::group(dt)
+            }
+            fn version(dt: &()) -> Cow<'_, str> {
+                ManifestWork::version(dt)
+            }
+            fn api_version(dt: &()) -> Cow<'_, str> {
+                ManifestWork::api_version(dt)
+            }
+            fn plural(dt: &()) -> Cow<'_, str> {
+                ManifestWork::plural(dt)
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
 }
+manifest_work_resource!(WorkLite);
+manifest_work_resource!(WorkWire);
 
 // A ManagedCluster is only needed for its existence: its name.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -622,6 +706,26 @@ mod tests {
         let answer: MetaOnly = serde_json::from_value(v.clone()).unwrap();
         let created = WorkLite::created(answer, &full, spec_digest(&full.spec));
         assert_eq!(created, serde_json::from_value::<WorkLite>(v).unwrap());
+    }
+
+    #[test]
+    fn the_version_we_wrote_is_not_parsed_again() {
+        let v = work_json();
+        let ours: WorkLite = serde_json::from_value(v.clone()).unwrap();
+        // the same uid and resourceVersion with a spec that would not even parse: taken over
+        let mut wire = v.clone();
+        wire["spec"] = json!({"workload": 5});
+        let wire: WorkWire = serde_json::from_value(wire).unwrap();
+        let spec = wire.spec_of(Some(&ours)).unwrap();
+        assert_eq!(wire.clone().with_spec(spec), ours);
+        // any other version is parsed
+        let mut newer = ours.clone();
+        newer.metadata.resource_version = Some("6".into());
+        assert!(wire.spec_of(Some(&newer)).is_err());
+        assert!(wire.spec_of(None).is_err());
+        let mut other_uid = ours.clone();
+        other_uid.metadata.uid = Some("other".into());
+        assert!(wire.spec_of(Some(&other_uid)).is_err());
     }
 
     #[test]

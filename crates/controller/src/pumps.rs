@@ -10,7 +10,7 @@ use argocd_pull_api::names::LABEL_PULL_TO_OCM;
 use argocd_pull_api::ocm::cluster::PlacementDecision;
 use argocd_pull_domain::hub_app_ref_of;
 use argocd_pull_ops::CancellationToken;
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -20,7 +20,7 @@ use kube::{Api, Resource};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use crate::cache::{AppLite, ClusterLite, WorkLite};
+use crate::cache::{AppLite, ClusterLite, SpecOf, WorkLite, WorkWire};
 use crate::context::{Ctx, Receivers};
 use crate::{propagation, status, sweep};
 
@@ -52,6 +52,34 @@ pub(crate) fn work_fingerprint(work: &WorkLite) -> u64 {
     work.metadata.deletion_timestamp.is_some().hash(&mut h);
     work.spec_digest.hash(&mut h);
     h.finish()
+}
+
+/// The projection of a decoded work (see [`WorkWire::into_lite`]): a work whose spec does not
+/// parse (the API server validated it against the CRD, so only a CRD newer than ours could do
+/// that) is cached with the digest of an empty spec — it then differs from what its Application
+/// wants, and the reconcile reads it whole and reports what is wrong.
+fn settle_work(ctx: &Ctx, work: WorkWire) -> WorkLite {
+    let meta = &work.metadata;
+    let key = ObjectRef::<WorkLite>::new(meta.name.as_deref().unwrap_or_default())
+        .within(meta.namespace.as_deref().unwrap_or_default());
+    let written = ctx.recent_works.written(&key);
+    match work.spec_of(written.as_deref()) {
+        Ok(spec) => work.with_spec(spec),
+        Err(e) => {
+            tracing::warn!(work = %key, error = %e, "cannot read the spec of a ManifestWork");
+            work.with_spec(SpecOf::empty())
+        }
+    }
+}
+
+fn settle_works(ctx: &Ctx, ev: Event<WorkWire>) -> Event<WorkLite> {
+    match ev {
+        Event::Apply(w) => Event::Apply(settle_work(ctx, w)),
+        Event::Delete(w) => Event::Delete(settle_work(ctx, w)),
+        Event::InitApply(w) => Event::InitApply(settle_work(ctx, w)),
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+    }
 }
 
 fn pull_labelled() -> watcher::Config {
@@ -158,9 +186,12 @@ pub(crate) fn spawn_all(
     // ManifestWorks
     {
         let ctx = ctx.clone();
-        // decoded straight into the compact projection (see `cache`)
-        let stream = watcher(Api::<WorkLite>::all(client.clone()), pull_labelled())
+        // decoded straight into the compact projection (see `cache`); the spec of a version we
+        // wrote ourselves is not parsed again
+        let settle_ctx = ctx.clone();
+        let stream = watcher(Api::<WorkWire>::all(client.clone()), pull_labelled())
             .backoff(argocd_pull_ops::watch::backoff())
+            .map_ok(move |ev| settle_works(&settle_ctx, ev))
             .reflect(rx.works);
         let token = token.clone();
         tasks.push(tokio::spawn(async move {

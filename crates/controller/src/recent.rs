@@ -71,6 +71,11 @@ where
         }
     }
 
+    /// Our last write of `key`, while remembered (the watch has not delivered it yet).
+    pub fn written(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
+        self.lock().get(key).cloned()
+    }
+
     /// The watch saw `key` deleted at `deleted_rv`: forget an older write.
     pub fn observe_delete(&self, obj: &K) {
         let key = ObjectRef::from_obj(obj);
