@@ -54,10 +54,12 @@ pub async fn run(args: HubControllerArgs) -> anyhow::Result<()> {
 /// the Lease release gets 2 s.
 pub async fn run_until(args: HubControllerArgs, token: CancellationToken) -> anyhow::Result<()> {
     argocd_pull_controller::install_crypto_provider();
-    let config = kube::Config::infer()
+    // kube's HTTP/1.1 client: one connection per concurrent request. One multiplexed HTTP/2
+    // connection (`argocd_pull_ops::client`) measured slower to all works on the real API
+    // server (docs/performance.md, issue 15)
+    let client = kube::Client::try_default()
         .await
         .context("no Kubernetes cluster found: set KUBECONFIG or run inside a cluster")?;
-    let client = crate::api_client::client(config, args.basic.api_connections)?;
 
     let (mut basic, gitops) = args.configs();
     let run_basic = basic.propagation || basic.status || basic.cleanup;

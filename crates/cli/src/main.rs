@@ -4,7 +4,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod api_client;
 mod controller;
 mod crds;
 

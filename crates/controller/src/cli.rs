@@ -4,7 +4,7 @@
 //! ```text
 //! argocd-pull controller [--disable-propagation] [--disable-status] [--disable-cleanup]
 //!                        [--binding-gate] [--acm-extras] [--sweep-interval 5m]
-//!                        [--admin-addr 0.0.0.0:8080] [--concurrency 32] [--api-connections 0]
+//!                        [--admin-addr 0.0.0.0:8080] [--concurrency 32]
 //!                        [--leader-elect auto|true|false] [--lease-name ..] [--lease-namespace ..]
 //! ```
 //!
@@ -59,10 +59,6 @@ pub struct ControllerArgs {
     /// Concurrent reconciles per controller.
     #[arg(long, env = "ARGOCD_PULL_CONCURRENCY", default_value_t = 32)]
     pub concurrency: u16,
-    /// HTTP/2 connections to the API server, requests and watches spread over them in turn; 0:
-    /// HTTP/1.1, one connection per concurrent request (kube's own client).
-    #[arg(long, env = "ARGOCD_PULL_API_CONNECTIONS", default_value_t = 0)]
-    pub api_connections: u16,
     /// Hold a Lease before running (one active replica).
     #[arg(
         long,
