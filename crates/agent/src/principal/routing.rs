@@ -204,7 +204,8 @@ impl Inner {
 
     /// `(namespace, name, uid)` of the hub Applications an agent holds (its resync set), from the
     /// hub watch's cache, parsed one at a time: routed to it with destination-based mapping, else
-    /// the ones in its namespace. Ignored (`skip-reconcile`-style) Applications are not its.
+    /// the ones in its namespace. Applications labelled
+    /// `argocd-agent.argoproj-labs.io/ignore-sync` are not its.
     pub(super) fn app_refs(&self, a: &AgentState) -> Vec<(String, String, String)> {
         let names: Vec<(String, String)> = match (self.mapped(a), self.ns_allowed(&a.name)) {
             (true, _) => self.routes.lock().expect("poisoned").of_agent(&a.name),
