@@ -26,12 +26,13 @@ pub struct HubControllerArgs {
 
 impl HubControllerArgs {
     /// The two controller configurations these flags describe. With the report on, the
-    /// propagation controller adds the report's feedback rules to every work.
+    /// propagation controller adds the report's feedback rules to the works of
+    /// ApplicationSet-owned Applications (the only ones the report reads).
     pub fn configs(&self) -> (argocd_pull_controller::ControllerConfig, GitOpsConfig) {
         let mut basic = self.basic.config();
         let gitops = GitOpsConfig::from(self.gitops.clone());
         if gitops.report {
-            basic.work.extra_feedback = argocd_pull_gitops::report::extra_feedback_rules();
+            basic.work.appset_feedback = argocd_pull_gitops::report::extra_feedback_rules();
         }
         (basic, gitops)
     }
@@ -220,10 +221,10 @@ mod tests {
         assert!(basic.propagation && basic.status && basic.cleanup);
         assert!(gitops.gitopscluster && gitops.report);
         assert_eq!(
-            basic.work.extra_feedback,
+            basic.work.appset_feedback,
             argocd_pull_gitops::report::extra_feedback_rules()
         );
-        assert!(!basic.work.extra_feedback.is_empty());
+        assert!(!basic.work.appset_feedback.is_empty());
     }
 
     #[test]
@@ -241,7 +242,7 @@ mod tests {
         assert!(!basic.propagation && !basic.status && !basic.cleanup);
         assert!(!gitops.gitopscluster && !gitops.report);
         assert!(
-            basic.work.extra_feedback.is_empty(),
+            basic.work.appset_feedback.is_empty(),
             "no report, no extra feedback rules"
         );
     }

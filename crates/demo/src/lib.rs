@@ -231,7 +231,7 @@ impl Demo {
         let parts = match args.model {
             DemoModel::Basic => {
                 let mut config = argocd_pull_controller::ControllerConfig::default();
-                config.work.extra_feedback = argocd_pull_gitops::report::extra_feedback_rules();
+                config.work.appset_feedback = argocd_pull_gitops::report::extra_feedback_rules();
                 let controllers = argocd_pull_controller::start(hub.clone(), config)
                     .await
                     .context("starting the hub controllers")?;

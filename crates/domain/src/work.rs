@@ -57,8 +57,11 @@ pub struct WorkOptions {
     /// ACM's extras: a Namespace for the destination namespace and an AppProject, both before the
     /// Application and both orphaned on delete (`SelectivelyOrphan`).
     pub acm_extras: bool,
-    /// Feedback rules added after the five defaults (a rule with a default's name is ignored).
-    pub extra_feedback: Vec<JsonPath>,
+    /// Feedback rules added after the five defaults on the works of ApplicationSet-owned
+    /// Applications only — the ones the ApplicationSet report reads (a rule with a default's name
+    /// is ignored). Other works carry the five defaults, as the Go peers write them: every rule
+    /// is stored in every work and costs the API server on each write (docs/performance.md).
+    pub appset_feedback: Vec<JsonPath>,
 }
 
 /// Why no work can be built for an Application.
@@ -167,7 +170,14 @@ pub fn desired_work(app: &Application, opts: &WorkOptions) -> Result<ManifestWor
     let mut spec = ManifestWorkSpec {
         workload: ManifestsTemplate { manifests },
         delete_option,
-        manifest_configs: vec![manifest_config(app_id, &opts.extra_feedback)],
+        manifest_configs: vec![manifest_config(
+            app_id,
+            if appset.is_some() {
+                &opts.appset_feedback
+            } else {
+                &[]
+            },
+        )],
         executor: None,
     };
     normalize_spec(&mut spec);

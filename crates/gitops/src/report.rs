@@ -1,6 +1,8 @@
 //! The MulticlusterApplicationSetReport: pure aggregation of ManifestWork feedback, and the
 //! extra feedback rules the propagation controller adds so that errors and resources reach the
-//! hub through OCM itself (no ACM search service).
+//! hub through OCM itself (no ACM search service). They go on the works of ApplicationSet-owned
+//! Applications only (the works the report reads, labelled `application-set`); other works carry
+//! the basic model's five rules, as the Go peers write them.
 //!
 //! # Extra feedback rules and their limits
 //!
@@ -119,8 +121,9 @@ pub const SYNC_REVISION: &str = "syncRevision";
 /// Default of a missing feedback value.
 pub const UNKNOWN: &str = "Unknown";
 
-/// The JSONPaths feedback rules the propagation controller adds to the five of the basic model
-/// so that the report gets per-cluster errors and the resource list (see the module docs).
+/// The JSONPaths feedback rules the propagation controller adds to the five of the basic model,
+/// on the works of ApplicationSet-owned Applications, so that the report gets per-cluster errors
+/// and the resource list (see the module docs).
 pub fn extra_feedback_rules() -> Vec<JsonPath> {
     let mut rules: Vec<JsonPath> = CONDITION_TYPES
         .iter()

@@ -298,9 +298,9 @@ fn errors_name_what_is_missing() {
 }
 
 #[test]
-fn extra_feedback_rules_are_appended() {
+fn appset_feedback_rules_are_appended_to_appset_owned_works_only() {
     let opts = WorkOptions {
-        extra_feedback: vec![
+        appset_feedback: vec![
             JsonPath {
                 name: "conditions".into(),
                 path: ".status.conditions".into(),
@@ -314,20 +314,40 @@ fn extra_feedback_rules_are_appended() {
         ],
         ..Default::default()
     };
-    let w = desired_work(&app(base()), &opts).unwrap();
-    let paths = &w.spec.manifest_configs[0].feedback_rules[0].json_paths;
-    let names: Vec<&str> = paths.iter().map(|p| p.name.as_str()).collect();
+    let defaults = [
+        "healthStatus",
+        "syncStatus",
+        "operationStateStartedAt",
+        "operationStatePhase",
+        "syncRevision",
+    ];
+    let names_of = |w: &ManifestWork| -> Vec<String> {
+        w.spec.manifest_configs[0].feedback_rules[0]
+            .json_paths
+            .iter()
+            .map(|p| p.name.clone())
+            .collect()
+    };
+
+    // Not owned by an ApplicationSet: the report never reads the work, so the five defaults only.
+    let plain = desired_work(&app(base()), &opts).unwrap();
+    assert_eq!(names_of(&plain), defaults);
     assert_eq!(
-        names,
-        [
-            "healthStatus",
-            "syncStatus",
-            "operationStateStartedAt",
-            "operationStatePhase",
-            "syncRevision",
-            "conditions"
-        ]
+        plain.spec,
+        desired_work(&app(base()), &WorkOptions::default())
+            .unwrap()
+            .spec
     );
+
+    let mut v = base();
+    v["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet", "name": "guestbook-set", "uid": "u1"
+    }]);
+    let owned = desired_work(&app(v), &opts).unwrap();
+    let mut want = defaults.map(String::from).to_vec();
+    want.push("conditions".into());
+    assert_eq!(names_of(&owned), want);
+    let paths = &owned.spec.manifest_configs[0].feedback_rules[0].json_paths;
     assert_eq!(paths[0].path, ".status.health.status");
 }
 
