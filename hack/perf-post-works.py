@@ -7,8 +7,10 @@ KIND is the work's content, all for the same Application:
   small     what perfload (the floor of issue 15) writes: the Application manifest only
   noconfig  the controller's manifest (with `destination.name`), no manifestConfigs
   noreport  + manifestConfigs as the Go peers write them: 5 feedback rules, server-side apply with
-            its ignore fields (`argocd-pull controller --appset-report false`)
-  ours      + the ApplicationSet report's 14 rules (the controller's default)
+            its ignore fields (what the controller writes for an Application no ApplicationSet
+            owns; before 4f3af2b only with `--appset-report false`)
+  ours      + the ApplicationSet report's 14 rules (what the controller writes for an
+            ApplicationSet-owned Application; before 4f3af2b, for every Application)
 The same client (HTTP/1.1 keep-alive, one connection per thread, as kube-rs) sends every kind, so
 the difference in the API server's CPU is the content's. Needs the perf namespaces
 (`$REALK8S/peer/bin/perfload clusters -count 20`); the works carry the label `pw=x`, removed with

@@ -1,13 +1,15 @@
 //! Real-cluster end-to-end check, run only when `ARGOCD_PULL_E2E_HUB_KUBECONFIG` names a
 //! kubeconfig of an OCM hub with the GitOpsCluster and report CRDs installed
-//! (`argocd-pull crds | kubectl apply -f -`) and Argo CD in namespace `argocd`.
+//! (`argocd-pull crds | kubectl apply -f -`). What it needs besides is applied first: namespace
+//! `argocd`, a ManagedClusterSetBinding of the `global` set there, and, when Argo CD is not
+//! installed (`../shared/realenv` has none), a stand-in Argo CD server Service.
 
 use std::io::Write as _;
 use std::time::Duration;
 
 use argocd_pull_gitops::GitOpsConfig;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 #[tokio::test]
@@ -37,6 +39,57 @@ async fn e2e_gitopscluster_on_a_real_hub() {
         let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, plural);
         Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar)
     };
+    let ssa = PatchParams::apply("argocd-pull-e2e");
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces
+        .patch(
+            ns,
+            &ssa,
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+            ),
+        )
+        .await
+        .expect("namespace argocd");
+    dynamic(
+        "ManagedClusterSetBinding",
+        "managedclustersetbindings",
+        "cluster.open-cluster-management.io",
+        "v1beta2",
+    )
+    .patch(
+        "global",
+        &ssa,
+        &Patch::Apply(
+            json!({"apiVersion": "cluster.open-cluster-management.io/v1beta2",
+            "kind": "ManagedClusterSetBinding", "metadata": {"name": "global", "namespace": ns},
+            "spec": {"clusterSet": "global"}}),
+        ),
+    )
+    .await
+    .expect("ManagedClusterSetBinding global");
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), ns);
+    let server_selector = "app.kubernetes.io/component=server,app.kubernetes.io/part-of=argocd";
+    let stand_in = services
+        .list(&kube::api::ListParams::default().labels(server_selector))
+        .await
+        .expect("list services")
+        .items
+        .is_empty();
+    if stand_in {
+        services
+            .patch(
+                "argocd-server",
+                &ssa,
+                &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": "argocd-server", "namespace": ns, "labels": {
+                        "app.kubernetes.io/component": "server", "app.kubernetes.io/part-of": "argocd",
+                        "argocd-pull.io/e2e-stand-in": "true"}},
+                    "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 8080}]}})),
+            )
+            .await
+            .expect("stand-in Argo CD server Service");
+    }
     let placement: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
         "metadata": {"name": "e2e-all", "namespace": ns},
@@ -87,5 +140,8 @@ async fn e2e_gitopscluster_on_a_real_hub() {
     let st = gcs.get("e2e").await.expect("GitOpsCluster");
     println!("e2e: status {}", st.data["status"]);
     let _ = gcs.delete("e2e", &Default::default()).await;
+    if stand_in {
+        let _ = services.delete("argocd-server", &Default::default()).await;
+    }
     running.shutdown().await;
 }
