@@ -77,12 +77,13 @@ async fn e2e_gitopscluster_on_a_real_hub() {
         .items
         .is_empty();
     if stand_in {
+        // its own name, so that it can never be an existing Service this test then deletes
         services
             .patch(
-                "argocd-server",
+                "argocd-pull-e2e-argocd-server",
                 &ssa,
                 &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service",
-                    "metadata": {"name": "argocd-server", "namespace": ns, "labels": {
+                    "metadata": {"name": "argocd-pull-e2e-argocd-server", "namespace": ns, "labels": {
                         "app.kubernetes.io/component": "server", "app.kubernetes.io/part-of": "argocd",
                         "argocd-pull.io/e2e-stand-in": "true"}},
                     "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 8080}]}})),
@@ -128,20 +129,25 @@ async fn e2e_gitopscluster_on_a_real_hub() {
                 )
                 .await
                 .expect("list secrets");
-            if !list.items.is_empty() {
+            // secrets left by an earlier run do not count: the GitOpsCluster must say it is done
+            let phase =
+                gcs.get("e2e").await.expect("GitOpsCluster").data["status"]["phase"].clone();
+            if !list.items.is_empty() && phase == "successful" {
                 return list.items.len();
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     })
     .await
-    .expect("cluster secrets appear within 120 s");
+    .expect("cluster secrets and GitOpsCluster phase `successful` within 120 s");
     println!("e2e: {found} cluster secret(s)");
     let st = gcs.get("e2e").await.expect("GitOpsCluster");
     println!("e2e: status {}", st.data["status"]);
     let _ = gcs.delete("e2e", &Default::default()).await;
     if stand_in {
-        let _ = services.delete("argocd-server", &Default::default()).await;
+        let _ = services
+            .delete("argocd-pull-e2e-argocd-server", &Default::default())
+            .await;
     }
     running.shutdown().await;
 }
