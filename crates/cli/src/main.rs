@@ -7,6 +7,13 @@ use clap::{Parser, Subcommand};
 mod controller;
 mod crds;
 
+/// mimalloc instead of the C library's allocator: on the static musl build, musl's allocator was
+/// up to a quarter of the controller's CPU (docs/performance.md, issue 15's sixth pass). Built
+/// with arena eager commit off (`.cargo/config.toml`), which keeps the peak RSS at the system
+/// allocator's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Argo CD pull-model delivery for Open Cluster Management (OCM) fleets.
 ///
 /// Managed clusters pull their Argo CD applications from the hub instead of the hub pushing
