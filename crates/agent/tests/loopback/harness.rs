@@ -33,9 +33,32 @@ pub async fn principal_with(
         throwaway_jwt_key(),
     );
     f(&mut cfg);
-    Principal::start(cfg, Arc::new(hub.clone()), Metrics::new("argocd_principal"))
+    // A restarted principal binds the port its predecessor had. While it was down, an agent
+    // retrying 127.0.0.1:PORT can be handed PORT itself as its ephemeral port (a TCP self-connect,
+    // ended by the failed TLS handshake), so the port can be briefly taken: retry, bounded.
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        match Principal::start(
+            cfg.clone(),
+            Arc::new(hub.clone()),
+            Metrics::new("argocd_principal"),
+        )
         .await
-        .unwrap()
+        {
+            Ok(p) => return p,
+            Err(e) if addr_in_use(&e) && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("principal on {addr}: {e:#}"),
+        }
+    }
+}
+
+fn addr_in_use(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse)
+    })
 }
 
 pub async fn agent(
