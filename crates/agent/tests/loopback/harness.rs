@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use argocd_pull_agent::Mode;
@@ -27,17 +28,21 @@ pub async fn principal_with(
     f: impl FnOnce(&mut PrincipalConfig),
 ) -> Principal {
     init();
-    let mut cfg = PrincipalConfig::new(
-        addr.parse().unwrap(),
-        pki.principal.clone(),
-        throwaway_jwt_key(),
-    );
+    let wanted: std::net::SocketAddr = addr.parse().unwrap();
+    let mut cfg = PrincipalConfig::new(wanted, pki.principal.clone(), throwaway_jwt_key());
     f(&mut cfg);
-    // A restarted principal binds the port its predecessor had. While it was down, an agent
-    // retrying 127.0.0.1:PORT can be handed PORT itself as its ephemeral port (a TCP self-connect,
-    // ended by the failed TLS handshake), so the port can be briefly taken: retry, bounded.
+    // A test that restarts the principal binds again the port the first one had, so that port
+    // must not be one any other socket can be handed meanwhile: for `:0` the principal listens
+    // below the kernel's ephemeral range (32768-60999 on Linux), where outgoing connections of
+    // the tests running in parallel (or an agent's reconnect, self-connecting) never land.
+    // Taken ports are skipped; the same port again is retried, bounded.
+    static NEXT: AtomicU32 = AtomicU32::new(0);
     let deadline = tokio::time::Instant::now() + T;
     loop {
+        if wanted.port() == 0 {
+            let n = std::process::id().wrapping_mul(7919) + NEXT.fetch_add(1, Ordering::Relaxed);
+            cfg.listen = std::net::SocketAddr::new(wanted.ip(), 20_000 + (n % 12_000) as u16);
+        }
         match Principal::start(
             cfg.clone(),
             Arc::new(hub.clone()),
@@ -47,9 +52,11 @@ pub async fn principal_with(
         {
             Ok(p) => return p,
             Err(e) if addr_in_use(&e) && tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await
+                if wanted.port() != 0 {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
             }
-            Err(e) => panic!("principal on {addr}: {e:#}"),
+            Err(e) => panic!("principal on {}: {e:#}", cfg.listen),
         }
     }
 }
