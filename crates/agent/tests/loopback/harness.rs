@@ -40,7 +40,9 @@ pub async fn principal_with(
     let deadline = tokio::time::Instant::now() + T;
     loop {
         if wanted.port() == 0 {
-            let n = std::process::id().wrapping_mul(7919) + NEXT.fetch_add(1, Ordering::Relaxed);
+            let n = std::process::id()
+                .wrapping_mul(7919)
+                .wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
             cfg.listen = std::net::SocketAddr::new(wanted.ip(), 20_000 + (n % 12_000) as u16);
         }
         match Principal::start(
