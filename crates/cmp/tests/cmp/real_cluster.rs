@@ -85,7 +85,10 @@ async fn e2e_generate_apply_and_see_feedback_on_a_real_hub() {
         w.is_some_and(|w| {
             condition_true(w, "Applied")
                 && condition_true(w, "Available")
-                && feedback(w, "Deployment", "pause", "AvailableReplicas") == Some(1)
+                // `Replicas` comes from the managed cluster's deployment controller; a real
+                // environment with no kubelet (../shared/realenv) never runs the pod, so
+                // `AvailableReplicas` would never come back
+                && feedback(w, "Deployment", "pause", "Replicas") == Some(1)
         })
     });
     let result = tokio::time::timeout(Duration::from_secs(300), ready).await;
@@ -93,7 +96,9 @@ async fn e2e_generate_apply_and_see_feedback_on_a_real_hub() {
     let _ = api.delete(&app, &DeleteParams::foreground()).await;
     let work = result
         .unwrap_or_else(|_| {
-            panic!("work not Applied/Available with feedback in 300s; last seen: {last:#?}")
+            panic!(
+                "work not Applied/Available with Replicas feedback in 300s; last seen: {last:#?}"
+            )
         })
         .expect("watch")
         .expect("work exists");
