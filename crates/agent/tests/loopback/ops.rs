@@ -311,17 +311,13 @@ async fn agent_heartbeats_are_sent_at_the_interval_and_acked() {
     .await;
     let pings = |m: &Metrics| Metrics::total(&m.events_sent, "ping");
     // The agent's "processed" count is not only ACKs of pings, so the principal's own count of
-    // pings received is part of the condition (it used to be asserted after it, and raced).
-    tokio::time::timeout(T, async {
-        while !(pings(&a.metrics()) >= 3
+    // pings received is part of the wait (asserted after it, it raced).
+    wait_idle(|| {
+        pings(&a.metrics()) >= 3
             && Metrics::total(&a.metrics().events_received, "processed") >= 3
-            && Metrics::total(&p.metrics().events_received, "ping") >= 3)
-        {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+            && Metrics::total(&p.metrics().events_received, "ping") >= 3
     })
-    .await
-    .expect("the agent sent 3 pings, the principal received them and the agent got its ACKs");
+    .await;
     assert_eq!(pings(&quiet.metrics()), 0, "no heartbeats by default");
     a.shutdown().await;
     quiet.shutdown().await;
