@@ -450,6 +450,13 @@ impl Metrics {
         if side == Side::Principal {
             m.ha.register(&mut reg);
         }
+        // `/healthz` as the peer's: the agent's is 503 unless it is connected to its principal
+        // (agent/agent.go `healthzHandler`); the principal's answers once it serves (the peer
+        // starts its health server after its informers synced).
+        m.ready.health_follows_readiness(match side {
+            Side::Agent => "not connected to the principal",
+            Side::Principal => "the principal is not serving yet",
+        });
         m.registry = Arc::new(reg);
         Arc::new(m)
     }

@@ -184,8 +184,9 @@ pub fn write_local_pki(
     Ok(out)
 }
 
-/// Key algorithms of `--key-algorithm` (peer: internal/tlsutil/keygen.go). The peer defaults to
-/// RSA 4096; ours to ECDSA P-256 (rcgen/ring cannot generate RSA keys, the `rsa` crate is slow).
+/// Key algorithms of `--key-algorithm` (peer: internal/tlsutil/keygen.go; default RSA 4096, as the
+/// peer). RSA keys come from the `rsa` crate (ring signs with them but cannot generate them);
+/// `ecdsa-p521` is refused (ring has no P-521 signing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyAlgorithm {
     Rsa(usize),

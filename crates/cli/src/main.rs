@@ -48,6 +48,8 @@ enum Command {
     Agent(argocd_pull_agent::cli::AgentArgs),
     /// Create a CA, principal and agent certificates and a JWT signing key for a local agent-model setup.
     Pki(argocd_pull_agent::cli::PkiArgs),
+    /// Agent-based model: argocd-agentctl's commands (agent, pki, jwt, blocklist, config, validate, version).
+    Ctl(argocd_pull_agent::ctl::CtlArgs),
     /// Print the CustomResourceDefinitions argocd-pull serves (GitOpsCluster, MulticlusterApplicationSetReport).
     Crds(crds::CrdsArgs),
     /// Print the version.
@@ -55,7 +57,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => return usage_error(e),
+    };
     let log = cli.log;
     match cli.command {
         Command::Controller(args) => serve(log, None, controller::run(args)),
@@ -72,12 +77,43 @@ fn main() -> ExitCode {
             argocd_pull_agent::cli::run_agent(args),
         ),
         Command::Pki(args) => block_on(argocd_pull_agent::cli::run_pki(args)),
+        Command::Ctl(args) => run_async(async { Ok(argocd_pull_agent::ctl::run_ctl(args).await) })
+            .map_or(ExitCode::FAILURE, ExitCode::from),
         Command::Crds(args) => crds::run(&args),
         Command::Version => {
             println!("argocd-pull {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
     }
+}
+
+/// A command-line error: help and version exit 0; a usage error exits 2, except under `ctl`,
+/// which exits 1 as argocd-agentctl (cobra) does.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let _ = e.print();
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+        _ if is_ctl() => ExitCode::FAILURE,
+        _ => ExitCode::from(2),
+    }
+}
+
+/// Whether the command line names the `ctl` subcommand (the first word that is not a flag or a
+/// global flag's value).
+fn is_ctl() -> bool {
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if a == "--log-level" || a == "--log-format" {
+            args.next();
+            continue;
+        }
+        if a.starts_with('-') {
+            continue;
+        }
+        return a == "ctl";
+    }
+    false
 }
 
 /// The demo's own exit code (0 converged, 1 timeout, 2 failed); 2 also when it cannot start.

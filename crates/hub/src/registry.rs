@@ -161,6 +161,15 @@ pub(crate) fn builtins() -> Vec<ResourceType> {
             false,
         ),
         builtin("apps", "Deployment", "deployments", &["deploy"], true, true),
+        builtin("apps", "StatefulSet", "statefulsets", &["sts"], true, true),
+        builtin(
+            "networking.k8s.io",
+            "NetworkPolicy",
+            "networkpolicies",
+            &["netpol"],
+            true,
+            false,
+        ),
         builtin(
             "apiextensions.k8s.io",
             "CustomResourceDefinition",

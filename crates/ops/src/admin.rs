@@ -22,6 +22,8 @@ pub struct Readiness {
     problems: Arc<Mutex<BTreeMap<String, String>>>,
     /// The replica's role in a leader election (shown on `/healthz`), when it takes part in one.
     role: Arc<Mutex<Option<String>>>,
+    /// When set, `/healthz` follows the flag too: 503 with this reason while it is false.
+    health_gate: Arc<Mutex<Option<String>>>,
 }
 
 impl Default for Readiness {
@@ -30,6 +32,7 @@ impl Default for Readiness {
             tx: Arc::new(watch::channel(false).0),
             problems: Arc::default(),
             role: Arc::default(),
+            health_gate: Arc::default(),
         }
     }
 }
@@ -61,6 +64,23 @@ impl Readiness {
     /// The role `/healthz` reports, if any.
     pub fn role(&self) -> Option<String> {
         self.role.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Makes `/healthz` answer 503 with `reason` while the flag is false (argocd-agent's agent
+    /// answers 503 unless it is connected to its principal, and its chart's probes rely on it).
+    pub fn health_follows_readiness(&self, reason: impl Into<String>) {
+        *self.health_gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.into());
+    }
+
+    /// The reason `/healthz` is 503 now, if it is.
+    pub fn unhealthy(&self) -> Option<String> {
+        if self.get() {
+            return None;
+        }
+        self.health_gate
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn set(&self, ready: bool) {
@@ -102,11 +122,18 @@ async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
     )
 }
 
-/// `ok`, and the replica's role when it takes part in a leader election (`role: active`).
-async fn healthz(State(s): State<AdminState>) -> String {
+/// `ok`, and the replica's role when it takes part in a leader election (`role: active`); 503
+/// with the reason while a health gate is closed ([`Readiness::health_follows_readiness`]).
+async fn healthz(State(s): State<AdminState>) -> (StatusCode, String) {
+    if let Some(reason) = s.ready.unhealthy() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("unhealthy: {reason}\n"),
+        );
+    }
     match s.ready.role() {
-        Some(role) => format!("ok\nrole: {role}\n"),
-        None => "ok".into(),
+        Some(role) => (StatusCode::OK, format!("ok\nrole: {role}\n")),
+        None => (StatusCode::OK, "ok".into()),
     }
 }
 
@@ -116,7 +143,10 @@ async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
         return (StatusCode::OK, "ready".to_string());
     }
     let mut body = String::from("not ready");
-    if !s.ready.get() {
+    if let Some(reason) = s.ready.unhealthy() {
+        body.push_str("\n- ");
+        body.push_str(&reason);
+    } else if !s.ready.get() {
         body.push_str("\n- caches are not filled yet");
     }
     for p in problems {
@@ -217,6 +247,39 @@ mod tests {
         let (status, body) = get(app, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
         assert!(body.contains("things_total 1"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn healthz_follows_readiness_when_gated() {
+        let ready = Readiness::default();
+        let app = router(Arc::new(Registry::default()), ready.clone());
+        assert_eq!(
+            get(app.clone(), "/healthz").await.0,
+            StatusCode::OK,
+            "ungated"
+        );
+        ready.health_follows_readiness("not connected to the principal");
+        assert_eq!(
+            get(app.clone(), "/healthz").await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unhealthy: not connected to the principal\n".into()
+            )
+        );
+        assert_eq!(
+            get(app.clone(), "/readyz").await.1,
+            "not ready\n- not connected to the principal\n"
+        );
+        ready.set(true);
+        assert_eq!(
+            get(app.clone(), "/healthz").await,
+            (StatusCode::OK, "ok".into())
+        );
+        ready.set(false);
+        assert_eq!(
+            get(app, "/healthz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
     }
 
     #[tokio::test]

@@ -10,9 +10,9 @@ use kube::Api;
 use kube::api::{ListParams, ObjectMeta};
 use serde::Serialize;
 
-use super::Clients;
-use super::out::{put_secret, render};
+use super::out::{kube_msg, put_secret, render};
 use super::pki::{KeyFlags, load_ca};
+use super::{Clients, Exit};
 use crate::cli::common::get_secret;
 use crate::pki::DEFAULT_LEAF_DAYS;
 
@@ -72,6 +72,28 @@ pub enum AgentCommand {
         /// Type of asset to print (cert, key, or ca).
         #[arg(short = 't', long = "type", default_value = "cert")]
         what: String,
+    },
+    /// Reconfigures an agent's properties.
+    Reconfigure {
+        /// The agent's name.
+        name: String,
+        /// Address of principal's resource-proxy (host:port, or a full https:// server URL).
+        #[arg(long = "resource-proxy-server", default_value = "")]
+        resource_proxy_server: String,
+        /// The username for the resource-proxy.
+        #[arg(long = "resource-proxy-username", default_value = "")]
+        resource_proxy_username: String,
+        /// The password for the resource-proxy.
+        #[arg(long = "resource-proxy-password", default_value = "")]
+        resource_proxy_password: String,
+        /// Reissue the agent's client cert.
+        #[arg(long = "reissue-client-cert")]
+        reissue_client_cert: bool,
+        /// Number of days the client certificate is valid for (only used with --reissue-client-cert).
+        #[arg(long, default_value_t = DEFAULT_LEAF_DAYS)]
+        days: u32,
+        #[command(flatten)]
+        key: KeyFlags,
     },
 }
 
@@ -209,7 +231,10 @@ pub fn cluster_secret(
 struct Cluster {
     server: String,
     name: String,
+    /// `data.config` as read (unknown fields kept when it is written back).
+    raw_config: serde_json::Value,
     config: ClusterConfig,
+    secret: Secret,
 }
 
 async fn load_cluster(c: &Clients, agent: &str) -> anyhow::Result<Option<Cluster>> {
@@ -228,12 +253,16 @@ async fn load_cluster(c: &Clients, agent: &str) -> anyhow::Result<Option<Cluster
             .map(|b| String::from_utf8_lossy(&b.0).into_owned())
             .unwrap_or_default()
     };
-    let config: ClusterConfig = serde_json::from_str(&field("config"))
+    let raw_config: serde_json::Value = serde_json::from_str(&field("config"))
+        .context("invalid cluster secret: data.config is not a cluster config")?;
+    let config: ClusterConfig = serde_json::from_value(raw_config.clone())
         .context("invalid cluster secret: data.config is not a cluster config")?;
     Ok(Some(Cluster {
         server: field("server"),
         name: field("name"),
+        raw_config,
         config,
+        secret: s,
     }))
 }
 
@@ -266,17 +295,27 @@ pub async fn run(cmd: &AgentCommand, c: &Clients) -> anyhow::Result<String> {
             days,
             key,
         } => {
-            let server = server_url(resource_proxy_server, name)?;
+            if tls_from_secret.is_some() != ca_from_secret.is_some() {
+                bail!("Both --tls-from-secret and --ca-from-secret must be provided together");
+            }
+            if tls_from_secret.is_some() {
+                key.reject_unused("are only used when generating certificates from the PKI")?;
+            }
             let labels = parse_labels(labels)?;
+            let server = server_url(resource_proxy_server, name)?;
             let api = Api::<Secret>::namespaced(c.principal.clone(), ns);
-            if api.get_opt(&cluster_secret_name(name)).await?.is_some() {
-                bail!("Agent {name} exists.");
+            match api.get_opt(&cluster_secret_name(name)).await {
+                Err(e) => bail!("Reading cluster secret: {}", kube_msg(&e)),
+                Ok(Some(_)) => bail!("Agent {name} exists."),
+                Ok(None) => {}
             }
             let (cert, key_pem, ca) = match (tls_from_secret, ca_from_secret) {
                 (Some(t), Some(a)) => {
                     let (tns, tname) = split_ref(t, ns);
                     let (ans, aname) = split_ref(a, ns);
-                    let ts = get_secret(&c.principal, tns, tname).await?;
+                    let ts = get_secret(&c.principal, tns, tname)
+                        .await
+                        .with_context(|| format!("could not read TLS secret {tns}/{tname}"))?;
                     let get = |s: &Secret, k: &str, what: &str| -> anyhow::Result<Vec<u8>> {
                         s.data
                             .as_ref()
@@ -286,14 +325,20 @@ pub async fn run(cmd: &AgentCommand, c: &Clients) -> anyhow::Result<String> {
                     };
                     let cert = get(&ts, "tls.crt", &format!("TLS secret {tns}/{tname}"))?;
                     let key = get(&ts, "tls.key", &format!("TLS secret {tns}/{tname}"))?;
-                    crate::tls::parse_certs(&cert)?;
-                    crate::tls::parse_key(&key)?;
-                    let cs = get_secret(&c.principal, ans, aname).await?;
+                    crate::tls::parse_certs(&cert)
+                        .and_then(|_| crate::tls::parse_key(&key))
+                        .with_context(|| {
+                            format!("invalid TLS certificate/key pair in secret {tns}/{tname}")
+                        })?;
+                    let cs = get_secret(&c.principal, ans, aname)
+                        .await
+                        .with_context(|| format!("could not read CA secret {ans}/{aname}"))?;
                     let ca = get(&cs, "ca.crt", &format!("CA secret {ans}/{aname}"))?;
                     (cert, key, ca)
                 }
                 (None, None) => {
                     let alg = key.parse()?;
+
                     let ca = load_ca(c).await?;
                     let issued = ca.issue_client_peer(name, *days, alg)?;
                     (
@@ -316,7 +361,7 @@ pub async fn run(cmd: &AgentCommand, c: &Clients) -> anyhow::Result<String> {
                 .await
                 .context("Could not list secrets")?;
             if list.items.is_empty() {
-                bail!("No agents found.");
+                return Err(Exit::stdout("No agents found.\n", 1).into());
             }
             let mut names: Vec<String> = list
                 .items
@@ -329,8 +374,9 @@ pub async fn run(cmd: &AgentCommand, c: &Clients) -> anyhow::Result<String> {
         }
         AgentCommand::Inspect { name, output } => {
             let cl = load_cluster(c, name)
-                .await?
-                .with_context(|| format!("No such agent configured: {name}"))?;
+                .await
+                .context("Unable to load agent configuration")?
+                .ok_or_else(|| Exit::stderr(format!("No such agent configured: {name}\n"), 1))?;
             let pem = unb64(&cl.config.tls.cert_data, "certData")?;
             let certs = crate::tls::parse_certs(&pem).context("Not a valid certificate")?;
             if certs.len() > 1 {
@@ -368,8 +414,9 @@ pub async fn run(cmd: &AgentCommand, c: &Clients) -> anyhow::Result<String> {
         }
         AgentCommand::PrintTls { name, what } => {
             let cl = load_cluster(c, name)
-                .await?
-                .with_context(|| format!("Agent '{name}' is not configured."))?;
+                .await
+                .context("Error loading cluster")?
+                .ok_or_else(|| Exit::stderr(format!("Agent '{name}' is not configured.\n"), 1))?;
             let t = &cl.config.tls;
             let data = match what.to_ascii_lowercase().as_str() {
                 "cert" => unb64(&t.cert_data, "certData")?,
@@ -381,5 +428,122 @@ pub async fn run(cmd: &AgentCommand, c: &Clients) -> anyhow::Result<String> {
             };
             Ok(String::from_utf8(data).context("TLS asset is not PEM text")?)
         }
+        AgentCommand::Reconfigure {
+            name,
+            resource_proxy_server,
+            resource_proxy_username,
+            resource_proxy_password,
+            reissue_client_cert,
+            days,
+            key,
+        } => {
+            let cl = load_cluster(c, name)
+                .await
+                .context("Unable to load agent configuration")?
+                .ok_or_else(|| {
+                    Exit::stderr(format!("No configuration found for agent {name}\n"), 1)
+                })?;
+            if !reissue_client_cert {
+                key.reject_unused("are only used with --reissue-client-cert")?;
+            }
+            reconfigure(
+                c,
+                name,
+                cl,
+                Reconfigure {
+                    server: resource_proxy_server,
+                    username: resource_proxy_username,
+                    password: resource_proxy_password,
+                    reissue: reissue_client_cert.then_some((*days, key)),
+                },
+            )
+            .await
+        }
     }
+}
+
+struct Reconfigure<'a> {
+    server: &'a str,
+    username: &'a str,
+    password: &'a str,
+    reissue: Option<(u32, &'a KeyFlags)>,
+}
+
+/// `agent reconfigure` (peer: `NewAgentReconfigureCommand`): each changed property is announced
+/// on stderr (the peer's `cmd.Println`), then the secret is saved once. A `host:port` server is
+/// written in the form `agent create` writes (`https://host:port?agentName=<agent>`); the peer
+/// stores the value verbatim, which leaves a server URL Argo CD and `validate principal` reject.
+async fn reconfigure(
+    c: &Clients,
+    name: &str,
+    mut cl: Cluster,
+    r: Reconfigure<'_>,
+) -> anyhow::Result<String> {
+    let mut said = String::new();
+    let mut changed = false;
+    if !r.server.is_empty() {
+        let server = if r.server.starts_with("https://") || r.server.starts_with("http://") {
+            r.server.to_string()
+        } else {
+            server_url(r.server, name)?
+        };
+        if server != cl.server {
+            said.push_str("Setting new server address\n");
+            cl.server = server;
+            changed = true;
+        }
+    }
+    let cfg = cl
+        .raw_config
+        .as_object_mut()
+        .context("invalid cluster secret: data.config is not a JSON object")?;
+    for (flag_value, key, msg) in [
+        (r.username, "username", "Setting new username\n"),
+        (r.password, "password", "Setting new password\n"),
+    ] {
+        if !flag_value.is_empty() && cfg.get(key).and_then(|v| v.as_str()) != Some(flag_value) {
+            said.push_str(msg);
+            cfg.insert(key.into(), flag_value.into());
+            changed = true;
+        }
+    }
+    if let Some((days, key)) = r.reissue {
+        let alg = key.parse()?;
+        let ca = load_ca(c).await?;
+        let issued = ca.issue_client_peer(name, days, alg)?;
+        let tls = cfg
+            .entry("tlsClientConfig")
+            .or_insert_with(|| serde_json::json!({"insecure": false}));
+        let tls = tls
+            .as_object_mut()
+            .context("invalid cluster secret: tlsClientConfig is not a JSON object")?;
+        tls.insert("caData".into(), b64(ca.cert_pem.as_bytes()).into());
+        tls.insert("certData".into(), b64(issued.cert_pem.as_bytes()).into());
+        tls.insert("keyData".into(), b64(issued.key_pem.as_bytes()).into());
+        changed = true;
+    }
+    if !changed {
+        return Ok(String::new());
+    }
+    let ns = &c.principal_namespace;
+    let mut secret = cl.secret;
+    let data = secret.data.get_or_insert_with(Default::default);
+    data.insert(
+        "server".into(),
+        k8s_openapi::ByteString(cl.server.trim_end_matches('/').as_bytes().to_vec()),
+    );
+    data.insert(
+        "config".into(),
+        k8s_openapi::ByteString(serde_json::to_vec(&cl.raw_config)?),
+    );
+    Api::<Secret>::namespaced(c.principal.clone(), ns)
+        .replace(
+            &cluster_secret_name(name),
+            &kube::api::PostParams::default(),
+            &secret,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("Unable to save cluster secret: {}", kube_msg(&e)))?;
+    said.push_str("Cluster configuration saved\n");
+    Err(Exit::stderr(said, 0).into())
 }

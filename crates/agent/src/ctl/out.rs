@@ -124,3 +124,61 @@ pub fn secret(name: &str, namespace: &str, type_: &str, data: &[(&str, &[u8])]) 
         ..Default::default()
     }
 }
+
+/// Go's `json.MarshalIndent(v, "", indent)`.
+pub fn go_json_indent(v: &serde_json::Value, indent: &str) -> String {
+    let mut buf = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(indent.as_bytes());
+    let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
+    // serialising a Value into a Vec cannot fail
+    let _ = v.serialize(&mut ser);
+    String::from_utf8(buf).unwrap_or_default()
+}
+
+/// Rows aligned as Go's `tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)` aligns tab-separated cells:
+/// every cell but the last of a row padded to the column's widest cell plus two spaces.
+pub fn tabwriter(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let mut widths = vec![0usize; cols];
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if i + 1 < r.len() {
+                widths[i] = widths[i].max(c.chars().count());
+            }
+        }
+    }
+    let mut out = String::new();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if i + 1 < r.len() {
+                out.push_str(c);
+                out.push_str(&" ".repeat(widths[i] - c.chars().count() + 2));
+            } else {
+                out.push_str(c);
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// A Kubernetes API error as client-go prints it (`secrets "x" not found`), other errors in full.
+pub fn kube_msg(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if !s.message.is_empty() => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Reads a line from stdin after printing `prompt` (peer: `cmdutil.ReadFromTerm` with no
+/// validator); `None` at end of input.
+pub fn read_answer(prompt: &str) -> anyhow::Result<Option<String>> {
+    use std::io::Write;
+    print!("{prompt}");
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    if std::io::stdin().read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    Ok(Some(line.trim_end_matches(['\n', '\r']).to_string()))
+}

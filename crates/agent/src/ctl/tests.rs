@@ -37,11 +37,26 @@ async fn clients(principal: &argocd_pull_hub::Hub, agent: &argocd_pull_hub::Hub)
         agent: agent.client(),
         agent_namespace: "agent-ns".into(),
         same_context: false,
+        principal_context: Some("principal".into()),
+        agent_context: Some("agent".into()),
     }
 }
 
+/// Runs a ctl command; key-generating commands get ECDSA keys unless the test names an
+/// algorithm (the peer's RSA 4096 default is slow in a debug build).
 async fn ctl(c: &Clients, args: &[&str]) -> anyhow::Result<String> {
-    let a = CtlArgs::try_parse_flags(args).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut args: Vec<&str> = args.to_vec();
+    let generates = matches!(
+        args.as_slice(),
+        ["pki", "init", ..] | ["pki", "issue", ..] | ["agent", "create", ..]
+    );
+    if generates
+        && !args.iter().any(|a| a.starts_with("--key-algorithm"))
+        && !args.iter().any(|a| a.contains("from-secret"))
+    {
+        args.push("--key-algorithm=ecdsa-p256");
+    }
+    let a = CtlArgs::try_parse_flags(&args).map_err(|e| anyhow::anyhow!("{e}"))?;
     execute(&a.command, c).await
 }
 
