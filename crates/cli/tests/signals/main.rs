@@ -5,6 +5,7 @@
 //! a kubeconfig); the PKI comes from `argocd-pull pki`.
 
 mod agent;
+mod health;
 mod controller;
 
 use std::io::{BufRead, BufReader};
