@@ -125,6 +125,12 @@ pub struct PeerMetrics {
     pub repositories_created: PlainCounter,
     pub repositories_updated: PlainCounter,
     pub repositories_deleted: PlainCounter,
+    /// `argocd_principal_appsets_{created,updated,deleted}`: the peer counts the ApplicationSets
+    /// it replicates to an HA replica; argocd-pull sends none (exposed at zero, as the peer's
+    /// before its first one)
+    pub appsets_created: PlainCounter,
+    pub appsets_updated: PlainCounter,
+    pub appsets_deleted: PlainCounter,
     /// keys in the hub's GPG keys ConfigMap
     pub gpg_keys_count: Gauge,
     /// `argocd_principal_resource_proxy_requests_total{agent_name}`
@@ -172,6 +178,9 @@ impl PeerMetrics {
             repositories_created: Default::default(),
             repositories_updated: Default::default(),
             repositories_deleted: Default::default(),
+            appsets_created: Default::default(),
+            appsets_updated: Default::default(),
+            appsets_deleted: Default::default(),
             gpg_keys_count: Default::default(),
             resource_proxy_requests: Default::default(),
             resource_proxy_errors: Default::default(),
@@ -273,6 +282,21 @@ impl PeerMetrics {
                         "principal_repositories_deleted",
                         "The total number of repositories deleted on the control plane",
                         &m.repositories_deleted,
+                    ),
+                    (
+                        "argocd_principal_appsets_created",
+                        "The total number of ApplicationSets created on the control plane",
+                        &m.appsets_created,
+                    ),
+                    (
+                        "argocd_principal_appsets_updated",
+                        "The total number of ApplicationSets updated on the control plane",
+                        &m.appsets_updated,
+                    ),
+                    (
+                        "argocd_principal_appsets_deleted",
+                        "The total number of ApplicationSets deleted on the control plane",
+                        &m.appsets_deleted,
                     ),
                     (
                         "principal_events_received",
@@ -430,6 +454,10 @@ pub struct Metrics {
     pub ha: crate::ha::HaMetrics,
 }
 
+/// `reason`s of `argocd_agent_auth_failures_total`: the principal refused the login (`rejected`)
+/// or the agent's version (`version`).
+pub const AGENT_AUTH_FAILURE_REASONS: [&str; 2] = ["rejected", "version"];
+
 fn l(k: &str, v: &str) -> Labels {
     vec![(k.to_string(), v.to_string())]
 }
@@ -453,6 +481,13 @@ impl Metrics {
         // `/healthz` as the peer's: the agent's is 503 unless it is connected to its principal
         // (agent/agent.go `healthzHandler`); the principal's answers once it serves (the peer
         // starts its health server after its informers synced).
+        // the peer's plain counter `argocd_agent_auth_failures_total` is exposed from start: ours
+        // carries a `reason`, so every reason the agent counts starts at zero
+        if side == Side::Agent {
+            for r in AGENT_AUTH_FAILURE_REASONS {
+                m.auth_failures.get_or_create(&l("reason", r));
+            }
+        }
         m.ready.health_follows_readiness(match side {
             Side::Agent => "not connected to the principal",
             Side::Principal => "the principal is not serving yet",

@@ -109,6 +109,11 @@ impl Inner {
                 })
                 .await
                 .map_err(|s| {
+                    // the peer's `SetOnAuthFailure`: argocd_agent_auth_failures_total
+                    self.metrics.auth_failure(
+                        crate::metrics::AGENT_AUTH_FAILURE_REASONS
+                            [usize::from(s.code() == tonic::Code::FailedPrecondition)],
+                    );
                     if s.code() == tonic::Code::FailedPrecondition {
                         anyhow::anyhow!(
                             "version mismatch with principal: {} (this agent reports {:?}; set --report-version / ARGOCD_AGENT_REPORT_VERSION to the principal's version string)",

@@ -1,11 +1,64 @@
 //! The agent's `/healthz` and `/readyz` as argocd-agent's `healthzHandler`: 503 unless a stream
 //! to the principal is up — through the real binaries, before the principal exists, while it
-//! serves, and after it went away.
+//! serves, and after it went away. And `/metrics` as the peer's: every family it registers as a
+//! plain counter or gauge is there from the start.
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 
 use crate::{Proc, demo_hub, free_port, run, temp_dir};
+
+/// The peer's plain (unlabelled) counters and gauges (internal/metrics/metrics.go), and
+/// `argocd_agent_build_info`.
+const PRINCIPAL_FAMILIES: &[&str] = &[
+    "argocd_principal_connected_agents",
+    "principal_agent_avg_connection_time",
+    "principal_applications_created",
+    "principal_applications_updated",
+    "principal_applications_deleted",
+    "principal_app_projects_created",
+    "principal_app_projects_updated",
+    "principal_app_projects_deleted",
+    "principal_repositories_created",
+    "principal_repositories_updated",
+    "principal_repositories_deleted",
+    "argocd_principal_appsets_created",
+    "argocd_principal_appsets_updated",
+    "argocd_principal_appsets_deleted",
+    "argocd_principal_gpg_keys_count",
+    "principal_events_received",
+    "principal_events_sent",
+    "argocd_agent_build_info",
+];
+const AGENT_FAMILIES: &[&str] = &[
+    "agent_events_received",
+    "agent_events_sent",
+    "argocd_agent_connection_status",
+    "argocd_agent_connection_start_timestamp_seconds",
+    "argocd_agent_connections_total",
+    "argocd_agent_auth_failures_total",
+    "argocd_agent_resource_proxy_requests_total",
+    "argocd_agent_resource_proxy_errors_total",
+    "argocd_agent_build_info",
+];
+
+/// The samples of family `name` in a Prometheus text exposition: `(labels, value)`.
+fn samples(body: &str, name: &str) -> Vec<(String, f64)> {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let (labels, value) = match rest.strip_prefix('{') {
+                Some(r) => {
+                    let (labels, v) = r.split_once("} ")?;
+                    (labels.to_string(), v)
+                }
+                None => (String::new(), rest.strip_prefix(' ')?),
+            };
+            Some((labels, value.trim().parse().ok()?))
+        })
+        .collect()
+}
 
 /// `(status, body)` of `GET <path>` on the admin port.
 fn get(port: u16, path: &str) -> (u16, String) {
@@ -61,8 +114,25 @@ fn agent_healthz_is_503_unless_connected_to_its_principal() {
     assert!(body.contains("not connected to the principal"), "{body}");
     assert_eq!(get(healthz, "/readyz").0, 503);
     assert_eq!(get(metrics, "/healthz").0, 503, "same on the metrics port");
+    // every plain family of the peer is exposed before anything happened
+    let (code, body) = get(metrics, "/metrics");
+    assert_eq!(code, 200);
+    for name in AGENT_FAMILIES {
+        let s = samples(&body, name);
+        assert!(
+            !s.is_empty(),
+            "{name} missing from the agent's /metrics:\n{body}"
+        );
+        let want = if *name == "argocd_agent_build_info" {
+            1.0
+        } else {
+            0.0
+        };
+        assert!(s.iter().all(|(_, v)| *v == want), "{name}: {s:?}");
+    }
 
     // 2. the principal comes up: the agent connects
+    let principal_admin = free_port();
     let principal = Proc::spawn(
         "principal",
         &[
@@ -75,14 +145,37 @@ fn agent_healthz_is_503_unless_connected_to_its_principal() {
             format!("--jwt-key={}", f("jwt.key")),
             "--namespace=argocd".into(),
             "--metrics-port=0".into(),
-            format!("--healthz-port={}", free_port()),
+            format!("--healthz-port={principal_admin}"),
             format!("--redis-proxy-listen-address=127.0.0.1:{}", free_port()),
             "--enable-resource-proxy=false".into(),
         ],
         Some(&kubeconfig),
     );
-    agent.wait_for_line("connected to principal");
+    // the line after the stream is up (an earlier one logs the principal's version)
+    agent.wait_for_line("mode=\"managed\"");
     assert_eq!(get(healthz, "/healthz"), (200, "ok".to_string()));
+    let (_, body) = get(principal_admin, "/metrics");
+    for name in PRINCIPAL_FAMILIES {
+        assert!(
+            !samples(&body, name).is_empty(),
+            "{name} missing from the principal's /metrics:\n{body}"
+        );
+    }
+    for name in [
+        "argocd_principal_appsets_created",
+        "argocd_principal_gpg_keys_count",
+    ] {
+        assert_eq!(samples(&body, name), [(String::new(), 0.0)], "{name}");
+    }
+    let (_, body) = get(metrics, "/metrics");
+    assert_eq!(
+        samples(&body, "argocd_agent_connection_status"),
+        [(String::new(), 1.0)]
+    );
+    assert_eq!(
+        samples(&body, "argocd_agent_connections_total"),
+        [(String::new(), 1.0)]
+    );
     assert_eq!(get(healthz, "/readyz").0, 200);
 
     // 3. the principal goes away: 503 again once the agent noticed

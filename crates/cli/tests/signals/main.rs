@@ -5,8 +5,8 @@
 //! a kubeconfig); the PKI comes from `argocd-pull pki`.
 
 mod agent;
-mod health;
 mod controller;
+mod health;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
