@@ -485,7 +485,7 @@ impl Metrics {
         // carries a `reason`, so every reason the agent counts starts at zero
         if side == Side::Agent {
             for r in AGENT_AUTH_FAILURE_REASONS {
-                m.auth_failures.get_or_create(&l("reason", r));
+                let _ = m.auth_failures.get_or_create(&l("reason", r));
             }
         }
         m.ready.health_follows_readiness(match side {

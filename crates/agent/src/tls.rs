@@ -68,7 +68,16 @@ pub struct TlsMaterial {
 
 /// Server config demanding a client certificate signed by `ca`.
 pub fn server_config(m: &TlsMaterial, allow_tls12: bool) -> anyhow::Result<ServerConfig> {
-    let provider = provider();
+    server_config_with(m, allow_tls12, None)
+}
+
+/// [`server_config`] offering only `suites` (`--tls-ciphersuites`).
+pub fn server_config_with(
+    m: &TlsMaterial,
+    allow_tls12: bool,
+    suites: Option<&[rustls::SupportedCipherSuite]>,
+) -> anyhow::Result<ServerConfig> {
+    let provider = crate::ciphers::provider(suites);
     let verifier = WebPkiClientVerifier::builder_with_provider(
         Arc::new(roots(&parse_certs(&m.ca_pem)?)?),
         provider.clone(),
@@ -86,13 +95,57 @@ pub fn server_config(m: &TlsMaterial, allow_tls12: bool) -> anyhow::Result<Serve
 
 /// Client config presenting a client certificate and trusting `ca`.
 pub fn client_config(m: &TlsMaterial, allow_tls12: bool) -> anyhow::Result<ClientConfig> {
-    let mut cfg = ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(versions(allow_tls12))?
-        .with_root_certificates(roots(&parse_certs(&m.ca_pem)?)?)
+    client_config_with(m, allow_tls12, None)
+}
+
+/// [`client_config`] offering only `suites` (`--tls-ciphersuites`).
+pub fn client_config_with(
+    m: &TlsMaterial,
+    allow_tls12: bool,
+    suites: Option<&[rustls::SupportedCipherSuite]>,
+) -> anyhow::Result<ClientConfig> {
+    client_config_opts(m, allow_tls12, suites, false)
+}
+
+/// [`client_config_with`]; `insecure` (`--insecure-tls`): any server certificate is accepted
+/// and `ca_pem` is not read.
+pub fn client_config_opts(
+    m: &TlsMaterial,
+    allow_tls12: bool,
+    suites: Option<&[rustls::SupportedCipherSuite]>,
+    insecure: bool,
+) -> anyhow::Result<ClientConfig> {
+    let provider = crate::ciphers::provider(suites);
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(versions(allow_tls12))?;
+    let builder = if insecure {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(crate::insecure::NoServerVerification(
+                provider,
+            )))
+    } else {
+        builder.with_root_certificates(roots(&parse_certs(&m.ca_pem)?)?)
+    };
+    let mut cfg = builder
         .with_client_auth_cert(parse_certs(&m.cert_pem)?, parse_key(&m.key_pem)?)
         .context("client certificate/key")?;
     cfg.alpn_protocols = vec![b"h2".to_vec()];
     Ok(cfg)
+}
+
+/// The subject common name of a DER certificate (empty when it has none or cannot be parsed).
+pub fn common_name(der: &[u8]) -> String {
+    x509_parser::parse_x509_certificate(der)
+        .ok()
+        .and_then(|(_, c)| {
+            c.subject()
+                .iter_common_name()
+                .next()
+                .and_then(|a| a.as_str().ok())
+                .map(str::to_string)
+        })
+        .unwrap_or_default()
 }
 
 /// The certificate subject in Go's `pkix.Name.String()` form (RDNs reversed, `,`-joined), which

@@ -48,6 +48,10 @@ pub struct AgentConfig {
     pub server_name: String,
     pub tls: TlsMaterial,
     pub allow_tls12: bool,
+    /// `--tls-ciphersuites` (`None`: every ring suite).
+    pub cipher_suites: Option<Vec<rustls::SupportedCipherSuite>>,
+    /// `--insecure-tls`: the principal's certificate is not verified.
+    pub insecure_tls: bool,
     pub mode: Mode,
     /// Local Argo CD namespace.
     pub namespace: String,
@@ -89,6 +93,10 @@ pub struct AgentConfig {
     pub redis_proxy: Option<LocalRedisProxy>,
     /// How often the cluster cache info is sent (the peer's `--cache-refresh-interval`).
     pub cache_refresh_interval: Duration,
+    /// `--informer-sync-timeout`: the initial list of the local Applications, AppProjects,
+    /// repositories and GPG keys and their watches must be in place within this time, else the
+    /// agent does not start (peer: `EnsureSynced(informerSyncTimeout)`).
+    pub informer_sync_timeout: Duration,
     /// `--destination-based-mapping` (managed only): the principal's Applications keep their
     /// namespace here (see [`mapping`]).
     pub destination_based_mapping: bool,
@@ -106,6 +114,8 @@ impl AgentConfig {
             server_name: "localhost".into(),
             tls,
             allow_tls12: false,
+            cipher_suites: None,
+            insecure_tls: false,
             mode,
             namespace: "argocd".into(),
             version: crate::VERSION.into(),
@@ -130,6 +140,7 @@ impl AgentConfig {
             local_redis: None,
             redis_proxy: None,
             cache_refresh_interval: Duration::from_secs(10),
+            informer_sync_timeout: Duration::from_secs(30),
             destination_based_mapping: false,
             create_namespace: false,
             allowed_namespaces: Vec::new(),
@@ -207,7 +218,12 @@ impl Agent {
         }
         let client_tls = match cfg.insecure_plaintext {
             true => None,
-            false => Some(Arc::new(tls::client_config(&cfg.tls, cfg.allow_tls12)?)),
+            false => Some(Arc::new(tls::client_config_opts(
+                &cfg.tls,
+                cfg.allow_tls12,
+                cfg.cipher_suites.as_deref(),
+                cfg.insecure_tls,
+            )?)),
         };
         let client_tls = Arc::new(Mutex::new(client_tls));
         let queue = Arc::new(SendQueue::new(cfg.queue_capacity, cfg.backoff));
@@ -240,14 +256,18 @@ impl Agent {
         queue.set_regenerate(Arc::new(move |key: &str| {
             me.upgrade().map(|m| m.regenerate(key)).unwrap_or_default()
         }));
+        let deadline = tokio::time::Instant::now() + cfg.informer_sync_timeout;
+        let sync = cfg.informer_sync_timeout;
         if cfg.mode == Mode::Managed {
             // what the principal last gave us survives an agent restart in the local objects
             // (with destination-based mapping: in every namespace)
-            for obj in inner
-                .store
-                .list(Kind::Application, inner.app_scope())
-                .await?
-            {
+            let apps = tokio::time::timeout_at(
+                deadline,
+                inner.store.list(Kind::Application, inner.app_scope()),
+            )
+            .await
+            .map_err(|_| not_synced("Application", sync))??;
+            for obj in apps {
                 if !o::source_uid(&obj).is_empty() {
                     inner
                         .copies
@@ -256,10 +276,12 @@ impl Agent {
                         .insert(inner.lkey(&obj), strip_local(&obj));
                 }
             }
-            match inner
-                .store
-                .list(Kind::AppProject, Some(&cfg.namespace))
-                .await
+            match tokio::time::timeout_at(
+                deadline,
+                inner.store.list(Kind::AppProject, Some(&cfg.namespace)),
+            )
+            .await
+            .map_err(|_| not_synced("AppProject", sync))?
             {
                 Ok(list) => {
                     for p in list.iter().filter(|p| !o::source_uid(p).is_empty()) {
@@ -273,7 +295,13 @@ impl Agent {
                 Err(e) => tracing::warn!(error = %e, "listing local AppProjects failed"),
             }
             for dk in crate::repository::DataKind::ALL {
-                match inner.store.list(dk.kind(), Some(&cfg.namespace)).await {
+                match tokio::time::timeout_at(
+                    deadline,
+                    inner.store.list(dk.kind(), Some(&cfg.namespace)),
+                )
+                .await
+                .map_err(|_| not_synced(dk.kind().as_str(), sync))?
+                {
                     Ok(list) => {
                         for r in list
                             .iter()
@@ -300,8 +328,7 @@ impl Agent {
         tasks.push(tokio::spawn(async move {
             w.watch_local_projects(pready_tx).await
         }));
-        let _ = tokio::time::timeout(Duration::from_secs(30), ready_rx).await;
-        let _ = tokio::time::timeout(Duration::from_secs(30), pready_rx).await;
+        let mut waits = vec![("Application", ready_rx), ("AppProject", pready_rx)];
         if cfg.mode == Mode::Managed {
             for dk in crate::repository::DataKind::ALL {
                 let (rready_tx, rready_rx) = tokio::sync::oneshot::channel();
@@ -309,7 +336,15 @@ impl Agent {
                 tasks.push(tokio::spawn(async move {
                     w.watch_local_data(dk, rready_tx).await
                 }));
-                let _ = tokio::time::timeout(Duration::from_secs(30), rready_rx).await;
+                waits.push((dk.kind().as_str(), rready_rx));
+            }
+        }
+        for (what, rx) in waits {
+            if tokio::time::timeout_at(deadline, rx).await.is_err() {
+                for t in &tasks {
+                    t.abort();
+                }
+                return Err(not_synced(what, sync));
             }
         }
         if let (Mode::Managed, Some(r)) = (cfg.mode, cfg.local_redis.clone()) {
@@ -339,7 +374,12 @@ impl Agent {
         if g.is_none() {
             anyhow::bail!("the agent dials plaintext (--insecure-plaintext): no TLS to reload");
         }
-        *g = Some(Arc::new(tls::client_config(m, self.inner.cfg.allow_tls12)?));
+        *g = Some(Arc::new(tls::client_config_opts(
+            m,
+            self.inner.cfg.allow_tls12,
+            self.inner.cfg.cipher_suites.as_deref(),
+            self.inner.cfg.insecure_tls,
+        )?));
         tracing::info!("agent TLS certificate and CA bundle reloaded");
         Ok(())
     }
@@ -575,4 +615,11 @@ impl Handler for SessionHandler {
             out.send(ping).await;
         }
     }
+}
+
+/// The agent's caches did not fill in time (peer: "unable to sync <kind> informer").
+fn not_synced(what: &str, within: Duration) -> anyhow::Error {
+    anyhow::anyhow!(
+        "unable to sync {what} informer: the local API server did not list and watch it within {within:?}; check the agent's access to it (RBAC, network) or raise --informer-sync-timeout (ARGOCD_AGENT_INFORMER_SYNC_TIMEOUT)"
+    )
 }

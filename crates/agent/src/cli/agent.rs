@@ -81,6 +81,19 @@ pub struct AgentArgs {
         hide = true
     )]
     pub tls_allow_12: bool,
+    /// Comma-separated list of TLS cipher suites to use, Go's names (`list` prints them and
+    /// exits). Naming TLS 1.3 suites restricts TLS 1.3 too (Go cannot).
+    #[arg(
+        long = "tls-ciphersuites",
+        env = "ARGOCD_AGENT_TLS_CIPHERSUITES",
+        value_delimiter = ','
+    )]
+    pub tls_ciphersuites: Vec<String>,
+    /// INSECURE: Do not verify remote TLS certificate (no root CA is read).
+    #[arg(long = "insecure-tls", env = "ARGOCD_AGENT_TLS_INSECURE",
+          default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true")]
+    pub insecure_tls: bool,
 
     /// Namespace to manage applications in.
     #[arg(
@@ -129,12 +142,19 @@ pub struct AgentArgs {
     /// The username to connect to the local Redis with (Redis proxy requests).
     #[arg(long = "redis-username", env = "REDIS_USERNAME", default_value = "")]
     pub redis_username: String,
+    /// The redis directory with 'auth_username' file for Redis username (optional) and 'auth'
+    /// for Redis password (instead of --redis-username / --redis-password).
+    #[arg(long = "redis-creds-dir-path", env = "REDIS_CREDS_DIR_PATH")]
+    pub redis_creds_dir_path: Option<PathBuf>,
     /// TLS to the local Redis.
     #[command(flatten)]
     pub redis_tls: super::redis::AgentRedisTlsArgs,
     /// Interval to refresh cluster cache info in principal.
     #[arg(long = "cache-refresh-interval", env = "ARGOCD_AGENT_CACHE_REFRESH_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub cache_refresh_interval: Duration,
+    /// Timeout to wait for Application/AppProject/Repository/GPG informers to sync at startup.
+    #[arg(long = "informer-sync-timeout", env = "ARGOCD_AGENT_INFORMER_SYNC_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub informer_sync_timeout: Duration,
     #[arg(long = "queue-capacity", env = "ARGOCD_AGENT_QUEUE_CAPACITY", default_value_t = crate::DEFAULT_QUEUE_CAPACITY)]
     pub queue_capacity: usize,
     /// Version string sent at login; the principal demands it equal to its own (the peer's rule).
@@ -318,7 +338,7 @@ async fn material(
             client,
         ));
     }
-    let needs_kube = args.tls_cert.is_none() || args.root_ca_path.is_none();
+    let needs_kube = args.tls_cert.is_none() || (args.root_ca_path.is_none() && !args.insecure_tls);
     let client = match client {
         Some(c) => Some(c),
         None if needs_kube || args.kubeconfig.is_some() || args.kubecontext.is_some() => Some(
@@ -335,6 +355,8 @@ async fn material(
     };
     let ns = &args.namespace;
     let ca_pem = match &args.root_ca_path {
+        // as the peer: with --insecure-tls no root CA is loaded
+        _ if args.insecure_tls => Vec::new(),
         Some(p) => read(p)?,
         None => {
             tracing::debug!(secret = %args.root_ca_secret_name, namespace = %ns, "loading root CA certificate from secret");
@@ -366,6 +388,10 @@ async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    if crate::ciphers::is_list(&args.tls_ciphersuites) {
+        print!("{}", crate::ciphers::list_text());
+        return Ok(());
+    }
     common::check_creds(&args.creds)?;
     // as the peer's NewAgent
     if args.destination_based_mapping && args.mode == crate::Mode::Autonomous {
@@ -409,6 +435,18 @@ async fn run(
     let mut cfg = AgentConfig::new(addr, tls, args.mode);
     cfg.server_name = args.server_name.clone().unwrap_or_else(|| host.clone());
     cfg.allow_tls12 = allow_tls12;
+    // the peer's ValidateTLSConfig, against --tls-min-version when it is set
+    let min13 = match args.tls_min_version.trim() {
+        "" if !args.tls_allow_12 => None,
+        "tls1.3" => Some(true),
+        _ => Some(false),
+    };
+    if args.insecure_tls && !args.insecure_plaintext {
+        tracing::warn!("INSECURE: Not verifying remote TLS certificate (--insecure-tls)");
+    }
+    cfg.insecure_tls = args.insecure_tls;
+    cfg.cipher_suites = crate::ciphers::parse(&args.tls_ciphersuites, min13)
+        .map_err(|e| anyhow::anyhow!("--tls-ciphersuites: {e}"))?;
     cfg.namespace = args.namespace.clone();
     cfg.max_event_size = max_event_size;
     cfg.queue_capacity = args.queue_capacity;
@@ -433,6 +471,10 @@ async fn run(
         bail!("--cache-refresh-interval must be greater than 0");
     }
     cfg.cache_refresh_interval = args.cache_refresh_interval;
+    if args.informer_sync_timeout.is_zero() {
+        bail!("--informer-sync-timeout must be greater than 0");
+    }
+    cfg.informer_sync_timeout = args.informer_sync_timeout;
     cfg.destination_based_mapping = args.destination_based_mapping;
     if cfg.destination_based_mapping {
         tracing::info!("Destination-based mapping is enabled");
@@ -444,13 +486,18 @@ async fn run(
         .filter(|n| !n.is_empty())
         .cloned()
         .collect();
+    let (redis_username, redis_password) = super::creds::redis_creds(
+        args.redis_creds_dir_path.as_deref(),
+        &args.redis_username,
+        &args.redis_password,
+    )?;
     cfg.local_redis = Some(crate::agent::LocalRedis {
         address: args.redis_addr.clone(),
-        password: Some(args.redis_password.clone()).filter(|p| !p.is_empty()),
+        password: Some(redis_password.clone()).filter(|p| !p.is_empty()),
     });
     cfg.redis_proxy = Some(crate::agent::LocalRedisProxy {
-        username: Some(args.redis_username.clone()).filter(|u| !u.is_empty()),
-        password: Some(args.redis_password.clone()).filter(|p| !p.is_empty()),
+        username: Some(redis_username).filter(|u| !u.is_empty()),
+        password: Some(redis_password).filter(|p| !p.is_empty()),
         ..crate::agent::LocalRedisProxy::new(&args.redis_addr)
     });
     let client = match (client, &store) {

@@ -6,6 +6,7 @@
 
 mod agent;
 pub mod common;
+mod creds;
 mod ha;
 mod principal;
 mod redis;

@@ -88,6 +88,14 @@ pub struct PrincipalArgs {
         hide = true
     )]
     pub tls_allow_12: bool,
+    /// Comma-separated list of TLS cipher suites to use, Go's names (`list` prints them and
+    /// exits). Naming TLS 1.3 suites restricts TLS 1.3 too (Go cannot).
+    #[arg(
+        long = "tls-ciphersuites",
+        env = "ARGOCD_PRINCIPAL_TLS_CIPHERSUITES",
+        value_delimiter = ','
+    )]
+    pub tls_ciphersuites: Vec<String>,
 
     /// Authentication: mtls:subject:<regex> or mtls:uri:<regex>; the first capture group is the
     /// agent name.
@@ -245,6 +253,19 @@ pub struct PrincipalArgs {
           default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true")]
     pub insecure_plaintext: bool,
+    /// Whether to require agents to present a client certificate. With mTLS authentication (the
+    /// only TLS mode) client certificates are always required and verified, as the peer forces
+    /// it for `--auth mtls:`; without TLS (--insecure-plaintext) there is none to require.
+    #[arg(long = "require-client-certs", env = "ARGOCD_PRINCIPAL_TLS_CLIENT_CERT_REQUIRE",
+          default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true")]
+    pub require_client_certs: bool,
+    /// Whether a client cert's subject must match the agent name: the certificate's common name
+    /// must equal the agent name of every authenticated call (refused as unauthenticated).
+    #[arg(long = "client-cert-subject-match", env = "ARGOCD_PRINCIPAL_TLS_CLIENT_CERT_MATCH_SUBJECT",
+          default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true")]
+    pub client_cert_subject_match: bool,
     /// Also accept gRPC over WebSocket (HTTP/1.1 upgrades) on the gRPC port, beside native gRPC:
     /// for agents behind proxies that do not speak HTTP/2 (agents set --enable-websocket).
     #[arg(long = "enable-websocket", env = "ARGOCD_PRINCIPAL_ENABLE_WEBSOCKET",
@@ -329,6 +350,9 @@ pub struct ProxyArgs {
     /// The password to connect to redis with.
     #[arg(long = "redis-password", env = "REDIS_PASSWORD", default_value = "")]
     pub redis_password: String,
+    /// The redis directory with 'auth' file for Redis password (instead of --redis-password).
+    #[arg(long = "redis-creds-dir-path", env = "REDIS_CREDS_DIR_PATH")]
+    pub redis_creds_dir_path: Option<PathBuf>,
     /// Compression algorithm required by Redis (gzip, none).
     #[arg(
         long = "redis-compression-type",
@@ -550,6 +574,10 @@ async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    if crate::ciphers::is_list(&args.tls_ciphersuites) {
+        print!("{}", crate::ciphers::list_text());
+        return Ok(());
+    }
     // bad input is reported before anything is loaded or connected
     if args.enable_self_cluster_registration && args.self_registration_client_cert_secret.is_empty()
     {
@@ -589,12 +617,22 @@ async fn run(
         (m.tls.clone(), m.client.clone(), m.namespace.clone());
     let mut cfg = PrincipalConfig::new(listen, m.tls, m.jwt);
     cfg.allow_tls12 = allow_tls12;
+    // the peer's ValidateTLSConfig: every suite supports the minimum version (default tls1.3)
+    cfg.cipher_suites = crate::ciphers::parse(&args.tls_ciphersuites, Some(!allow_tls12))
+        .map_err(|e| anyhow::anyhow!("--tls-ciphersuites: {e}"))?;
     cfg.identity_regex = auth.regex;
     cfg.identity_from_uri = auth.source == IdentitySource::Uri;
     if let IdentitySource::Header(h) = &auth.source {
         cfg.identity_header = Some(h.clone());
     }
     cfg.insecure_plaintext = args.insecure_plaintext;
+    if args.insecure_plaintext && (args.require_client_certs || args.client_cert_subject_match) {
+        tracing::warn!(
+            "--require-client-certs / --client-cert-subject-match have no effect with --insecure-plaintext: the principal sees no client certificate (the service mesh terminates TLS)"
+        );
+    }
+    // peer: `--auth mtls:` forces client certificates on; every TLS mode here is mTLS
+    cfg.client_cert_subject_match = args.client_cert_subject_match && !args.insecure_plaintext;
     cfg.enable_websocket = args.enable_websocket;
     cfg.namespace = m.namespace;
     cfg.max_event_size = max_event_size;
@@ -634,9 +672,15 @@ async fn run(
             resource_proxy_address: args.proxy.resource_proxy_address.clone(),
         });
     }
+    // as the peer: the password from the directory, its username file ignored
+    let (_, redis_password) = super::creds::redis_creds(
+        args.proxy.redis_creds_dir_path.as_deref(),
+        "",
+        &args.proxy.redis_password,
+    )?;
     cfg.argocd_cache = Some(crate::argocd_cache::ArgoCacheConfig {
         address: args.proxy.redis_server_address.clone(),
-        password: Some(args.proxy.redis_password.clone()).filter(|p| !p.is_empty()),
+        password: Some(redis_password).filter(|p| !p.is_empty()),
         gzip,
         resource_proxy_address: args.proxy.resource_proxy_address.clone(),
     });
@@ -653,6 +697,7 @@ async fn run(
                 let mut rp =
                     crate::principal::ResourceProxyConfig::new(args.proxy.resource_proxy_listen, t);
                 rp.allow_tls12 = allow_tls12;
+                rp.cipher_suites = cfg.cipher_suites.clone();
                 cfg.resource_proxy = Some(rp);
             }
             Err(e) if args.proxy.enable_resource_proxy.is_none() => {

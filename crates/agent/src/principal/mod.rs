@@ -51,6 +51,8 @@ pub struct PrincipalConfig {
     pub listen: SocketAddr,
     pub tls: TlsMaterial,
     pub allow_tls12: bool,
+    /// `--tls-ciphersuites` (`None`: every ring suite).
+    pub cipher_suites: Option<Vec<rustls::SupportedCipherSuite>>,
     pub identity_regex: String,
     /// `--auth mtls:uri:<regex>`: the regex applies to the client certificate's URI SANs (SPIFFE
     /// IDs) instead of its subject.
@@ -58,6 +60,10 @@ pub struct PrincipalConfig {
     /// `--auth header:<name>:<regex>`: the identity comes only from this request header (set by
     /// a service-mesh sidecar that terminated the agent's mTLS); needs `insecure_plaintext`.
     pub identity_header: Option<String>,
+    /// `--client-cert-subject-match`: the common name of the client certificate must equal the
+    /// agent name of the access token on every authenticated call (peer: principal/auth.go
+    /// `clientCertificateMatches`).
+    pub client_cert_subject_match: bool,
     /// `--insecure-plaintext`: serve gRPC over plain HTTP/2 (h2c) behind a service mesh.
     pub insecure_plaintext: bool,
     /// `--enable-websocket`: the listener also takes gRPC over WebSocket (HTTP/1.1 upgrades).
@@ -110,9 +116,11 @@ impl PrincipalConfig {
             listen,
             tls,
             allow_tls12: false,
+            cipher_suites: None,
             identity_regex: tls::DEFAULT_IDENTITY_REGEX.into(),
             identity_from_uri: false,
             identity_header: None,
+            client_cert_subject_match: false,
             insecure_plaintext: false,
             enable_websocket: false,
             jwt_key_pem,
@@ -227,7 +235,7 @@ struct Inner {
 
 /// The principal's TLS configuration (with `--enable-websocket` it offers HTTP/1.1 too).
 fn server_tls(cfg: &PrincipalConfig, m: &TlsMaterial) -> anyhow::Result<rustls::ServerConfig> {
-    let mut c = tls::server_config(m, cfg.allow_tls12)?;
+    let mut c = tls::server_config_with(m, cfg.allow_tls12, cfg.cipher_suites.as_deref())?;
     if cfg.enable_websocket {
         crate::ws::offer_http1(&mut c);
     }

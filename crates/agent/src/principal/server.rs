@@ -118,7 +118,29 @@ impl Svc {
                 "token belongs to agent {agent:?} but the client certificate identifies {cert_agent:?}"
             )));
         }
+        if self.inner.cfg.client_cert_subject_match {
+            self.subject_matches(req, &agent)?;
+        }
         Ok((agent, mode))
+    }
+
+    /// `--client-cert-subject-match` (peer: `clientCertificateMatches`): the client
+    /// certificate's common name is the agent name.
+    fn subject_matches<T>(&self, req: &Request<T>, agent: &str) -> Result<(), Status> {
+        let cn = req
+            .peer_certs()
+            .and_then(|c| c.first().map(|l| tls::common_name(l.as_ref())))
+            .unwrap_or_default();
+        if cn != agent {
+            self.inner.metrics.auth_failure("subject-mismatch");
+            tracing::error!(
+                agent,
+                common_name = cn,
+                "could not match TLS certificate: the TLS subject '{cn}' does not match agent name '{agent}' (--client-cert-subject-match)"
+            );
+            return Err(Status::unauthenticated("invalid authentication data"));
+        }
+        Ok(())
     }
 
     pub(super) fn cert_identity<T>(&self, req: &Request<T>) -> Result<String, Status> {

@@ -61,7 +61,7 @@ async fn admin_endpoints_answer_on_both_sides_and_shutdown_is_graceful() {
     let (phealth, ahealth) = (free_addr(), free_addr());
     let (hub, spoke) = (MemStore::new(), MemStore::new());
 
-    // the agent first: alive but not ready while the principal is unreachable
+    // the agent first: serving /healthz and /readyz with 503 while the principal is unreachable
     let agent_args = AgentArgs::try_parse_flags([
         "--server-address".to_string(),
         grpc.to_string(),
@@ -84,7 +84,8 @@ async fn admin_endpoints_answer_on_both_sides_and_shutdown_is_graceful() {
         Some(Arc::new(spoke.clone())),
         atoken.clone(),
     ));
-    until_status(aadmin, "/healthz", 200).await;
+    // serving, but neither healthy (the peer's healthzHandler) nor ready before it is connected
+    until_status(aadmin, "/healthz", 503).await;
     assert_eq!(
         get(aadmin, "/readyz").await.unwrap().0,
         503,

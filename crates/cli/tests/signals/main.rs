@@ -6,6 +6,7 @@
 
 mod agent;
 mod controller;
+mod flags;
 mod health;
 
 use std::io::{BufRead, BufReader};

@@ -42,6 +42,8 @@ pub struct ResourceProxyConfig {
     /// The proxy's server certificate and key, and the CA that signs callers' client certificates.
     pub tls: TlsMaterial,
     pub allow_tls12: bool,
+    /// `--tls-ciphersuites` (`None`: every ring suite).
+    pub cipher_suites: Option<Vec<rustls::SupportedCipherSuite>>,
     /// How long a request waits for its agent (then 504).
     pub timeout: Duration,
     /// Largest request body (then 413).
@@ -54,6 +56,7 @@ impl ResourceProxyConfig {
             listen,
             tls,
             allow_tls12: false,
+            cipher_suites: None,
             timeout: DEFAULT_TIMEOUT,
             max_body: DEFAULT_MAX_BODY,
         }
@@ -67,8 +70,9 @@ pub(super) async fn start(
     inner: Arc<Inner>,
     cfg: &ResourceProxyConfig,
 ) -> anyhow::Result<(SocketAddr, Vec<tokio::task::JoinHandle<()>>)> {
-    let mut server_tls = tls::server_config(&cfg.tls, cfg.allow_tls12)
-        .map_err(|e| anyhow::anyhow!("resource proxy TLS configuration: {e:#}"))?;
+    let mut server_tls =
+        tls::server_config_with(&cfg.tls, cfg.allow_tls12, cfg.cipher_suites.as_deref())
+            .map_err(|e| anyhow::anyhow!("resource proxy TLS configuration: {e:#}"))?;
     server_tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
