@@ -10,6 +10,8 @@ use super::Clients;
 use super::out::{is_status, kube_msg, put_secret, read_answer, render, secret};
 use crate::cli::common::{SECRET_JWT, jwt_key_from_secret};
 
+/// The variants are the peer's subcommand names (`create-key`, `inspect-key`, `delete-key`).
+#[allow(clippy::enum_variant_names)]
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum JwtCommand {
     /// Create a JWT signing key and store it in a Kubernetes secret.

@@ -87,7 +87,7 @@ fn real_clusters_ctl_pki_agent_jwt_and_validate() {
         kubeconfig: path,
         home: dir.path().to_path_buf(),
     };
-    let suffix = format!("{:08x}", std::process::id() ^ 0x5eed_c71);
+    let suffix = format!("{:08x}", std::process::id() ^ 0x05ee_dc71);
     let (pns, ans, agent) = (
         format!("e2e-ctl-p-{suffix}"),
         format!("e2e-ctl-a-{suffix}"),
