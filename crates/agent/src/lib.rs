@@ -7,6 +7,7 @@ pub mod checksum;
 pub mod container;
 pub mod event;
 pub mod metrics;
+pub mod otel;
 pub mod proto;
 pub mod queue;
 pub mod redis_wire;
