@@ -223,8 +223,8 @@ impl Hub {
         let _ = self.rt.block_on(api.create(&PostParams::default(), &n));
     }
 
-    /// Creates the Application and returns its UID.
-    fn create_app(&self, ns: &str, name: &str, dest_ns: &str) -> String {
+    /// Creates the Application (`targetRevision: HEAD`) and returns its UID.
+    fn create_app(&self, ns: &str, name: &str) -> String {
         let app: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
             "metadata": {"name": name, "namespace": ns},
@@ -232,7 +232,7 @@ impl Hub {
                      "source": {"repoURL": "https://github.com/argoproj/argocd-example-apps",
                                 "path": "guestbook", "targetRevision": "HEAD"},
                      "destination": {"server": "https://kubernetes.default.svc",
-                                     "namespace": dest_ns}}}))
+                                     "namespace": name}}}))
         .unwrap();
         let created = self
             .rt
@@ -241,8 +241,8 @@ impl Hub {
         created.metadata.uid.expect("uid")
     }
 
-    fn set_destination_namespace(&self, ns: &str, name: &str, dest_ns: &str) {
-        let patch = json!({"spec": {"destination": {"namespace": dest_ns}}});
+    fn set_revision(&self, ns: &str, name: &str, rev: &str) {
+        let patch = json!({"spec": {"source": {"targetRevision": rev}}});
         self.rt
             .block_on(
                 self.apps(ns)
@@ -251,20 +251,22 @@ impl Hub {
             .unwrap_or_else(|e| panic!("patching Application {ns}/{name}: {e}"));
     }
 
-    /// Waits (watch, at most two minutes) until the Application's destination namespace is
-    /// `dest_ns`.
-    fn wait_destination(&self, ns: &str, name: &str, dest_ns: &str) {
+    /// Waits (watch, at most two minutes) until the Application's `targetRevision` is `rev`.
+    fn wait_revision(&self, ns: &str, name: &str, rev: &str) {
         let api = self.apps(ns);
-        let want = dest_ns.to_string();
+        let want = rev.to_string();
         let cond = move |o: Option<&DynamicObject>| {
-            o.is_some_and(|o| o.data["spec"]["destination"]["namespace"] == want.as_str())
+            o.is_some_and(|o| o.data["spec"]["source"]["targetRevision"] == want.as_str())
         };
         self.rt
-            .block_on(tokio::time::timeout(
-                Duration::from_secs(120),
-                kube::runtime::wait::await_condition(api, name, cond),
-            ))
-            .unwrap_or_else(|_| panic!("{ns}/{name} never got destination namespace {dest_ns}"))
+            .block_on(async {
+                tokio::time::timeout(
+                    Duration::from_secs(120),
+                    kube::runtime::wait::await_condition(api, name, cond),
+                )
+                .await
+            })
+            .unwrap_or_else(|_| panic!("{ns}/{name} never got targetRevision {rev}"))
             .unwrap();
     }
 }
@@ -304,6 +306,8 @@ fn one_trace_follows_a_hub_change_from_the_principal_watch_to_the_agent_write() 
     run(&["pki", "--dir", pki.to_str().unwrap(), "--agent", "edge"]);
     let hub_proc = demo_hub(&kubeconfig);
     let hub = Hub::connect(&kubeconfig);
+    // the agent's namespace (on the same API server as the hub's)
+    hub.create_namespace("edge-local");
 
     // two receivers feeding one collector: TLS (the principal's certificate, signed by the
     // PKI's CA, SAN localhost) and plaintext
@@ -341,10 +345,10 @@ fn one_trace_follows_a_hub_change_from_the_principal_watch_to_the_agent_write() 
 
     // create, then change, an Application of agent `edge` on the hub
     hub.create_namespace("edge");
-    let uid = hub.create_app("edge", "guestbook", "guestbook");
-    hub.wait_destination("edge-local", "guestbook", "guestbook");
-    hub.set_destination_namespace("edge", "guestbook", "guestbook-2");
-    hub.wait_destination("edge-local", "guestbook", "guestbook-2");
+    let uid = hub.create_app("edge", "guestbook");
+    hub.wait_revision("edge-local", "guestbook", "HEAD");
+    hub.set_revision("edge", "guestbook", "v2");
+    hub.wait_revision("edge-local", "guestbook", "v2");
 
     // spans are flushed at shutdown
     let (st, took) = principal.stop("TERM");
@@ -360,6 +364,14 @@ fn one_trace_follows_a_hub_change_from_the_principal_watch_to_the_agent_write() 
                 && s.name == "application.io.argoproj.argocd-agent.event.spec-update"
         })
     });
+
+    let mut names: Vec<String> = spans
+        .iter()
+        .map(|s| format!("{}: {}", s.service, s.name))
+        .collect();
+    names.sort();
+    names.dedup();
+    eprintln!("{} spans received, kinds:\n  {}", spans.len(), names.join("\n  "));
 
     // the principal's watch span of the change: the peer's name and attributes
     let is_app = |s: &Got, name: &str| {
@@ -468,6 +480,8 @@ fn a_collector_down_or_wrongly_configured_is_logged_and_blocks_nothing() {
     run(&["pki", "--dir", pki.to_str().unwrap(), "--agent", "edge"]);
     let hub_proc = demo_hub(&kubeconfig);
     let hub = Hub::connect(&kubeconfig);
+    // the agent's namespace (on the same API server as the hub's)
+    hub.create_namespace("edge-local");
     // a plaintext receiver the principal talks TLS to (wrong), nothing at all for the agent
     // (down); exports every 200 ms so the failures show at once
     let collector = Collector::default();
@@ -499,8 +513,8 @@ fn a_collector_down_or_wrongly_configured_is_logged_and_blocks_nothing() {
     // both keep serving: an Application still reaches the agent
     principal.wait_for_line("agent subscribed");
     hub.create_namespace("edge");
-    hub.create_app("edge", "guestbook", "guestbook");
-    hub.wait_destination("edge-local", "guestbook", "guestbook");
+    hub.create_app("edge", "guestbook");
+    hub.wait_revision("edge-local", "guestbook", "HEAD");
 
     // and stop in time (Proc::stop: within 10 s), the last flush bounded
     let (st, _) = principal.stop("TERM");
