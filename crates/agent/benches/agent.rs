@@ -7,8 +7,9 @@
 //! this one, and the principal process's VmRSS is read before and after they connect.
 //!
 //! `BENCH_OTLP=1`: OTLP tracing on (as `--otlp-address ... --otlp-insecure`), the spans sent to
-//! an OTLP gRPC sink in a child process (`BENCH_ROLE=otlp-sink`) that counts them. Unset: tracing
-//! off, as a principal or agent without `--otlp-address`.
+//! an OTLP gRPC sink in a child process (`BENCH_ROLE=otlp-sink`) that counts them;
+//! `BENCH_OTLP=down`: tracing on with nothing listening at the address (every export fails).
+//! Unset: tracing off, as a principal or agent without `--otlp-address`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -98,8 +99,12 @@ fn main() {
         rt.block_on(otlp::sink());
         return;
     }
+    if std::env::var("BENCH_ROLE").as_deref() == Ok("otlp-nothing") {
+        return;
+    }
     let tracing = match std::env::var("BENCH_OTLP").as_deref() {
-        Ok("1") => Some(rt.block_on(otlp::start())),
+        Ok("1") => Some(rt.block_on(otlp::start(true))),
+        Ok("down") => Some(rt.block_on(otlp::start(false))),
         _ => None,
     };
     rt.block_on(rss_phase());
@@ -125,16 +130,18 @@ mod otlp {
         ExportTraceServiceRequest, ExportTraceServiceResponse,
     };
 
-    /// Starts the sink process and the exporter pointing at it.
-    pub async fn start() -> (Telemetry, std::process::Child, tempfile::NamedTempFile) {
+    /// Starts the sink process (`sink`; else a process that listens nowhere) and the exporter
+    /// pointing at it.
+    pub async fn start(sink: bool) -> (Telemetry, std::process::Child, tempfile::NamedTempFile) {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
         let count = tempfile::NamedTempFile::new().unwrap();
+        let role = if sink { "otlp-sink" } else { "otlp-nothing" };
         let sink = std::process::Command::new(std::env::current_exe().unwrap())
-            .env("BENCH_ROLE", "otlp-sink")
+            .env("BENCH_ROLE", role)
             .env("BENCH_ADDR", format!("127.0.0.1:{port}"))
             .env("BENCH_SINK_COUNT", count.path())
             .stdout(std::process::Stdio::null())
@@ -440,4 +447,5 @@ async fn run() {
         Metrics::total(&m.events_failed, "")
     );
     assert_eq!(lost, 0);
+    println!("process RSS at the end: {} KiB", rss_kib());
 }

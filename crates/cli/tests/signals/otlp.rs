@@ -371,7 +371,11 @@ fn one_trace_follows_a_hub_change_from_the_principal_watch_to_the_agent_write() 
         .collect();
     names.sort();
     names.dedup();
-    eprintln!("{} spans received, kinds:\n  {}", spans.len(), names.join("\n  "));
+    eprintln!(
+        "{} spans received, kinds:\n  {}",
+        spans.len(),
+        names.join("\n  ")
+    );
 
     // the principal's watch span of the change: the peer's name and attributes
     let is_app = |s: &Got, name: &str| {
