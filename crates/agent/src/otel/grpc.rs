@@ -294,10 +294,10 @@ impl<B: Body + Unpin> Body for TracedBody<B> {
         if this.call.is_some() {
             match &r {
                 Poll::Ready(Some(Ok(f))) => {
-                    if let Some(t) = f.trailers_ref() {
-                        if let Some(c) = this.call.take() {
-                            c.status(t);
-                        }
+                    if let Some(t) = f.trailers_ref()
+                        && let Some(c) = this.call.take()
+                    {
+                        c.status(t);
                     }
                 }
                 Poll::Ready(Some(Err(_))) => {
