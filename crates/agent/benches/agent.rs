@@ -5,6 +5,11 @@
 //! Phase 0 measures the principal's memory per idle agent connection honestly: the agents run
 //! in a child process (this binary re-executed with `BENCH_ROLE=agents`), the principal alone in
 //! this one, and the principal process's VmRSS is read before and after they connect.
+//!
+//! `BENCH_OTLP=1`: OTLP tracing on (as `--otlp-address ... --otlp-insecure`), the spans sent to
+//! an OTLP gRPC sink in a child process (`BENCH_ROLE=otlp-sink`) that counts them;
+//! `BENCH_OTLP=down`: tracing on with nothing listening at the address (every export fails).
+//! Unset: tracing off, as a principal or agent without `--otlp-address`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -90,8 +95,112 @@ fn main() {
         rt.block_on(agents_child());
         return;
     }
+    if std::env::var("BENCH_ROLE").as_deref() == Ok("otlp-sink") {
+        rt.block_on(otlp::sink());
+        return;
+    }
+    if std::env::var("BENCH_ROLE").as_deref() == Ok("otlp-nothing") {
+        return;
+    }
+    let tracing = match std::env::var("BENCH_OTLP").as_deref() {
+        Ok("1") => Some(rt.block_on(otlp::start(true))),
+        Ok("down") => Some(rt.block_on(otlp::start(false))),
+        _ => None,
+    };
     rt.block_on(rss_phase());
     rt.block_on(run());
+    if let Some((telemetry, mut sink, count)) = tracing {
+        rt.block_on(telemetry.shutdown());
+        let n = std::fs::read_to_string(count.path()).unwrap_or_default();
+        println!("OTLP tracing on: spans received by the sink: {}", n.trim());
+        let _ = sink.kill();
+        let _ = sink.wait();
+    }
+}
+
+/// `BENCH_OTLP=1`: the pipeline of `--otlp-address`, and the receiving end in another process.
+mod otlp {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use argocd_pull_ops::otel::{OtlpSettings, Telemetry};
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+        TraceService, TraceServiceServer,
+    };
+    use opentelemetry_proto::tonic::collector::trace::v1::{
+        ExportTraceServiceRequest, ExportTraceServiceResponse,
+    };
+
+    /// Starts the sink process (`sink`; else a process that listens nowhere) and the exporter
+    /// pointing at it.
+    pub async fn start(sink: bool) -> (Telemetry, std::process::Child, tempfile::NamedTempFile) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let count = tempfile::NamedTempFile::new().unwrap();
+        let role = if sink { "otlp-sink" } else { "otlp-nothing" };
+        let sink = std::process::Command::new(std::env::current_exe().unwrap())
+            .env("BENCH_ROLE", role)
+            .env("BENCH_ADDR", format!("127.0.0.1:{port}"))
+            .env("BENCH_SINK_COUNT", count.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let t = Telemetry::start(OtlpSettings {
+            address: format!("127.0.0.1:{port}"),
+            insecure: true,
+            service_name: "bench".into(),
+            env_prefix: "BENCH",
+        })
+        .unwrap();
+        argocd_pull_ops::logging::LogArgs {
+            log_level: Some("warn".into()),
+            log_format: None,
+        }
+        .init_with_layer(Some(t.layer()))
+        .unwrap();
+        (t, sink, count)
+    }
+
+    struct Sink {
+        n: AtomicU64,
+        path: String,
+    }
+
+    #[tonic::async_trait]
+    impl TraceService for Sink {
+        async fn export(
+            &self,
+            req: tonic::Request<ExportTraceServiceRequest>,
+        ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+            let k: usize = req
+                .get_ref()
+                .resource_spans
+                .iter()
+                .flat_map(|r| &r.scope_spans)
+                .map(|s| s.spans.len())
+                .sum();
+            let n = self.n.fetch_add(k as u64, Ordering::Relaxed) + k as u64;
+            let _ = std::fs::write(&self.path, n.to_string());
+            Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+        }
+    }
+
+    /// Child process: an OTLP gRPC receiver on `BENCH_ADDR` counting spans into
+    /// `BENCH_SINK_COUNT`.
+    pub async fn sink() {
+        let addr = std::env::var("BENCH_ADDR").unwrap().parse().unwrap();
+        let sink = Sink {
+            n: AtomicU64::new(0),
+            path: std::env::var("BENCH_SINK_COUNT").unwrap(),
+        };
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(sink))
+            .serve(addr)
+            .await
+            .unwrap();
+    }
 }
 
 /// Child process: connects `BENCH_AGENTS` idle managed agents to `BENCH_ADDR`, with the
@@ -338,4 +447,5 @@ async fn run() {
         Metrics::total(&m.events_failed, "")
     );
     assert_eq!(lost, 0);
+    println!("process RSS at the end: {} KiB", rss_kib());
 }

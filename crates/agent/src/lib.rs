@@ -9,6 +9,7 @@ pub mod container;
 pub mod event;
 pub mod insecure;
 pub mod metrics;
+pub mod otel;
 pub mod proto;
 pub mod queue;
 pub mod redis_wire;

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use futures::{Stream, StreamExt};
 use prost::Message;
 use tokio::sync::{Semaphore, mpsc};
+use tracing::Instrument;
 
 use crate::event::{Event, EventType, raw_ids};
 use crate::metrics::Metrics;
@@ -54,7 +55,9 @@ impl Outbox {
 
     /// Queues a request (resync events) that is resent until the peer ACKs it, on this stream or
     /// the next one (the peer's event writer resends every event until its ACK).
-    pub fn send_reliable(&self, ev: Event) {
+    pub fn send_reliable(&self, mut ev: Event) {
+        // carries the current span's trace context (the resync span), as the peer's resync
+        crate::otel::inject(&mut ev);
         let d = &ev.data;
         let part = |k: &str| d[k].as_str().unwrap_or_default();
         // what the request is about: one per resource (request-update, response-synced-resource)
@@ -101,6 +104,8 @@ pub struct SessionCtx {
     /// The other side in metric labels: the agent name on the principal (`agent_name`), the
     /// agent mode on the agent (`agent_mode`).
     pub peer_label: String,
+    /// What this stream's event-processing spans say (OTLP tracing).
+    pub trace: crate::otel::StreamAttrs,
 }
 
 /// Why a session ended.
@@ -370,6 +375,8 @@ where
                 );
             let (rid, eid, ty) = (ev.resource_id.clone(), ev.event_id.clone(), ev.ty);
             let target = ev.target;
+            // `<target>.<type>`, continuing the sender's trace (no-op with tracing off)
+            let span = crate::otel::event_span(&ctx2.trace, &ev);
             let t0 = std::time::Instant::now();
             let processed = |status: &str| {
                 ctx2.metrics.processed(
@@ -384,6 +391,7 @@ where
             {
                 // refused before any handler runs: nothing is written
                 tracing::warn!(r#type = ty.short(), target = target.as_str(), resource = %rid, error = %e, "invalid payload refused");
+                crate::otel::record_result(&span, &Err(&e));
                 ctx2.metrics.error_reply("invalid");
                 processed("failure");
                 out.send(Event::error_reply_for(
@@ -403,7 +411,10 @@ where
             } else {
                 None
             };
-            match h.handle(ev, &out).await {
+            let r = h.handle(ev, &out).instrument(span.clone()).await;
+            crate::otel::record_result(&span, &r);
+            drop(span);
+            match r {
                 Ok(()) => {
                     processed("success");
                     if let Some(a) = ack {

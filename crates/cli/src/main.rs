@@ -63,17 +63,19 @@ fn main() -> ExitCode {
     };
     let log = cli.log;
     match cli.command {
-        Command::Controller(args) => serve(log, None, controller::run(args)),
+        Command::Controller(args) => serve(log, None, None, controller::run(args)),
         Command::Demo(args) => demo(args),
         Command::Cmp(args) => argocd_pull_cmp::cli::run(args),
         Command::Principal(args) => serve(
             log,
             Some("ARGOCD_PRINCIPAL"),
+            args.otlp.settings(),
             argocd_pull_agent::cli::run_principal(args),
         ),
         Command::Agent(args) => serve(
             log,
             Some("ARGOCD_AGENT"),
+            args.otlp.settings(args.mode.as_str()),
             argocd_pull_agent::cli::run_agent(args),
         ),
         Command::Pki(args) => block_on(argocd_pull_agent::cli::run_pki(args)),
@@ -122,21 +124,44 @@ fn demo(args: argocd_pull_demo::DemoArgs) -> ExitCode {
 }
 
 /// Runs a long-running command: logs initialised from the global flags (then argocd-agent's
-/// `<env_prefix>_LOG_LEVEL` / `_LOG_FORMAT`), a multi-threaded runtime.
+/// `<env_prefix>_LOG_LEVEL` / `_LOG_FORMAT`), OTLP tracing when `otlp` is set (spans flushed
+/// after the command returns), a multi-threaded runtime. A bad log flag or OTLP address: exit 2.
 fn serve(
     log: argocd_pull_ops::logging::LogArgs,
     env_prefix: Option<&str>,
+    otlp: Option<argocd_pull_ops::otel::OtlpSettings>,
     fut: impl std::future::Future<Output = anyhow::Result<()>>,
 ) -> ExitCode {
     let log = match env_prefix {
         Some(prefix) => log.with_env_fallback(prefix),
         None => Ok(log),
     };
-    if let Err(e) = log.and_then(|l| l.init()) {
+    let log = match log {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("argocd-pull: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(Err(e)) = otlp.as_ref().map(|o| o.endpoint()) {
         eprintln!("argocd-pull: {e:#}");
         return ExitCode::from(2);
     }
-    block_on(fut)
+    block_on(async move {
+        // the exporter's channel lives on the runtime: set up inside it
+        let telemetry = otlp
+            .map(argocd_pull_ops::otel::Telemetry::start)
+            .transpose()?;
+        log.init_with_layer(telemetry.as_ref().map(|t| t.layer()))?;
+        if let Some(t) = &telemetry {
+            t.log_started();
+        }
+        let result = fut.await;
+        if let Some(t) = telemetry {
+            t.shutdown().await;
+        }
+        result
+    })
 }
 
 /// Runs `fut` to completion on a tokio runtime: success, or failure with the error printed.

@@ -3,6 +3,9 @@
 //! * [`logging::LogArgs`] — `--log-level` / `--log-format` (global flags of the `argocd-pull`
 //!   command: subcommands must not define them again), `tracing` to stderr, text (colour only on
 //!   a terminal) or JSON;
+//! * [`otel`] — OTLP tracing (`--otlp-address`, `--otlp-insecure` of the principal and the
+//!   agent): spans of [`otel::TARGET`] exported by the OpenTelemetry SDK, trace context
+//!   propagation;
 //! * [`metrics::Registry`] — a `prometheus-client` registry to register metrics into;
 //! * [`admin::serve`] — an axum server with `/metrics`, `/healthz` and `/readyz`;
 //!   [`admin::Readiness`] is flipped by the component once it is ready (e.g. after its first
@@ -39,6 +42,7 @@ pub mod labels;
 pub mod leader;
 pub mod logging;
 pub mod metrics;
+pub mod otel;
 pub mod shutdown;
 pub mod watch;
 

@@ -13,7 +13,9 @@
 
 use std::io::IsTerminal;
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::registry::Registry;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, layer::SubscriberExt};
 
 /// Log line format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -97,6 +99,15 @@ impl LogArgs {
     pub fn init(&self) -> anyhow::Result<()> {
         init_with(self.log_format.unwrap_or_default(), self.filter())
     }
+
+    /// [`LogArgs::init`] plus `extra` beside the log output (the OTLP layer of
+    /// [`crate::otel::Telemetry::layer`]).
+    pub fn init_with_layer(
+        &self,
+        extra: Option<Box<dyn Layer<Registry> + Send + Sync>>,
+    ) -> anyhow::Result<()> {
+        init_layers(self.log_format.unwrap_or_default(), self.filter(), extra)
+    }
 }
 
 /// Accepts Argo CD's / logrus' level names and tracing directives; returns a tracing directive.
@@ -138,17 +149,30 @@ pub fn init(format: LogFormat) -> anyhow::Result<()> {
 
 /// Installs the global subscriber: stderr, `format`, `filter`; colour only on a terminal.
 pub fn init_with(format: LogFormat, filter: EnvFilter) -> anyhow::Result<()> {
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let result = match format {
-        LogFormat::Text => builder.with_ansi(use_colour()).try_init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_ansi(false)
-            .try_init(),
+    init_layers(format, filter, None)
+}
+
+/// [`init_with`] plus `extra`, a layer with its own filter beside the log output. The log output
+/// never shows the spans of [`crate::otel::TARGET`] (whatever the level), so with OTLP tracing off
+/// those spans are disabled where they are created.
+pub fn init_layers(
+    format: LogFormat,
+    filter: EnvFilter,
+    extra: Option<Box<dyn Layer<Registry> + Send + Sync>>,
+) -> anyhow::Result<()> {
+    let filter = filter.add_directive(
+        format!("{}=off", crate::otel::TARGET)
+            .parse()
+            .expect("a valid directive"),
+    );
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt: Box<dyn Layer<Registry> + Send + Sync> = match format {
+        LogFormat::Text => fmt.with_ansi(use_colour()).boxed(),
+        LogFormat::Json => fmt.json().flatten_event(true).with_ansi(false).boxed(),
     };
+    let mut layers = vec![fmt.with_filter(filter).boxed()];
+    layers.extend(extra);
+    let result = tracing_subscriber::registry().with(layers).try_init();
     if let Err(e) = result {
         tracing::debug!(error = %e, "a tracing subscriber was already installed");
     }

@@ -87,7 +87,15 @@ impl Inner {
             }
         }
         .map_err(|e| anyhow::anyhow!("connecting to {}: {e:?}", self.cfg.principal))?;
-        let mut auth = AuthenticationClient::new(channel.clone());
+        // every call in a client span (OTLP tracing; passes through with tracing off)
+        let traced = |c: &Channel| {
+            crate::otel::grpc::Client::new(
+                c.clone(),
+                &self.cfg.server_name,
+                self.cfg.principal.port(),
+            )
+        };
+        let mut auth = AuthenticationClient::new(traced(&channel));
         let mut resp = None;
         if let Some(r) = refresh.as_ref() {
             resp = auth
@@ -135,13 +143,13 @@ impl Inner {
         }
         // as the peer agent (pkg/client/remote.go): the principal judges the version at login
         // (string equality, FailedPrecondition "version mismatch"); Version is only logged
-        let v = VersionClient::new(channel.clone())
+        let v = VersionClient::new(traced(&channel))
             .version(versionapi::VersionRequest {})
             .await?
             .into_inner();
         tracing::info!(principal_version = v.version, "connected to principal");
         let stream_channel = channel.clone();
-        let mut es = EventStreamClient::new(channel)
+        let mut es = EventStreamClient::new(traced(&channel))
             .max_decoding_message_size(self.cfg.max_event_size.saturating_mul(2).max(4096))
             .max_encoding_message_size(self.cfg.max_event_size.saturating_mul(2).max(4096))
             .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
@@ -173,6 +181,11 @@ impl Inner {
             max_event_size: self.cfg.max_event_size,
             concurrency: self.cfg.concurrency,
             peer_label: self.cfg.mode.as_str().to_string(),
+            trace: crate::otel::StreamAttrs {
+                component: crate::otel::Component::Agent,
+                agent: self.cfg.namespace.clone(),
+                mode: self.cfg.mode,
+            },
         };
         let handler = Arc::new(SessionHandler {
             inner: self.clone(),

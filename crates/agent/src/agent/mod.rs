@@ -546,7 +546,8 @@ impl Inner {
     }
 
     fn push_target(&self, ty: EventType, target: Target, obj: &Value) {
-        let ev = Event::for_object(&self.source(), ty, target, obj);
+        let mut ev = Event::for_object(&self.source(), ty, target, obj);
+        crate::otel::inject(&mut ev);
         let key = match target {
             Target::Application => self.app_qkey(o::namespace(obj), o::name(obj)),
             _ => o::qkey(target, o::name(obj)),

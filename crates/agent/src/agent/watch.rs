@@ -15,6 +15,7 @@ use crate::store::{Kind, StoreEvent};
 
 use super::Inner;
 use super::application::{report_hash, status_payload, status_report_hash};
+use crate::otel;
 
 impl Inner {
     pub(super) async fn watch_local(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
@@ -28,9 +29,11 @@ impl Inner {
                         let names: std::collections::HashSet<String> =
                             list.iter().map(|x| self.lkey(x)).collect();
                         for obj in &list {
+                            let _s = self.local_span("create", Kind::Application, obj).entered();
                             self.on_local_apply(obj);
                         }
                         for obj in &old {
+                            let _s = self.local_span("delete", Kind::Application, obj).entered();
                             self.on_local_delete(obj);
                         }
                         if self.cfg.mode == Mode::Managed {
@@ -52,10 +55,15 @@ impl Inner {
                         }
                     }
                     Ok(StoreEvent::Applied(obj)) => {
-                        self.cache
+                        let known = self
+                            .cache
                             .lock()
                             .expect("poisoned")
-                            .insert(self.lkey(&obj), obj.clone());
+                            .insert(self.lkey(&obj), obj.clone())
+                            .is_some();
+                        let _s = self
+                            .local_span(otel::op_of(known), Kind::Application, &obj)
+                            .entered();
                         self.on_local_apply(&obj);
                     }
                     Ok(StoreEvent::Deleted(obj)) => {
@@ -63,6 +71,7 @@ impl Inner {
                             .lock()
                             .expect("poisoned")
                             .remove(&self.lkey(&obj));
+                        let _s = self.local_span("delete", Kind::Application, &obj).entered();
                         self.on_local_delete(&obj);
                     }
                     Err(e) => tracing::warn!(error = %e, "local watch error"),
@@ -88,9 +97,11 @@ impl Inner {
                         let names: std::collections::HashSet<&str> =
                             list.iter().map(o::name).collect();
                         for p in &list {
+                            let _s = self.local_span("create", Kind::AppProject, p).entered();
                             self.on_local_project(p, false);
                         }
                         for p in &old {
+                            let _s = self.local_span("delete", Kind::AppProject, p).entered();
                             self.on_local_project(p, true);
                         }
                         if self.cfg.mode == Mode::Managed {
@@ -108,10 +119,15 @@ impl Inner {
                         }
                     }
                     Ok(StoreEvent::Applied(p)) => {
-                        self.proj_cache
+                        let known = self
+                            .proj_cache
                             .lock()
                             .expect("poisoned")
-                            .insert(o::name(&p).to_string(), p.clone());
+                            .insert(o::name(&p).to_string(), p.clone())
+                            .is_some();
+                        let _s = self
+                            .local_span(otel::op_of(known), Kind::AppProject, &p)
+                            .entered();
                         self.on_local_project(&p, false);
                     }
                     Ok(StoreEvent::Deleted(p)) => {
@@ -119,6 +135,7 @@ impl Inner {
                             .lock()
                             .expect("poisoned")
                             .remove(o::name(&p));
+                        let _s = self.local_span("delete", Kind::AppProject, &p).entered();
                         self.on_local_project(&p, true);
                     }
                     Err(e) => tracing::warn!(error = %e, "local AppProject watch error"),
@@ -130,6 +147,18 @@ impl Inner {
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
+    }
+
+    /// The watch span of a local object (`argocd.agent.name`: the agent's namespace, as the peer).
+    fn local_span(&self, op: &'static str, kind: Kind, obj: &Value) -> tracing::Span {
+        otel::watch_span(
+            otel::Component::Agent,
+            op,
+            kind.as_str(),
+            obj,
+            &self.cfg.namespace,
+            self.cfg.mode,
+        )
     }
 
     /// A local AppProject changed (`deleted`: it is gone).

@@ -269,6 +269,10 @@ pub struct AgentArgs {
           default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true")]
     pub enable_websocket: bool,
+    /// OTLP tracing: `--otlp-address`, `--otlp-insecure` (set up by the binary before the agent
+    /// starts, see `argocd_pull_ops::otel`).
+    #[command(flatten)]
+    pub otlp: argocd_pull_ops::otel::AgentOtlpArgs,
 }
 
 impl AgentArgs {

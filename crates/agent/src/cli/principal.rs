@@ -291,6 +291,10 @@ pub struct PrincipalArgs {
     pub proxy: Box<ProxyArgs>,
     #[command(flatten)]
     pub ha: Box<super::ha::HaArgs>,
+    /// OTLP tracing: `--otlp-address`, `--otlp-insecure` (set up by the binary before the
+    /// principal starts, see `argocd_pull_ops::otel`).
+    #[command(flatten)]
+    pub otlp: argocd_pull_ops::otel::PrincipalOtlpArgs,
 }
 
 /// The resource proxy's and the Argo CD Redis cache's flags.

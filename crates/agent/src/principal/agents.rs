@@ -178,7 +178,8 @@ impl Inner {
     }
 
     pub(super) fn push_target(&self, a: &AgentState, ty: EventType, target: Target, obj: &Value) {
-        let ev = Event::for_object(SOURCE, ty, target, obj);
+        let mut ev = Event::for_object(SOURCE, ty, target, obj);
+        crate::otel::inject(&mut ev);
         let key = match target == Target::Application && self.mapped(a) {
             true => o::app_qkey(o::namespace(obj), o::name(obj)),
             false => o::qkey(target, o::name(obj)),

@@ -15,6 +15,28 @@ use crate::objects as o;
 use crate::store::{Kind, StoreEvent, WatchEvent};
 
 use super::{AgentState, Inner, View};
+use crate::otel;
+
+/// The watch span of a hub AppProject, repository Secret or GPG key ConfigMap (the peer's kinds
+/// `AppProject`, `Repository`, `GPGKey`).
+fn watch_span(kind: Kind, op: &'static str, obj: &Value) -> tracing::Span {
+    if !otel::enabled() {
+        return tracing::Span::none();
+    }
+    let k = match kind {
+        Kind::Secret => "Repository",
+        Kind::ConfigMap => "GPGKey",
+        k => k.as_str(),
+    };
+    otel::watch_span(
+        otel::Component::Principal,
+        op,
+        k,
+        obj,
+        o::namespace(obj),
+        Mode::Managed,
+    )
+}
 
 impl Inner {
     pub(super) async fn watch_hub(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
@@ -48,6 +70,8 @@ impl Inner {
                             std::mem::replace(&mut *self.cache.lock().expect("poisoned"), by_ns);
                         for (ns, name) in keys {
                             if let Some(h) = self.cached(&ns, &name) {
+                                let known = old.get(&ns).is_some_and(|m| m.contains_key(&name));
+                                let _s = self.app_span(otel::op_of(known), &h).entered();
                                 self.on_hub_apply(&ns, &h);
                             }
                         }
@@ -65,6 +89,7 @@ impl Inner {
                             }
                         }
                         for (ns, h) in gone {
+                            let _s = self.app_span("delete", &h).entered();
                             self.on_hub_delete(&ns, &h);
                         }
                         if let Some(r) = ready.take() {
@@ -73,12 +98,15 @@ impl Inner {
                     }
                     Ok(WatchEvent::Applied(h)) if self.ns_allowed(o::namespace(&h)) => {
                         let ns = o::namespace(&h).to_string();
-                        self.cache
+                        let known = self
+                            .cache
                             .lock()
                             .expect("poisoned")
                             .entry(ns.clone())
                             .or_default()
-                            .insert(o::name(&h).to_string(), super::compact(&h));
+                            .insert(o::name(&h).to_string(), super::compact(&h))
+                            .is_some();
+                        let _s = self.app_span(otel::op_of(known), &h).entered();
                         self.on_hub_apply(&ns, &h);
                     }
                     Ok(WatchEvent::Deleted(h)) if self.ns_allowed(o::namespace(&h)) => {
@@ -86,6 +114,7 @@ impl Inner {
                         if let Some(m) = self.cache.lock().expect("poisoned").get_mut(&ns) {
                             m.remove(o::name(&h));
                         }
+                        let _s = self.app_span("delete", &h).entered();
                         self.on_hub_delete(&ns, &h);
                     }
                     // outside --allowed-namespaces: not the principal's
@@ -238,6 +267,12 @@ impl Inner {
                                 m.remove(&name)
                             }
                         };
+                        let _s = match (selected, &old) {
+                            (true, known) => watch_span(kind, otel::op_of(known.is_some()), &p),
+                            (false, Some(old)) => watch_span(kind, "delete", old),
+                            (false, None) => tracing::Span::none(),
+                        }
+                        .entered();
                         match (selected, old) {
                             (true, None) => self.count_hub_change(kind, &p, "created"),
                             (true, Some(_)) => self.count_hub_change(kind, &p, "updated"),
@@ -249,6 +284,7 @@ impl Inner {
                     Ok(StoreEvent::Deleted(p)) => {
                         let old = map(&self).lock().expect("poisoned").remove(o::name(&p));
                         if let Some(old) = old {
+                            let _s = watch_span(kind, "delete", &old).entered();
                             self.count_hub_change(kind, &old, "deleted");
                             self.sync_projects_all();
                         }
@@ -278,6 +314,18 @@ impl Inner {
             let l: Vec<&str> = allowed.iter().map(String::as_str).collect();
             crate::project_match::in_list(&l, ns)
         }
+    }
+
+    /// The watch span of a hub Application (`argocd.agent.name`: its namespace, as the peer).
+    fn app_span(&self, op: &'static str, h: &Value) -> tracing::Span {
+        if !otel::enabled() {
+            return tracing::Span::none();
+        }
+        let ns = o::namespace(h);
+        let mode = self
+            .agent(ns)
+            .map_or(Mode::Managed, |a| *a.mode.lock().expect("poisoned"));
+        otel::watch_span(otel::Component::Principal, op, "Application", h, ns, mode)
     }
 
     /// `principal_repositories_{created,updated,deleted}` count hub repository Secret changes and

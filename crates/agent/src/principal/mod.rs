@@ -396,19 +396,24 @@ impl Principal {
         }
         let (stx, srx) = tokio::sync::oneshot::channel::<()>();
         // every service goes into `routes`: native gRPC and --enable-websocket serve the same
-        let routes = tonic::service::Routes::new(VersionServer::new(svc.clone()))
-            .add_service(AuthenticationServer::new(svc.clone()))
-            .add_service(es)
-            .add_service(
-                crate::proto::logstreamapi::log_stream_service_server::LogStreamServiceServer::new(
-                    svc.clone(),
-                ),
-            )
-            .add_service(
-                crate::proto::terminalstreamapi::terminal_stream_service_server::TerminalStreamServiceServer::new(
-                    svc.clone(),
-                ),
-            );
+        // (each in a server span per call when OTLP tracing is on)
+        use crate::otel::grpc::add_service as add;
+        let routes = tonic::service::Routes::default();
+        let routes = add(routes, VersionServer::new(svc.clone()));
+        let routes = add(routes, AuthenticationServer::new(svc.clone()));
+        let routes = add(routes, es);
+        let routes = add(
+            routes,
+            crate::proto::logstreamapi::log_stream_service_server::LogStreamServiceServer::new(
+                svc.clone(),
+            ),
+        );
+        let routes = add(
+            routes,
+            crate::proto::terminalstreamapi::terminal_stream_service_server::TerminalStreamServiceServer::new(
+                svc.clone(),
+            ),
+        );
         let ws = cfg.enable_websocket;
         let router = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(30)))

@@ -9,6 +9,7 @@ use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use crate::Mode;
 use crate::event::Event;
@@ -80,7 +81,11 @@ impl Handler for SessionHandler {
                 *o = Some((self.generation, out.clone()));
             }
         }
-        self.inner.resync_on_connect(&self.agent, out).await
+        let mode = *self.agent.mode.lock().expect("poisoned");
+        self.inner
+            .resync_on_connect(&self.agent, out)
+            .instrument(crate::otel::resync_span(&self.agent.name, mode))
+            .await
     }
 }
 
@@ -364,6 +369,11 @@ impl EventStream for Svc {
             max_event_size: self.inner.cfg.max_event_size,
             concurrency: self.inner.cfg.concurrency,
             peer_label: agent.clone(),
+            trace: crate::otel::StreamAttrs {
+                component: crate::otel::Component::Principal,
+                agent: agent.clone(),
+                mode,
+            },
         };
         let gen_ = a.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let handler = Arc::new(SessionHandler {

@@ -17,6 +17,8 @@ use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use crate::otel;
+
 /// The kinds this crate synchronises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
@@ -270,42 +272,55 @@ fn ns_name(v: &Value) -> (String, String) {
 
 #[async_trait]
 impl Store for KubeStore {
+    // every call in a `k8s.<verb>` span with OTLP tracing on (crate::otel::k8s)
     async fn list(&self, kind: Kind, ns: Option<&str>) -> StoreResult<Vec<Value>> {
-        let l = self
-            .api(kind, ns)
-            .list(&Default::default())
-            .await
-            .map_err(kube_err)?;
-        Ok(l.items.iter().map(to_value).collect())
+        otel::k8s("list", kind, ns.unwrap_or_default(), "", async {
+            let l = self
+                .api(kind, ns)
+                .list(&Default::default())
+                .await
+                .map_err(kube_err)?;
+            Ok(l.items.iter().map(to_value).collect())
+        })
+        .await
     }
     async fn get(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<Option<Value>> {
-        Ok(self
-            .api(kind, Some(ns))
-            .get_opt(name)
-            .await
-            .map_err(kube_err)?
-            .as_ref()
-            .map(to_value))
+        otel::k8s("get", kind, ns, name, async {
+            Ok(self
+                .api(kind, Some(ns))
+                .get_opt(name)
+                .await
+                .map_err(kube_err)?
+                .as_ref()
+                .map(to_value))
+        })
+        .await
     }
     async fn create(&self, kind: Kind, obj: Value) -> StoreResult<Value> {
-        let (ns, _) = ns_name(&obj);
-        let o = from_value(kind, obj)?;
-        let r = self
-            .api(kind, Some(&ns))
-            .create(&PostParams::default(), &o)
-            .await
-            .map_err(kube_err)?;
-        Ok(to_value(&r))
+        let (ns, name) = ns_name(&obj);
+        otel::k8s("create", kind, &ns, &name, async {
+            let o = from_value(kind, obj)?;
+            let r = self
+                .api(kind, Some(&ns))
+                .create(&PostParams::default(), &o)
+                .await
+                .map_err(kube_err)?;
+            Ok(to_value(&r))
+        })
+        .await
     }
     async fn replace(&self, kind: Kind, obj: Value) -> StoreResult<Value> {
         let (ns, name) = ns_name(&obj);
-        let o = from_value(kind, obj)?;
-        let r = self
-            .api(kind, Some(&ns))
-            .replace(&name, &PostParams::default(), &o)
-            .await
-            .map_err(kube_err)?;
-        Ok(to_value(&r))
+        otel::k8s("update", kind, &ns, &name, async {
+            let o = from_value(kind, obj)?;
+            let r = self
+                .api(kind, Some(&ns))
+                .replace(&name, &PostParams::default(), &o)
+                .await
+                .map_err(kube_err)?;
+            Ok(to_value(&r))
+        })
+        .await
     }
     async fn merge_patch(
         &self,
@@ -314,25 +329,31 @@ impl Store for KubeStore {
         name: &str,
         patch: Value,
     ) -> StoreResult<Value> {
-        let r = self
-            .api(kind, Some(ns))
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(kube_err)?;
-        Ok(to_value(&r))
+        otel::k8s("patch", kind, ns, name, async {
+            let r = self
+                .api(kind, Some(ns))
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(kube_err)?;
+            Ok(to_value(&r))
+        })
+        .await
     }
     async fn delete(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<()> {
-        match self
-            .api(kind, Some(ns))
-            .delete(name, &DeleteParams::foreground())
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) => match kube_err(e) {
-                StoreError::NotFound => Ok(()),
-                e => Err(e),
-            },
-        }
+        otel::k8s("delete", kind, ns, name, async {
+            match self
+                .api(kind, Some(ns))
+                .delete(name, &DeleteParams::foreground())
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(e) => match kube_err(e) {
+                    StoreError::NotFound => Ok(()),
+                    e => Err(e),
+                },
+            }
+        })
+        .await
     }
     async fn ensure_namespace(&self, ns: &str) -> StoreResult<()> {
         self.ensure_namespace_labelled(ns, &BTreeMap::new()).await

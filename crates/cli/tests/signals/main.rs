@@ -1,5 +1,6 @@
 //! The long-running commands as real processes: SIGTERM / SIGINT end them with exit code 0
-//! within 10 s whatever their watches and connections are doing (issue #15).
+//! within 10 s whatever their watches and connections are doing (issue #15); OTLP tracing of
+//! the principal and the agent against a real OTLP gRPC receiver (`otlp`).
 //!
 //! The Kubernetes API is `argocd-pull demo --keep-running` (an embedded hub served over HTTP with
 //! a kubeconfig); the PKI comes from `argocd-pull pki`.
@@ -8,6 +9,7 @@ mod agent;
 mod controller;
 mod flags;
 mod health;
+mod otlp;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -40,7 +42,18 @@ pub(crate) struct Proc {
 
 impl Proc {
     pub(crate) fn spawn(name: &'static str, args: &[String], kubeconfig: Option<&Path>) -> Proc {
+        Self::spawn_env(name, args, kubeconfig, &[])
+    }
+
+    /// [`Proc::spawn`] with extra environment variables.
+    pub(crate) fn spawn_env(
+        name: &'static str,
+        args: &[String],
+        kubeconfig: Option<&Path>,
+        env: &[(&str, &str)],
+    ) -> Proc {
         let mut cmd = Command::new(BIN);
+        cmd.envs(env.iter().copied());
         cmd.args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
