@@ -122,6 +122,9 @@ pub async fn list_owned(
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         for o in api.list(&lp).await?.items {
             let mut v = serde_json::to_value(&o).unwrap_or_default();
+            // A real API server lists items without apiVersion and kind: without them no
+            // desired object would be "contained" and every pass would write everything.
+            v["apiVersion"] = Value::String(ar.api_version.clone());
             v["kind"] = Value::String((*kind).into());
             out.insert(key(&v), v);
         }
