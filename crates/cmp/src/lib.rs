@@ -453,6 +453,9 @@ fn envelope(options: &GenerateOptions, name: &str, namespace: &str, configs: Vec
             "metadata": metadata,
             "spec": {
                 "placementRefs": [{ "name": placement, "rolloutStrategy": { "type": "All" } }],
+                // Required by the CRD (the API server defaults it; client-side validation
+                // does not): the CRD's default.
+                "cascadeDeletionPolicy": "Background",
                 "manifestWorkTemplate": Value::Object(work_spec),
             },
         }),

@@ -2,8 +2,9 @@
 //! `ARGOCD_PULL_E2E_MANAGED_KUBECONFIG`, both with the Argo CD CRDs installed. Runs a principal
 //! against the hub and one managed agent against the managed cluster in this process, over loopback
 //! mTLS with a throwaway PKI. The agent is named `e2e-<random>` (its namespace on the hub); on the
-//! managed cluster it works in namespace `argocd` (created when missing). Without the variables the
-//! test prints `SKIP: …` on stderr (not captured) and passes.
+//! managed cluster it works in namespace `argocd` (created when missing). The namespaces named after
+//! the agent are deleted at the end. Without the variables the test prints `SKIP: …` on stderr
+//! (not captured) and passes.
 use std::io::Write;
 
 use argocd_pull_agent::Mode;
@@ -229,6 +230,9 @@ async fn autonomous_round_trip(hub_kc: &str, managed_kc: &str) {
     .await;
     a.shutdown().await;
     p.shutdown().await;
+    // the agent's namespace on both sides (the principal created the hub's)
+    delete_namespace(&hub_c, &agent).await;
+    delete_namespace(&managed_c, &agent).await;
 }
 
 #[tokio::test]
@@ -286,9 +290,13 @@ async fn round_trip(hub_kc: &str, managed_kc: &str) {
     managed.ensure_namespace("argocd").await.unwrap();
     let agent = format!("e2e-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let name = "e2e-guestbook";
-    let d = start_local(hub_c, vec![(agent.clone(), managed_c)], Mode::Managed)
-        .await
-        .unwrap();
+    let d = start_local(
+        hub_c.clone(),
+        vec![(agent.clone(), managed_c)],
+        Mode::Managed,
+    )
+    .await
+    .unwrap();
     d.wait_connected(E2E_TIMEOUT).await.unwrap();
     // a managed agent's hub namespace is the operator's to create (as with argocd-agent)
     hub.ensure_namespace(&agent).await.unwrap();
@@ -420,4 +428,12 @@ async fn round_trip(hub_kc: &str, managed_kc: &str) {
     .await;
     wait_kube(&hub, &agent, name, "deleted on the hub", |o| o.is_none()).await;
     d.shutdown().await;
+    delete_namespace(&hub_c, &agent).await;
+}
+
+/// Deletes a namespace the test made (not waiting: nothing reuses the random name).
+async fn delete_namespace(c: &kube::Client, ns: &str) {
+    let _ = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(c.clone())
+        .delete(ns, &Default::default())
+        .await;
 }

@@ -38,8 +38,9 @@ use serde_json::{Value, json};
 
 use harness::{Fleet, Real, app_name, ok_or_exists, real};
 
-/// One fault test at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// One fault test at a time, and never beside the e2e test (each owns the hub's pull-labelled
+/// Applications while its controller runs).
+use crate::support::REAL_ENV as SERIAL;
 
 const STARTED: &str = "caches filled; controllers starting";
 const START_WITHIN: Duration = Duration::from_secs(60);
@@ -106,7 +107,7 @@ async fn kill_9_mid_load_and_restart() {
     let _ctl = real.spawn_controller(&real.kubeconfig, "kill9-second");
     fleet.converged(1000).await;
     drop(_ctl);
-    fleet.clean().await;
+    fleet.finish().await;
 }
 
 /// The hub kube-apiserver is stopped (SIGTERM) while 1,000 Applications are being created and
@@ -135,7 +136,7 @@ async fn hub_apiserver_stopped_and_restarted_mid_load() {
     );
     fleet.converged(1000).await;
     drop(ctl);
-    fleet.clean().await;
+    fleet.finish().await;
 }
 
 /// The controller is cut off the API server (a TCP proxy drops its connections); meanwhile 50
@@ -176,7 +177,7 @@ async fn watch_expired_410_after_etcd_compaction() {
     let a = fleet.converged(350).await;
     assert_eq!(a.works, 350);
     drop(ctl);
-    fleet.clean().await;
+    fleet.finish().await;
 }
 
 /// The controller runs as a ServiceAccount with the ClusterRole of deploy/controller/rbac.yaml;
@@ -213,8 +214,11 @@ async fn rbac_revoked_for_manifestworks_and_restored() {
     set_rules(&roles, &fleet.ns, full).await;
     fleet.converged(180).await;
     drop(ctl);
-    fleet.clean().await;
+    fleet.finish().await;
     let _ = roles.delete(&fleet.ns, &Default::default()).await;
+    let _ = Api::<ClusterRoleBinding>::all(real.hub.clone())
+        .delete(&fleet.ns, &Default::default())
+        .await;
 }
 
 /// Another writer fights the controller: it re-creates works with a spec of its own before the
@@ -264,7 +268,7 @@ async fn conflict_storm_on_works_and_applications() {
     ctl.assert_running();
     fleet.converged(300).await;
     drop(ctl);
-    fleet.clean().await;
+    fleet.finish().await;
 }
 
 /// Changes `spec.source.targetRevision` of Applications `range`.

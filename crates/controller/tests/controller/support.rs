@@ -14,6 +14,11 @@ use serde_json::{Value, json};
 
 pub const TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Held by every test of this binary that runs a controller against the real env (`e2e`,
+/// `faults`): a controller reconciles every pull-labelled Application of the hub, so two at once
+/// would fight over each other's Applications.
+pub static REAL_ENV: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 pub struct Env {
     pub hub: Hub,
     pub client: Client,

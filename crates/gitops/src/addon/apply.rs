@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kube::Client;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
 use serde_json::Value;
 
 use serde_json::json;
@@ -120,6 +122,9 @@ pub async fn list_owned(
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         for o in api.list(&lp).await?.items {
             let mut v = serde_json::to_value(&o).unwrap_or_default();
+            // A real API server lists items without apiVersion and kind: without them no
+            // desired object would be "contained" and every pass would write everything.
+            v["apiVersion"] = Value::String(ar.api_version.clone());
             v["kind"] = Value::String((*kind).into());
             out.insert(key(&v), v);
         }
@@ -136,22 +141,123 @@ fn api(client: &Client, kind: &str, ns: &str) -> Api<DynamicObject> {
     }
 }
 
-/// Server-side applies `want` unless `live` already contains it. Returns whether it wrote.
-pub async fn ensure(client: &Client, live: Option<&Value>, want: &Value) -> Result<bool, String> {
+/// Whether an object holds generated key material (the JWT key, the CA, the principal,
+/// resource-proxy and cluster client certificates) or a copy of the CA (the bundle ConfigMap, the
+/// CA ManifestWork, the cluster secrets' `caData`). Such objects are written with
+/// [`ensure_guarded`]: created only if absent, changed only from the version that was read.
+pub fn guarded(k: &Key) -> bool {
+    match (k.0.as_str(), k.2.as_str()) {
+        ("Secret", SECRET_JWT | SECRET_CA | SECRET_PRINCIPAL_TLS | SECRET_RESOURCE_PROXY_TLS) => {
+            true
+        }
+        ("Secret", n) => n.starts_with("cluster-"),
+        ("ConfigMap", CONFIGMAP_CA_BUNDLE) | ("ManifestWork", CA_WORK) => true,
+        _ => false,
+    }
+}
+
+/// Whether an object carries a copy of the CA bundle of `argocd-agent-ca` (it must be written
+/// from the CA that is live, never from an older read).
+pub fn carries_ca(k: &Key) -> bool {
+    match (k.0.as_str(), k.2.as_str()) {
+        ("ConfigMap", CONFIGMAP_CA_BUNDLE) | ("ManifestWork", CA_WORK) => true,
+        ("Secret", n) => n.starts_with("cluster-"),
+        _ => false,
+    }
+}
+
+/// Why a write did not happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteError {
+    /// Another writer created or changed the object after it was read (409): read it again and
+    /// plan from what is there.
+    Lost,
+    Failed(String),
+}
+
+fn written(o: DynamicObject, kind: &str) -> Value {
+    let mut v = serde_json::to_value(o).unwrap_or_default();
+    v["kind"] = Value::String(kind.into());
+    v
+}
+
+/// Server-side applies `want` unless `live` already contains it. Returns the object written
+/// (`None`: nothing to write).
+pub async fn ensure(
+    client: &Client,
+    live: Option<&Value>,
+    want: &Value,
+) -> Result<Option<Value>, String> {
     if live.is_some_and(|l| contains(l, want)) {
-        return Ok(false);
+        return Ok(None);
     }
     let (kind, ns, name) = key(want);
     let pp = PatchParams::apply(crate::FIELD_MANAGER).force();
     api(client, &kind, &ns)
         .patch(&name, &pp, &Patch::Apply(want))
         .await
-        .map(|_| true)
+        .map(|o| Some(written(o, &kind)))
         .map_err(|e| format!("{kind} {ns}/{name}: {e}"))
 }
 
+/// Writes a [`guarded`] object unless `live` already contains it: created when `live` is `None`
+/// (AlreadyExists → [`WriteError::Lost`]), else server-side applied with `live`'s
+/// resourceVersion as a precondition (Conflict → [`WriteError::Lost`]). So two writers that
+/// both found it missing (two controller instances, a Lease hand-over) end with one object, and
+/// a writer that read an older version never replaces a newer one.
+pub async fn ensure_guarded(
+    client: &Client,
+    live: Option<&Value>,
+    want: &Value,
+) -> Result<Option<Value>, WriteError> {
+    if live.is_some_and(|l| contains(l, want)) {
+        return Ok(None);
+    }
+    let (kind, ns, name) = key(want);
+    let api = api(client, &kind, &ns);
+    let failed = |e: kube::Error| match e {
+        kube::Error::Api(s) if s.code == 409 => WriteError::Lost,
+        e => WriteError::Failed(format!("{kind} {ns}/{name}: {e}")),
+    };
+    match live {
+        None => {
+            let obj: DynamicObject = serde_json::from_value(want.clone())
+                .map_err(|e| WriteError::Failed(format!("{kind} {ns}/{name}: {e}")))?;
+            let pp = PostParams {
+                field_manager: Some(crate::FIELD_MANAGER.into()),
+                ..Default::default()
+            };
+            api.create(&pp, &obj)
+                .await
+                .map(|o| Some(written(o, &kind)))
+                .map_err(failed)
+        }
+        Some(l) => {
+            let mut body = want.clone();
+            body["metadata"]["resourceVersion"] = l
+                .pointer("/metadata/resourceVersion")
+                .cloned()
+                .unwrap_or(Value::Null);
+            let pp = PatchParams::apply(crate::FIELD_MANAGER).force();
+            api.patch(&name, &pp, &Patch::Apply(&body))
+                .await
+                .map(|o| Some(written(o, &kind)))
+                .map_err(failed)
+        }
+    }
+}
+
+/// Reads one object by its key (`None`: it does not exist).
+pub async fn read(client: &Client, k: &Key) -> Result<Option<Value>, kube::Error> {
+    let (kind, ns, name) = k;
+    Ok(api(client, kind, ns)
+        .get_opt(name)
+        .await?
+        .map(|o| written(o, kind)))
+}
+
 /// A shared object (no owner labels): read it, then [`ensure`].
-pub async fn ensure_shared(client: &Client, want: &Value) -> Result<bool, String> {
+pub async fn ensure_shared(client: &Client, want: &Value) -> Result<Option<Value>, String> {
     let (kind, ns, name) = key(want);
     let live = api(client, &kind, &ns)
         .get_opt(&name)

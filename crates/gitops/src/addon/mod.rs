@@ -5,6 +5,8 @@
 //!
 //! * [`pki`], [`discovery`], [`desired`], [`template`], [`conditions`] — pure: what should exist.
 //! * [`reconcile`] — reads, applies the plan writing only what differs, cleans up.
+//! * [`apply`], [`write`] — the writes: server-side apply where something differs; key material
+//!   and copies of the CA created only if absent and changed only from the version read.
 
 pub mod apply;
 pub mod conditions;
@@ -13,6 +15,7 @@ pub mod discovery;
 pub mod pki;
 pub mod reconcile;
 pub mod template;
+pub mod write;
 
 pub use argocd_pull_api::addon::{ArgoCDAgentAddonSpec, GitOpsCluster};
 use k8s_openapi::api::core::v1::Secret;

@@ -6,13 +6,13 @@
 //! is found *before* anything is written: a False condition naming the fix, and a retry with
 //! backoff; never a half-made set of secrets.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use argocd_pull_api::ocm::cluster::{Placement, PlacementDecision};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, Service};
+use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -26,6 +26,7 @@ use super::apply::{self, Key};
 use super::desired::{self, Inputs, Invalid};
 use super::discovery::{self, PRINCIPAL_SERVICES};
 use super::pki;
+use super::write;
 use super::*;
 use crate::metrics::Metrics;
 
@@ -275,7 +276,7 @@ async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
         return Ok(Action::await_change());
     }
     let spec = gc.spec.argo_cd_agent_addon.clone().unwrap_or_default();
-    let conds = Conditions::new(
+    let mut conds = Conditions::new(
         &gc.status
             .as_ref()
             .map(|s| s.conditions.clone())
@@ -404,148 +405,152 @@ async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
         .map_err(kube_err("listing ManagedClusterAddOns"))?;
     let (clusters, others): (Vec<String>, Vec<String>) =
         clusters.into_iter().partition(|c| !taken.contains_key(c));
-    let owned = apply::list_owned(client, &ns, &name)
+    let mut owned = apply::list_owned(client, &ns, &name)
         .await
         .map_err(kube_err("listing owned objects"))?;
-    // One GitOpsCluster with argoCDAgentAddon per namespace: the CA, JWT and principal secrets
-    // have fixed names there.
-    let ca_key = ("Secret".to_string(), ns.clone(), SECRET_CA.to_string());
-    if !owned.contains_key(&ca_key)
-        && let Some(other) = Api::<Secret>::namespaced(client.clone(), &ns)
-            .get_opt(SECRET_CA)
-            .await
-            .map_err(kube_err("reading the CA secret"))?
-            .and_then(|s| s.labels().get(LABEL_GC_NAME).cloned())
-            .filter(|o| *o != name)
-    {
-        let m = format!(
-            "Failed to create CA certificate: namespace {ns} is already served by GitOpsCluster {ns}/{other} (its {SECRET_CA}); use one GitOpsCluster with argoCDAgentAddon per namespace"
-        );
-        return reject(
-            &ctx,
-            &gc,
-            conds,
-            invalid(COND_CA_CERTIFICATE_READY, REASON_FAILED, m),
-        )
-        .await;
-    }
-    let secrets: BTreeMap<String, Secret> = owned
-        .iter()
-        .filter(|(k, _)| k.0 == "Secret" && k.1 == ns)
-        .filter_map(|(k, v)| Some((k.2.clone(), serde_json::from_value(v.clone()).ok()?)))
-        .collect();
-    let bundle = owned
-        .get(&(
-            "ConfigMap".to_string(),
-            ns.clone(),
-            CONFIGMAP_CA_BUNDLE.to_string(),
-        ))
-        .and_then(|v| serde_json::from_value::<ConfigMap>(v.clone()).ok())
-        .and_then(|c| c.data?.get("ca-bundle.crt").cloned());
-    let new_jwt = if desired::existing_jwt(&secrets).is_none() {
-        let key = tokio::task::spawn_blocking(pki::jwt_key)
-            .await
-            .map_err(|e| Error::Kube(format!("generating the JWT key: {e}")))?;
-        match key {
-            Ok(k) => Some(k),
-            Err(e) => {
-                let m = format!("Failed to create JWT secret: {e}");
-                return reject(
-                    &ctx,
-                    &gc,
-                    conds,
-                    invalid(COND_JWT_SECRET_READY, REASON_FAILED, m),
-                )
-                .await;
-            }
+    // The hub-wide key material by name as well: the peer's (no owner labels) is adopted, never
+    // replaced; another GitOpsCluster's CA means the namespace is taken.
+    for n in [
+        SECRET_JWT,
+        SECRET_CA,
+        SECRET_PRINCIPAL_TLS,
+        SECRET_RESOURCE_PROXY_TLS,
+    ] {
+        let k: Key = ("Secret".into(), ns.clone(), n.into());
+        if !owned.contains_key(&k)
+            && let Some(v) = apply::read(client, &k)
+                .await
+                .map_err(kube_err("reading the agent secrets"))?
+        {
+            owned.insert(k, v);
         }
-    } else {
-        None
-    };
-    let now = time::OffsetDateTime::now_utc();
-    let inputs = Inputs {
-        new_jwt,
-        name: &name,
-        namespace: &ns,
-        spec: &spec,
-        placement: &placement_name,
-        address: &address,
-        port: &port,
-        principal_service: svc.as_ref(),
-        nodes: &nodes,
-        clusters: &clusters,
-        secrets: &secrets,
-        bundle: bundle.as_deref(),
-        agent_image: &ctx.config.agent_image,
-        now,
-    };
-    let plan = match desired::plan(&inputs) {
-        Ok(p) => p,
-        Err(bad) => return reject(&ctx, &gc, conds, bad).await,
-    };
-    for (what, why) in &plan.issued {
-        tracing::info!(gitopscluster = %format!("{ns}/{name}"), object = %what, reason = ?why, "certificate or key issued");
     }
-
-    // 3. Write: spec address back, Placement tolerations, RBAC, the plan; then sweep.
-    let mut conds = conds;
-    if discovered
-        && (spec.principal_server_address.as_deref() != Some(address.as_str())
-            || spec.principal_server_port.as_deref() != Some(port.as_str()))
-    {
-        gcs.patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"argoCDAgentAddon": {"principalServerAddress": address, "principalServerPort": port}}})),
-        )
-        .await
-        .map_err(kube_err("writing the discovered address to spec"))?;
-        ctx.metrics.write(CONTROLLER, "GitOpsCluster", "update");
-    }
-    conds.ok(
-        COND_SERVER_DISCOVERED,
-        format!("Server at {address}:{port}"),
-    );
-    match ensure_tolerations(&ctx, &placement).await {
-        Ok(()) => conds.ok(
-            COND_PLACEMENT_TOLERATION_CONFIGURED,
-            "Placement tolerations configured successfully",
-        ),
-        Err(e) => conds.failed(
-            COND_PLACEMENT_TOLERATION_CONFIGURED,
-            format!("Failed to configure placement tolerations: {e}"),
-        ),
-    }
-    let mut objects = apply::rbac(&ns, &name);
-    objects.extend(plan.objects);
-    let mut keep: BTreeSet<Key> = BTreeSet::new();
-    let mut failed: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
-    let mut global_error = None;
-    let mut writes = 0u64;
-    for o in &objects {
-        let k = apply::key(o);
-        keep.insert(k.clone());
-        let r = if k.0 == "ClusterManagementAddOn" {
-            apply::ensure_shared(client, o).await
-        } else {
-            apply::ensure(client, owned.get(&k), o).await
-        };
-        match r {
-            Ok(true) => {
-                writes += 1;
-                ctx.metrics.write(CONTROLLER, &k.0, "apply");
-            }
-            Ok(false) => {}
-            Err(e) => {
-                let cond = apply::condition_of(&k);
-                if let Some(cluster) = apply::cluster_of(&k) {
-                    failed.entry(cond).or_default().push(cluster);
-                } else {
-                    global_error.get_or_insert((cond, e));
+    let ca_key: Key = ("Secret".into(), ns.clone(), SECRET_CA.into());
+    let mut new_jwt: Option<String> = None;
+    let mut first = true;
+    let mut attempts = 0;
+    let (next_check, objects, out) = loop {
+        // One GitOpsCluster with argoCDAgentAddon per namespace: the CA, JWT and principal
+        // secrets have fixed names there.
+        if let Some(other) = owned
+            .get(&ca_key)
+            .and_then(write::owner)
+            .filter(|o| *o != name)
+        {
+            let m = format!(
+                "Failed to create CA certificate: namespace {ns} is already served by GitOpsCluster {ns}/{other} (its {SECRET_CA}); use one GitOpsCluster with argoCDAgentAddon per namespace"
+            );
+            return reject(
+                &ctx,
+                &gc,
+                conds,
+                invalid(COND_CA_CERTIFICATE_READY, REASON_FAILED, m),
+            )
+            .await;
+        }
+        let secrets = write::secrets(&owned, &ns);
+        let bundle = write::bundle(&owned, &ns);
+        if new_jwt.is_none() && desired::existing_jwt(&secrets).is_none() {
+            let key = tokio::task::spawn_blocking(pki::jwt_key)
+                .await
+                .map_err(|e| Error::Kube(format!("generating the JWT key: {e}")))?;
+            match key {
+                Ok(k) => new_jwt = Some(k),
+                Err(e) => {
+                    let m = format!("Failed to create JWT secret: {e}");
+                    return reject(
+                        &ctx,
+                        &gc,
+                        conds,
+                        invalid(COND_JWT_SECRET_READY, REASON_FAILED, m),
+                    )
+                    .await;
                 }
             }
         }
-    }
+        let now = time::OffsetDateTime::now_utc();
+        let inputs = Inputs {
+            new_jwt: new_jwt.clone(),
+            name: &name,
+            namespace: &ns,
+            spec: &spec,
+            placement: &placement_name,
+            address: &address,
+            port: &port,
+            principal_service: svc.as_ref(),
+            nodes: &nodes,
+            clusters: &clusters,
+            secrets: &secrets,
+            bundle: bundle.as_deref(),
+            agent_image: &ctx.config.agent_image,
+            now,
+        };
+        let plan = match desired::plan(&inputs) {
+            Ok(p) => p,
+            Err(bad) => return reject(&ctx, &gc, conds, bad).await,
+        };
+        for (what, why) in &plan.issued {
+            tracing::info!(gitopscluster = %format!("{ns}/{name}"), object = %what, reason = ?why, "certificate or key issued");
+        }
+
+        // 3. Write: spec address back, Placement tolerations (once), RBAC, the plan; then sweep.
+        if first {
+            first = false;
+            if discovered
+                && (spec.principal_server_address.as_deref() != Some(address.as_str())
+                    || spec.principal_server_port.as_deref() != Some(port.as_str()))
+            {
+                gcs.patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"argoCDAgentAddon": {"principalServerAddress": address, "principalServerPort": port}}})),
+                )
+                .await
+                .map_err(kube_err("writing the discovered address to spec"))?;
+                ctx.metrics.write(CONTROLLER, "GitOpsCluster", "update");
+            }
+            conds.ok(
+                COND_SERVER_DISCOVERED,
+                format!("Server at {address}:{port}"),
+            );
+            match ensure_tolerations(&ctx, &placement).await {
+                Ok(()) => conds.ok(
+                    COND_PLACEMENT_TOLERATION_CONFIGURED,
+                    "Placement tolerations configured successfully",
+                ),
+                Err(e) => conds.failed(
+                    COND_PLACEMENT_TOLERATION_CONFIGURED,
+                    format!("Failed to configure placement tolerations: {e}"),
+                ),
+            }
+        }
+        let mut objects = apply::rbac(&ns, &name);
+        objects.extend(plan.objects);
+        let out = write::write_plan(client, &ns, &objects, &mut owned, |kind, verb| {
+            ctx.metrics.write(CONTROLLER, kind, verb)
+        })
+        .await;
+        if out.lost.is_empty() || out.global_error.is_some() {
+            break (plan.next_check.map(|t| (t, now)), objects, out);
+        }
+        attempts += 1;
+        if attempts >= 3 {
+            return Err(Error::Kube(format!(
+                "{} object(s) changed by another writer on each of 3 passes; retrying",
+                out.lost.len()
+            )));
+        }
+        write::refresh(client, &out.lost, &mut owned)
+            .await
+            .map_err(kube_err("reading objects written by another writer"))?;
+    };
+    let keep: BTreeSet<Key> = objects.iter().map(apply::key).collect();
+    let write::Outcome {
+        writes,
+        failed,
+        global_error,
+        ..
+    } = out;
     if let Some((cond, e)) = global_error {
         conds.failed(cond, format!("Failed: {e}"));
         write_status(&ctx, &gc, &conds).await?;
@@ -660,9 +665,8 @@ async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
         )));
     }
     tracing::debug!(gitopscluster = %format!("{ns}/{name}"), clusters = clusters.len(), writes, "reconciled");
-    let wait = plan
-        .next_check
-        .map(|t| Duration::from_secs((t - now).whole_seconds().max(1) as u64))
+    let wait = next_check
+        .map(|(t, now)| Duration::from_secs((t - now).whole_seconds().max(1) as u64))
         .unwrap_or(RESYNC)
         .min(RESYNC);
     Ok(Action::requeue(wait))

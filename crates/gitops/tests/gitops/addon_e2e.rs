@@ -1,7 +1,10 @@
 //! Real-env check of the `argoCDAgentAddon` path (OCM's real addon manager and work agent):
 //! run when `ARGOCD_PULL_E2E_HUB_KUBECONFIG` and `ARGOCD_PULL_E2E_MANAGED_KUBECONFIG` name an OCM
 //! hub and its managed cluster (`ARGOCD_PULL_E2E_CLUSTER`, default `cluster1`); `openssl` on PATH.
-//! Uses its own names (hub namespace `addon-e2e`, spoke namespace `addon-e2e-agent`).
+//! Uses its own names (hub namespace `addon-e2e`, spoke namespace `addon-e2e-agent`), deleted at
+//! the end, also when the test fails (the GitOpsCluster is deleted first, so that its finalizer
+//! removes the addon, works and secrets). Two controller instances run at once, as during a
+//! Lease hand-over: one CA reaches the spoke, and neither rewrites the other's objects.
 
 use std::io::Write as _;
 use std::time::Duration;
@@ -159,6 +162,16 @@ async fn e2e_addon_on_the_real_env() {
     // The CRD (both versions), a namespace bound to the clusterset, a Placement for the cluster.
     let crd: Value = serde_saphyr::from_str(argocd_pull_api::crds::GITOPSCLUSTER).unwrap();
     apply(&hub, "customresourcedefinitions", crd).await;
+    // An earlier run deletes its namespaces at the end: wait until they are gone.
+    for (c, n) in [(&hub, NS), (&mgd, AGENT_NS)] {
+        wait(&format!("namespace {n} not terminating"), 120, || async {
+            get(c, "v1", "Namespace", "namespaces", None, n)
+                .await
+                .is_none_or(|o| o["metadata"]["deletionTimestamp"].is_null())
+                .then_some(())
+        })
+        .await;
+    }
     apply(
         &hub,
         "namespaces",
@@ -178,18 +191,41 @@ async fn e2e_addon_on_the_real_env() {
         "spec": {"clusterSets": ["default"], "predicates": [{"requiredClusterSelector": {"labelSelector": {
             "matchLabels": {"cluster.open-cluster-management.io/clusterset": "default"}}}}]}})).await;
 
-    let running = argocd_pull_gitops::start(
-        hub.clone(),
-        GitOpsConfig {
-            gitopscluster: false,
-            report: false,
-            addon_agent_image: "example.invalid/argocd-pull:e2e".into(),
-            ..GitOpsConfig::default()
-        },
-    )
-    .await
-    .expect("start");
+    // Two controller instances, as during a Lease hand-over: they must agree on one CA (the
+    // bundle that reaches the spoke is the hub's, below) and leave each other's writes alone
+    // (no churn, below).
+    let config = GitOpsConfig {
+        gitopscluster: false,
+        report: false,
+        addon_agent_image: "example.invalid/argocd-pull:e2e".into(),
+        ..GitOpsConfig::default()
+    };
+    let (a, b) = tokio::join!(
+        argocd_pull_gitops::start(hub.clone(), config.clone()),
+        argocd_pull_gitops::start(hub.clone(), config)
+    );
+    let running = [a.expect("start"), b.expect("start")];
     cleanup(&hub).await;
+    let result = tokio::spawn(addon_round_trip(hub.clone(), mgd.clone(), cluster)).await;
+    if result.is_err() {
+        cleanup(&hub).await;
+    }
+    for r in running {
+        tokio::time::timeout(Duration::from_secs(10), r.shutdown())
+            .await
+            .unwrap();
+    }
+    // The namespaces: the hub's (the RBAC and the Placement), and the spoke's agent namespace,
+    // which the CA work orphans on purpose.
+    let ns = |c: &kube::Client| api(c, "v1", "Namespace", "namespaces", None);
+    let _ = ns(&mgd).delete(AGENT_NS, &DeleteParams::default()).await;
+    let _ = ns(&hub).delete(NS, &DeleteParams::default()).await;
+    if let Err(e) = result {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+async fn addon_round_trip(hub: kube::Client, mgd: kube::Client, cluster: String) {
     apply(&hub, "gitopsclusters", json!({"apiVersion": "apps.open-cluster-management.io/v1alpha1", "kind": "GitOpsCluster",
         "metadata": {"name": GC, "namespace": NS},
         "spec": {"placementRef": {"kind": "Placement", "name": GC},
@@ -514,7 +550,4 @@ async fn e2e_addon_on_the_real_env() {
             .await
             .is_none()
     );
-    tokio::time::timeout(Duration::from_secs(10), running.shutdown())
-        .await
-        .unwrap();
 }

@@ -1,8 +1,11 @@
 //! Real-cluster end-to-end check, run only when `ARGOCD_PULL_E2E_HUB_KUBECONFIG` names a
 //! kubeconfig of an OCM hub with the GitOpsCluster and report CRDs installed
-//! (`argocd-pull crds | kubectl apply -f -`). What it needs besides is applied first: namespace
-//! `argocd`, a ManagedClusterSetBinding of the `global` set there, and, when Argo CD is not
-//! installed (`../shared/realenv` has none), a stand-in Argo CD server Service.
+//! (`argocd-pull crds | kubectl apply -f -`). It works in a namespace of its own
+//! (`gitops-e2e`, the Argo CD namespace of its GitOpsCluster), with a ManagedClusterSetBinding of
+//! the `global` set there and, when no Argo CD server Service is there, a stand-in one; the
+//! namespace is deleted at the end (also when the test fails) and at the start (left by an
+//! interrupted run). Only the v1beta1 GitOpsCluster controller runs (the addon controller is
+//! `addon_e2e`'s).
 
 use std::io::Write as _;
 use std::time::Duration;
@@ -28,12 +31,46 @@ async fn e2e_gitopscluster_on_a_real_hub() {
         .await
         .expect("kubeconfig valid");
     let client = kube::Client::try_from(config).expect("client");
-    let running = argocd_pull_gitops::start(client.clone(), GitOpsConfig::default())
-        .await
-        .expect("start");
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    remove_namespace(&namespaces).await; // left by an interrupted run
+    let running = argocd_pull_gitops::start(
+        client.clone(),
+        GitOpsConfig {
+            addon: false,
+            ..GitOpsConfig::default()
+        },
+    )
+    .await
+    .expect("start");
+    let result = tokio::spawn(gitopscluster_over_the_global_set(client.clone())).await;
+    running.shutdown().await;
+    remove_namespace(&namespaces).await;
+    if let Err(e) = result {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
 
-    // A GitOpsCluster over every cluster of the global set: Placement `e2e-all` in `argocd`.
-    let ns = "argocd";
+/// Deletes the test's namespace (with everything in it) and waits until it is gone.
+async fn remove_namespace(namespaces: &Api<k8s_openapi::api::core::v1::Namespace>) {
+    let _ = namespaces.delete(NS, &Default::default()).await;
+    let gone = async {
+        while namespaces.get_opt(NS).await.ok().flatten().is_some() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(120), gone)
+        .await
+        .is_err()
+    {
+        eprintln!("e2e: namespace {NS} still terminating after 120 s");
+    }
+}
+
+const NS: &str = "gitops-e2e";
+
+async fn gitopscluster_over_the_global_set(client: kube::Client) {
+    // A GitOpsCluster over every cluster of the global set: Placement `e2e-all` in `gitops-e2e`.
+    let ns = NS;
     let dynamic = |kind: &str, plural: &str, group: &str, version: &str| {
         let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
         let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, plural);
@@ -50,7 +87,7 @@ async fn e2e_gitopscluster_on_a_real_hub() {
             ),
         )
         .await
-        .expect("namespace argocd");
+        .expect("the test's namespace");
     dynamic(
         "ManagedClusterSetBinding",
         "managedclustersetbindings",
@@ -143,11 +180,6 @@ async fn e2e_gitopscluster_on_a_real_hub() {
     println!("e2e: {found} cluster secret(s)");
     let st = gcs.get("e2e").await.expect("GitOpsCluster");
     println!("e2e: status {}", st.data["status"]);
+    // Deleted with the namespace: the GitOpsCluster, its Placement, the secrets.
     let _ = gcs.delete("e2e", &Default::default()).await;
-    if stand_in {
-        let _ = services
-            .delete("argocd-pull-e2e-argocd-server", &Default::default())
-            .await;
-    }
-    running.shutdown().await;
 }

@@ -1,6 +1,7 @@
 //! GitOpsCluster, basic-mode secrets and ApplicationSet report controllers on the embedded hub.
 
 mod addon;
+mod addon_concurrent;
 mod addon_e2e;
 mod e2e;
 mod gitopscluster;

@@ -31,6 +31,8 @@ use tokio::net::{TcpListener, TcpStream};
 pub const CHILD_ENV: &str = "ARGOCD_PULL_FAULTS_CHILD_KUBECONFIG";
 /// Clusters shared by the fault tests (ManagedCluster + namespace; no work agent serves them).
 pub const CLUSTERS: [&str; 5] = ["faults-1", "faults-2", "faults-3", "faults-4", "faults-5"];
+/// OCM's cluster-set label.
+pub const CLUSTERSET_LABEL: &str = "cluster.open-cluster-management.io/clusterset";
 /// How long the controller gets to converge after a fault.
 pub const CONVERGE: Duration = Duration::from_secs(180);
 
@@ -367,16 +369,40 @@ impl Fleet {
         let namespaces: Api<Namespace> = Api::all(hub.clone());
         let clusters: Api<ManagedCluster> = Api::all(hub.clone());
         for name in CLUSTERS.iter().copied().chain([fleet.ns.as_str()]) {
+            // the namespace an earlier run deleted may still be terminating
+            let t0 = Instant::now();
+            while namespaces
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|n| n.metadata.deletion_timestamp.is_some())
+            {
+                assert!(
+                    t0.elapsed() < CONVERGE,
+                    "namespace {name} still terminating"
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
             let ns = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
             ok_or_exists(namespaces.create(&pp, &ns).await);
         }
+        // In a cluster set of their own (`faults`), so that OCM does not add them to `default`
+        // and the other real-env suites, which place on `default`, never select them.
         for name in CLUSTERS {
-            let c = serde_json::from_value(json!({
+            let c = json!({
                 "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
-                "metadata": {"name": name}, "spec": {"hubAcceptsClient": true}
-            }))
-            .unwrap();
-            ok_or_exists(clusters.create(&pp, &c).await);
+                "metadata": {"name": name, "labels": {CLUSTERSET_LABEL: "faults"}},
+                "spec": {"hubAcceptsClient": true}
+            });
+            clusters
+                .patch(
+                    name,
+                    &PatchParams::apply("argocd-pull-faults").force(),
+                    &Patch::Apply(&c),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("ManagedCluster {name}: {e}"));
         }
         fleet.clean().await;
         fleet
@@ -519,6 +545,15 @@ impl Fleet {
             assert!(t0.elapsed() < CONVERGE, "{}: fewer than {n} works", self.ns);
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// [`Fleet::clean`], then deletes the fleet's namespace (the clusters `faults-1..5` stay:
+    /// every fault test uses them, and they hold nothing once each fleet is clean).
+    pub async fn finish(&self) {
+        self.clean().await;
+        let _ = Api::<Namespace>::all(self.hub.clone())
+            .delete(&self.ns, &DeleteParams::default())
+            .await;
     }
 
     /// Removes the fleet's Applications (finalizers stripped) and works.

@@ -1,0 +1,168 @@
+//! Writing one plan, with the key material guarded: the JWT key, the CA and every certificate are
+//! created only if absent and changed only from the version that was read
+//! ([`apply::ensure_guarded`]); every copy of the CA (bundle ConfigMap, CA ManifestWork, cluster
+//! secrets) is written only while the CA it was planned from is the live one. A write that loses
+//! to another writer (a second controller instance, a Lease hand-over, the peer) ends the pass's
+//! writes for what depends on it; the reconciler reads what won ([`refresh`]) and plans again.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Client;
+use serde_json::Value;
+
+use super::apply::{self, Key, WriteError};
+use super::*;
+
+/// What writing a plan did.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Objects written.
+    pub writes: u64,
+    /// Per-cluster write failures, by the condition they are reported in.
+    pub failed: BTreeMap<&'static str, Vec<String>>,
+    /// The first failure of a hub-wide object: its condition and the error.
+    pub global_error: Option<(&'static str, String)>,
+    /// Objects another writer created or changed since they were read: read them again and plan
+    /// again. A lost hub-wide object stops the pass's writes; a lost per-cluster one stops that
+    /// cluster's.
+    pub lost: Vec<Key>,
+}
+
+fn rv(v: Option<&Value>) -> Option<&str> {
+    v?.pointer("/metadata/resourceVersion")?.as_str()
+}
+
+/// Writes `objects` in order (they come in dependency order: the CA before its copies and the
+/// certificates it signs), updating `owned` with what was written. The [`crate::metrics`]
+/// writes are counted through `counted(kind, verb)`.
+pub async fn write_plan(
+    client: &Client,
+    ns: &str,
+    objects: &[Value],
+    owned: &mut BTreeMap<Key, Value>,
+    mut counted: impl FnMut(&str, &str),
+) -> Outcome {
+    let mut out = Outcome::default();
+    let ca_key: Key = ("Secret".into(), ns.into(), SECRET_CA.into());
+    // The CA version the plan was made from; checked against the live one before the first copy
+    // of it is written (unless this pass wrote the CA itself).
+    let planned_ca = rv(owned.get(&ca_key)).map(String::from);
+    let mut ca_live = false;
+    let mut skipped: BTreeSet<String> = BTreeSet::new();
+    for o in objects {
+        let k = apply::key(o);
+        let cluster = apply::cluster_of(&k);
+        if cluster.as_ref().is_some_and(|c| skipped.contains(c)) {
+            continue;
+        }
+        let live = owned.get(&k);
+        if live.is_some_and(|l| apply::contains(l, o)) {
+            continue;
+        }
+        if apply::carries_ca(&k) && !ca_live {
+            match apply::read(client, &ca_key).await {
+                Ok(now) if rv(now.as_ref()) == planned_ca.as_deref() => ca_live = true,
+                Ok(_) => {
+                    out.lost.push(ca_key);
+                    return out;
+                }
+                Err(e) => {
+                    out.global_error = Some((COND_CA_CERTIFICATE_READY, e.to_string()));
+                    return out;
+                }
+            }
+        }
+        let r = if k.0 == "ClusterManagementAddOn" {
+            apply::ensure_shared(client, o)
+                .await
+                .map_err(WriteError::Failed)
+        } else if apply::guarded(&k) {
+            apply::ensure_guarded(client, live, o).await
+        } else {
+            apply::ensure(client, live, o)
+                .await
+                .map_err(WriteError::Failed)
+        };
+        match r {
+            Ok(Some(w)) => {
+                counted(&k.0, if live.is_none() { "create" } else { "apply" });
+                out.writes += 1;
+                if k == ca_key {
+                    ca_live = true;
+                }
+                owned.insert(k, w);
+            }
+            Ok(None) => {}
+            Err(WriteError::Lost) => {
+                tracing::info!(kind = %k.0, namespace = %k.1, name = %k.2, "written by another writer since it was read; reading it again");
+                out.lost.push(k);
+                match cluster {
+                    Some(c) => {
+                        skipped.insert(c);
+                    }
+                    None => return out,
+                }
+            }
+            Err(WriteError::Failed(e)) => {
+                let cond = apply::condition_of(&k);
+                match cluster {
+                    Some(c) => out.failed.entry(cond).or_default().push(c),
+                    None => {
+                        out.global_error.get_or_insert((cond, e));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Reads `keys` again into `owned` (removing the ones that no longer exist).
+pub async fn refresh(
+    client: &Client,
+    keys: &[Key],
+    owned: &mut BTreeMap<Key, Value>,
+) -> Result<(), kube::Error> {
+    for k in keys {
+        match apply::read(client, k).await? {
+            Some(v) => {
+                owned.insert(k.clone(), v);
+            }
+            None => {
+                owned.remove(k);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The Secrets of `ns` in `owned`, by name (the plan's input).
+pub fn secrets(owned: &BTreeMap<Key, Value>, ns: &str) -> BTreeMap<String, Secret> {
+    owned
+        .iter()
+        .filter(|(k, _)| k.0 == "Secret" && k.1 == ns)
+        .filter_map(|(k, v)| Some((k.2.clone(), serde_json::from_value(v.clone()).ok()?)))
+        .collect()
+}
+
+/// `ca-bundle.crt` of the bundle ConfigMap in `owned`.
+pub fn bundle(owned: &BTreeMap<Key, Value>, ns: &str) -> Option<String> {
+    owned
+        .get(&(
+            "ConfigMap".to_string(),
+            ns.to_string(),
+            CONFIGMAP_CA_BUNDLE.to_string(),
+        ))
+        .and_then(|v| serde_json::from_value::<ConfigMap>(v.clone()).ok())
+        .and_then(|c| c.data?.get("ca-bundle.crt").cloned())
+}
+
+/// The GitOpsCluster (`name`) that owns an object, by its owner label.
+pub fn owner(v: &Value) -> Option<&str> {
+    v.pointer(&format!(
+        "/metadata/labels/{}",
+        LABEL_GC_NAME.replace('/', "~1")
+    ))?
+    .as_str()
+}
