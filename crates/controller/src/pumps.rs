@@ -10,6 +10,7 @@ use argocd_pull_api::names::LABEL_PULL_TO_OCM;
 use argocd_pull_api::ocm::cluster::PlacementDecision;
 use argocd_pull_domain::hub_app_ref_of;
 use argocd_pull_ops::CancellationToken;
+use argocd_pull_ops::api_health::retrying;
 use futures::{Stream, StreamExt, TryStreamExt};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Controller};
@@ -141,9 +142,11 @@ pub(crate) fn spawn_all(
     {
         let ctx = ctx.clone();
         // decoded straight into the compact form (see `cache::AppLite`)
-        let stream = watcher(Api::<AppLite>::all(client.clone()), pull_labelled())
-            .backoff(argocd_pull_ops::watch::backoff())
-            .reflect(rx.apps);
+        let stream = retrying(
+            watcher(Api::<AppLite>::all(client.clone()), pull_labelled()),
+            ctx.health.clone(),
+        )
+        .reflect(rx.apps);
         let token = token.clone();
         tasks.push(tokio::spawn(async move {
             let mut seen: HashMap<ObjectRef<AppLite>, u64> = HashMap::new();
@@ -189,10 +192,12 @@ pub(crate) fn spawn_all(
         // decoded straight into the compact projection (see `cache`); the spec of a version we
         // wrote ourselves is not parsed again
         let settle_ctx = ctx.clone();
-        let stream = watcher(Api::<WorkWire>::all(client.clone()), pull_labelled())
-            .backoff(argocd_pull_ops::watch::backoff())
-            .map_ok(move |ev| settle_works(&settle_ctx, ev))
-            .reflect(rx.works);
+        let stream = retrying(
+            watcher(Api::<WorkWire>::all(client.clone()), pull_labelled()),
+            ctx.health.clone(),
+        )
+        .map_ok(move |ev| settle_works(&settle_ctx, ev))
+        .reflect(rx.works);
         let token = token.clone();
         tasks.push(tokio::spawn(async move {
             pump(stream, token, "manifestworks", |ev| match ev {
@@ -228,11 +233,13 @@ pub(crate) fn spawn_all(
     // ManagedClusters (existence only)
     {
         let ctx = ctx.clone();
-        let stream = watcher(
-            Api::<ClusterLite>::all(client.clone()),
-            watcher::Config::default(),
+        let stream = retrying(
+            watcher(
+                Api::<ClusterLite>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+            ctx.health.clone(),
         )
-        .backoff(argocd_pull_ops::watch::backoff())
         .reflect(rx.clusters);
         let token = token.clone();
         tasks.push(tokio::spawn(async move {
@@ -250,11 +257,13 @@ pub(crate) fn spawn_all(
     // PlacementDecisions (binding gate only)
     if let Some(writer) = rx.decisions {
         let ctx = ctx.clone();
-        let stream = watcher(
-            Api::<PlacementDecision>::all(client.clone()),
-            watcher::Config::default(),
+        let stream = retrying(
+            watcher(
+                Api::<PlacementDecision>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+            ctx.health.clone(),
         )
-        .backoff(argocd_pull_ops::watch::backoff())
         .modify(|d: &mut PlacementDecision| d.metadata.managed_fields = None)
         .reflect(writer);
         let token = token.clone();
@@ -267,6 +276,23 @@ pub(crate) fn spawn_all(
                 }
             })
             .await;
+        }));
+    }
+
+    // The end of an API-server outage: every reconcile that failed meanwhile is retried now.
+    {
+        let ctx = ctx.clone();
+        let token = token.clone();
+        let mut recoveries = ctx.health.recoveries();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = token.cancelled() => return,
+                    changed = recoveries.changed() => if changed.is_err() { return },
+                }
+                let retried = ctx.retry_failed();
+                tracing::info!(retried, "API server back: failed reconciles retried now");
+            }
         }));
     }
 
