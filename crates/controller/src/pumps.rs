@@ -10,12 +10,11 @@ use argocd_pull_api::names::LABEL_PULL_TO_OCM;
 use argocd_pull_api::ocm::cluster::PlacementDecision;
 use argocd_pull_domain::hub_app_ref_of;
 use argocd_pull_ops::CancellationToken;
-use argocd_pull_ops::api_health::retrying;
+use argocd_pull_ops::api_health::rewatching;
 use futures::{Stream, StreamExt, TryStreamExt};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher::watcher;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
 use tokio::task::JoinHandle;
@@ -142,8 +141,9 @@ pub(crate) fn spawn_all(
     {
         let ctx = ctx.clone();
         // decoded straight into the compact form (see `cache::AppLite`)
-        let stream = retrying(
-            watcher(Api::<AppLite>::all(client.clone()), pull_labelled()),
+        let stream = rewatching(
+            Api::<AppLite>::all(client.clone()),
+            pull_labelled(),
             ctx.health.clone(),
         )
         .reflect(rx.apps);
@@ -192,8 +192,9 @@ pub(crate) fn spawn_all(
         // decoded straight into the compact projection (see `cache`); the spec of a version we
         // wrote ourselves is not parsed again
         let settle_ctx = ctx.clone();
-        let stream = retrying(
-            watcher(Api::<WorkWire>::all(client.clone()), pull_labelled()),
+        let stream = rewatching(
+            Api::<WorkWire>::all(client.clone()),
+            pull_labelled(),
             ctx.health.clone(),
         )
         .map_ok(move |ev| settle_works(&settle_ctx, ev))
@@ -233,11 +234,9 @@ pub(crate) fn spawn_all(
     // ManagedClusters (existence only)
     {
         let ctx = ctx.clone();
-        let stream = retrying(
-            watcher(
-                Api::<ClusterLite>::all(client.clone()),
-                watcher::Config::default(),
-            ),
+        let stream = rewatching(
+            Api::<ClusterLite>::all(client.clone()),
+            watcher::Config::default(),
             ctx.health.clone(),
         )
         .reflect(rx.clusters);
@@ -257,11 +256,9 @@ pub(crate) fn spawn_all(
     // PlacementDecisions (binding gate only)
     if let Some(writer) = rx.decisions {
         let ctx = ctx.clone();
-        let stream = retrying(
-            watcher(
-                Api::<PlacementDecision>::all(client.clone()),
-                watcher::Config::default(),
-            ),
+        let stream = rewatching(
+            Api::<PlacementDecision>::all(client.clone()),
+            watcher::Config::default(),
             ctx.health.clone(),
         )
         .modify(|d: &mut PlacementDecision| d.metadata.managed_fields = None)

@@ -9,7 +9,7 @@
 //! their works — only once the ApplicationSet watch has listed everything, so a slow start never
 //! deletes anything.
 
-use argocd_pull_ops::api_health::{ApiHealth, retrying};
+use argocd_pull_ops::api_health::{ApiHealth, rewatching};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasher, DefaultHasher, Hasher, RandomState};
 use std::sync::Arc;
@@ -509,36 +509,36 @@ pub(crate) async fn run(
     let (tx, mut events) = tokio::sync::mpsc::channel::<Ev>(EVENT_BUFFER);
     let mut pumps = tokio::task::JoinSet::new();
     pumps.spawn(pump(
-        watcher(
+        rewatching(
             Api::<WorkView>::all(client.clone()),
             watcher::Config::default()
                 .labels(names::LABEL_APPLICATION_SET)
                 .page_size(WORK_PAGE_SIZE),
+            health.clone(),
         ),
         Ev::Work,
         "manifestworks",
         tx.clone(),
-        health.clone(),
     ));
     pumps.spawn(pump(
-        watcher(
+        rewatching(
             Api::<MulticlusterApplicationSetReport>::all(client.clone()),
             watcher::Config::default(),
+            health.clone(),
         ),
         Ev::Report,
         "multiclusterapplicationsetreports",
         tx.clone(),
-        health.clone(),
     ));
     pumps.spawn(pump(
-        watcher(
+        rewatching(
             Api::<kube::core::PartialObjectMeta<ApplicationSet>>::all(client.clone()),
             watcher::Config::default(),
+            health.clone(),
         ),
         Ev::AppSet,
         "applicationsets",
         tx,
-        health.clone(),
     ));
 
     let mut recovered = std::pin::pin!(health.recovered());
@@ -667,12 +667,11 @@ async fn pump<K, S>(
     wrap: fn(watcher::Event<K>) -> Ev,
     resource: &'static str,
     tx: tokio::sync::mpsc::Sender<Ev>,
-    health: ApiHealth,
 ) where
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
     K: Send + 'static,
 {
-    let mut stream = std::pin::pin!(retrying(stream, health));
+    let mut stream = std::pin::pin!(stream);
     while let Some(e) = stream.next().await {
         if let Some(e) = log_err(e, resource)
             && tx.send(wrap(e)).await.is_err()
@@ -916,11 +915,9 @@ pub(crate) async fn run_app_conditions(
     shutdown: CancellationToken,
 ) {
     let apps: Api<AppView> = Api::all(client.clone());
-    let mut events = retrying(
-        watcher(
-            apps,
-            watcher::Config::default().labels(names::LABEL_PULL_TO_OCM),
-        ),
+    let mut events = rewatching(
+        apps,
+        watcher::Config::default().labels(names::LABEL_PULL_TO_OCM),
         health,
     )
     .applied_objects()

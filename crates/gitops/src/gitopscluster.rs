@@ -8,7 +8,7 @@
 //! writes only what differs), so a label change on a ManagedCluster reaches its Secret within
 //! the controller's debounce, not after a poll.
 
-use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff, retrying};
+use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff, rewatching};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -265,50 +265,40 @@ pub(crate) async fn run(
     let (decisions, dw) = reflector::store::<PlacementDecision>();
     let (clusters, cw) = reflector::store::<ManagedCluster>();
     let (secret_store, sw) = reflector::store::<Secret>();
-    let decision_events = retrying(
-        reflector::reflector(
-            dw,
-            watcher(
-                Api::<PlacementDecision>::all(client.clone()),
-                watcher::Config::default(),
-            ),
+    let decision_events = reflector::reflector(
+        dw,
+        rewatching(
+            Api::<PlacementDecision>::all(client.clone()),
+            watcher::Config::default(),
+            health.clone(),
         ),
-        health.clone(),
     );
-    let cluster_events = retrying(
-        reflector::reflector(
-            cw,
-            watcher(
-                Api::<ManagedCluster>::all(client.clone()),
-                watcher::Config::default(),
-            ),
+    let cluster_events = reflector::reflector(
+        cw,
+        rewatching(
+            Api::<ManagedCluster>::all(client.clone()),
+            watcher::Config::default(),
+            health.clone(),
         ),
-        health.clone(),
     );
-    let secret_events = retrying(
-        reflector::reflector(
-            sw,
-            watcher(
-                Api::<Secret>::all(client.clone()),
-                watcher::Config::default()
-                    .labels(&format!("{}=cluster", names::LABEL_ARGOCD_SECRET_TYPE)),
-            ),
+    let secret_events = reflector::reflector(
+        sw,
+        rewatching(
+            Api::<Secret>::all(client.clone()),
+            watcher::Config::default()
+                .labels(&format!("{}=cluster", names::LABEL_ARGOCD_SECRET_TYPE)),
+            health.clone(),
         ),
-        health.clone(),
     );
     // Namespaces gaining or losing the authorisation label, Argo CD servers appearing.
-    let namespace_events = retrying(
-        watcher(
-            Api::<kube::core::PartialObjectMeta<Namespace>>::all(client.clone()),
-            watcher::Config::default().labels(names::LABEL_GITOPS_ARGO_NAMESPACE),
-        ),
+    let namespace_events = rewatching(
+        Api::<kube::core::PartialObjectMeta<Namespace>>::all(client.clone()),
+        watcher::Config::default().labels(names::LABEL_GITOPS_ARGO_NAMESPACE),
         health.clone(),
     );
-    let server_events = retrying(
-        watcher(
-            Api::<kube::core::PartialObjectMeta<Service>>::all(client.clone()),
-            watcher::Config::default().labels(ARGO_SERVER_SELECTOR),
-        ),
+    let server_events = rewatching(
+        Api::<kube::core::PartialObjectMeta<Service>>::all(client.clone()),
+        watcher::Config::default().labels(ARGO_SERVER_SELECTOR),
         health.clone(),
     );
     let triggers = futures::stream::select_all([
