@@ -33,7 +33,10 @@ pub(crate) enum Retry {
 
 /// Shared state of the controllers: caches, triggers, bookkeeping.
 pub(crate) struct Ctx {
+    /// Requests: reads and writes of the reconciles, the sweep, Events.
     pub client: Client,
+    /// The watches (long-lived requests).
+    pub watch_client: Client,
     pub config: ControllerConfig,
     pub metrics: Metrics,
     pub readiness: Readiness,
@@ -73,7 +76,11 @@ pub(crate) struct Receivers {
 }
 
 impl Ctx {
-    pub fn new(client: Client, config: ControllerConfig) -> (Arc<Ctx>, Receivers) {
+    pub fn new(
+        client: Client,
+        watch_client: Client,
+        config: ControllerConfig,
+    ) -> (Arc<Ctx>, Receivers) {
         let (apps, apps_w) = reflector::store();
         let (works, works_w) = reflector::store();
         let (clusters, clusters_w) = reflector::store();
@@ -96,6 +103,7 @@ impl Ctx {
         let health = ApiHealth::new(client.clone(), HEALTH_PROBE);
         let ctx = Ctx {
             client,
+            watch_client,
             health,
             metrics: config.metrics.clone(),
             readiness: config.readiness.clone(),

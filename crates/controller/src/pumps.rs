@@ -135,7 +135,8 @@ pub(crate) fn spawn_all(
     token: CancellationToken,
 ) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
-    let client = ctx.client.clone();
+    // the watches' own client (see `start_split`)
+    let client = ctx.watch_client.clone();
 
     // Applications
     {

@@ -605,5 +605,8 @@ fn the_digest_is_unchanged_by_buffering_the_canonical_form() {
     let d = desired_work(&app(v), &WorkOptions::default()).unwrap();
     let mut h = Sha1::new();
     feed(&serde_json::to_value(&d.spec).unwrap(), &mut h);
-    assert_eq!(normalized_spec_digest(&d.spec), SpecDigest(h.finalize().into()));
+    assert_eq!(
+        normalized_spec_digest(&d.spec),
+        SpecDigest(h.finalize().into())
+    );
 }
