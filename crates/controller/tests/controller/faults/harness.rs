@@ -141,6 +141,38 @@ impl Real {
         path
     }
 
+    /// Applies argocd-pull's own CRDs (`deploy/crds/`: GitOpsCluster, the ApplicationSet
+    /// report) server-side, and waits until the API server serves them.
+    pub async fn apply_own_crds(&self) {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let yaml = include_str!("../../../../../deploy/crds/argocd-pull-crds.yaml");
+        let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).unwrap();
+        let crds: Api<CustomResourceDefinition> = Api::all(self.hub.clone());
+        for doc in docs.into_iter().filter(|d| d.is_object()) {
+            let name = doc["metadata"]["name"].as_str().unwrap().to_string();
+            crds.patch(
+                &name,
+                &PatchParams::apply("argocd-pull-faults").force(),
+                &Patch::Apply(doc),
+            )
+            .await
+            .unwrap();
+            let t0 = Instant::now();
+            while !crds.get(&name).await.unwrap().status.is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            }) {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(60),
+                    "CRD {name} not established"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+
     /// Starts the controller as a child process talking to the hub through `kubeconfig`.
     pub fn spawn_controller(&self, kubeconfig: &Path, name: &str) -> ControllerProcess {
         let log = self.logs.join(format!("{name}.log"));
@@ -404,6 +436,8 @@ impl Drop for ControllerProcess {
 pub struct Fleet {
     pub hub: Client,
     pub ns: String,
+    /// How the controller under test builds works (the audit compares with them).
+    pub options: WorkOptions,
 }
 
 pub fn app_name(i: usize) -> String {
@@ -416,6 +450,7 @@ impl Fleet {
         let fleet = Fleet {
             hub: hub.clone(),
             ns: format!("faults-{test}"),
+            options: WorkOptions::default(),
         };
         let pp = PostParams::default();
         let namespaces: Api<Namespace> = Api::all(hub.clone());
@@ -537,7 +572,7 @@ impl Fleet {
     pub async fn audit(&self) -> kube::Result<Audit> {
         let apps = self.apps().list(&ListParams::default()).await?.items;
         let works = self.works().await?;
-        Ok(Audit::of(&apps, &works))
+        Ok(Audit::of_with(&apps, &works, &self.options))
     }
 
     /// Polls [`Fleet::audit`] until the fleet has `live` Applications and nothing is lost or
@@ -825,7 +860,7 @@ pub struct Audit {
 }
 
 impl Audit {
-    pub fn of(apps: &[Application], works: &[ManifestWork]) -> Audit {
+    pub fn of_with(apps: &[Application], works: &[ManifestWork], options: &WorkOptions) -> Audit {
         let mut audit = Audit {
             apps: apps.len(),
             works: works.len(),
@@ -871,7 +906,7 @@ impl Audit {
                     .lost
                     .push(format!("{name}: no ManifestWork {}", key.1)),
                 Some(w) => {
-                    let desired = desired_work(app, &WorkOptions::default()).unwrap();
+                    let desired = desired_work(app, options).unwrap();
                     if work_differs(w, &desired) {
                         audit.lost.push(format!("{name}: ManifestWork differs"));
                     }
