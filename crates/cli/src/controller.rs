@@ -55,10 +55,14 @@ pub async fn run(args: HubControllerArgs) -> anyhow::Result<()> {
 /// the Lease release gets 2 s.
 pub async fn run_until(args: HubControllerArgs, token: CancellationToken) -> anyhow::Result<()> {
     argocd_pull_controller::install_crypto_provider();
-    // kube's HTTP/1.1 client: one connection per concurrent request. One multiplexed HTTP/2
-    // connection (`argocd_pull_ops::client`) measured slower to all works on the real API
-    // server (docs/performance.md, issue 15)
+    // Watches: kube's HTTP/1.1 client, each watch on a connection of its own. The reconciles'
+    // requests: one multiplexed HTTP/2 connection (`argocd_pull_ops::client`), as client-go
+    // makes them — kube's client opened a TCP + TLS connection per concurrent request, i.e. up
+    // to `--concurrency` handshakes in a burst (docs/performance.md, issue 32).
     let client = kube::Client::try_default()
+        .await
+        .context("no Kubernetes cluster found: set KUBECONFIG or run inside a cluster")?;
+    let requests = argocd_pull_ops::client::infer()
         .await
         .context("no Kubernetes cluster found: set KUBECONFIG or run inside a cluster")?;
 
@@ -122,7 +126,7 @@ pub async fn run_until(args: HubControllerArgs, token: CancellationToken) -> any
             argocd_pull_controller::FEATURE.to_string(),
             tokio::spawn(async move {
                 gate.supervise(argocd_pull_controller::FEATURE, token, |t| {
-                    run_basic_controllers(client.clone(), basic.clone(), t)
+                    run_basic_controllers(client.clone(), requests.clone(), basic.clone(), t)
                 })
                 .await
             }),
@@ -167,14 +171,15 @@ pub async fn run_until(args: HubControllerArgs, token: CancellationToken) -> any
 /// The basic pull-model controllers until `token`; a failed start (RBAC, API errors) is retried
 /// with backoff.
 async fn run_basic_controllers(
-    client: kube::Client,
+    watches: kube::Client,
+    requests: kube::Client,
     config: argocd_pull_controller::ControllerConfig,
     token: CancellationToken,
 ) {
     let mut delay = Duration::from_secs(5);
     loop {
         let started = tokio::select! {
-            r = argocd_pull_controller::start(client.clone(), config.clone()) => r,
+            r = argocd_pull_controller::start_split(watches.clone(), requests.clone(), config.clone()) => r,
             _ = token.cancelled() => return,
         };
         match started {

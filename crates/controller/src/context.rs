@@ -5,6 +5,7 @@ use std::time::Duration;
 use argocd_pull_api::argocd::Application;
 use argocd_pull_api::ocm::cluster::PlacementDecision;
 use argocd_pull_ops::admin::Readiness;
+use argocd_pull_ops::api_health::ApiHealth;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::store::Writer;
@@ -18,9 +19,24 @@ use crate::{ControllerConfig, Metrics};
 pub(crate) type AppRef = ObjectRef<AppLite>;
 pub(crate) type WorkRef = ObjectRef<WorkLite>;
 
+/// The probe of [`Ctx::health`]: one Application, read from etcd (cheap at any fleet size).
+const HEALTH_PROBE: &str = "/apis/argoproj.io/v1alpha1/applications?limit=1";
+
+/// An object whose reconcile failed and is retried with backoff.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Retry {
+    /// Propagation of an Application.
+    App(AppRef),
+    /// Status of a ManifestWork.
+    Work(WorkRef),
+}
+
 /// Shared state of the controllers: caches, triggers, bookkeeping.
 pub(crate) struct Ctx {
+    /// Requests: reads and writes of the reconciles, the sweep, Events.
     pub client: Client,
+    /// The watches (long-lived requests).
+    pub watch_client: Client,
     pub config: ControllerConfig,
     pub metrics: Metrics,
     pub readiness: Readiness,
@@ -35,7 +51,12 @@ pub(crate) struct Ctx {
     pub waiting: Mutex<HashMap<String, HashSet<AppRef>>>,
     /// Events already published (object, reason): published once until the problem clears.
     pub reported: Mutex<HashSet<(AppRef, &'static str)>>,
-    pub failures: Mutex<HashMap<String, u32>>,
+    /// Works the sweep deleted (by uid) that the cache may still hold: not deleted again.
+    pub swept: Mutex<HashMap<WorkRef, String>>,
+    /// Failed reconciles and how often each failed in a row (the backoff's exponent).
+    pub failures: Mutex<HashMap<Retry, u32>>,
+    /// Whether the API server answers: an outage's end retries every failed reconcile at once.
+    pub health: ApiHealth,
     pub propagate_tx: mpsc::UnboundedSender<AppRef>,
     pub status_tx: mpsc::UnboundedSender<WorkRef>,
     pub sweep_request: Notify,
@@ -55,7 +76,11 @@ pub(crate) struct Receivers {
 }
 
 impl Ctx {
-    pub fn new(client: Client, config: ControllerConfig) -> (Arc<Ctx>, Receivers) {
+    pub fn new(
+        client: Client,
+        watch_client: Client,
+        config: ControllerConfig,
+    ) -> (Arc<Ctx>, Receivers) {
         let (apps, apps_w) = reflector::store();
         let (works, works_w) = reflector::store();
         let (clusters, clusters_w) = reflector::store();
@@ -74,8 +99,12 @@ impl Ctx {
                 instance: config.instance.clone(),
             },
         );
+        // the Applications' LIST is what every controller here needs first
+        let health = ApiHealth::new(client.clone(), HEALTH_PROBE);
         let ctx = Ctx {
             client,
+            watch_client,
+            health,
             metrics: config.metrics.clone(),
             readiness: config.readiness.clone(),
             config,
@@ -89,6 +118,7 @@ impl Ctx {
             waiting: Mutex::new(HashMap::new()),
             reported: Mutex::new(HashSet::new()),
             failures: Mutex::new(HashMap::new()),
+            swept: Mutex::new(HashMap::new()),
             propagate_tx,
             status_tx,
             sweep_request: Notify::new(),
@@ -179,8 +209,13 @@ impl Ctx {
         }
     }
 
-    /// Counts a failure of `key` and returns the delay before the retry.
-    pub fn backoff(&self, key: String) -> Duration {
+    /// Counts a failure of `key` and returns the delay before the retry. An error that says the
+    /// API server is not there is reported to [`Ctx::health`]: the end of the outage retries
+    /// `key` at once ([`Ctx::retry_failed`]), whatever the delay grew to meanwhile.
+    pub fn backoff(&self, key: Retry, err: &crate::Error) -> Duration {
+        if let crate::Error::Kube(e) = err {
+            self.health.report(e);
+        }
         let mut failures = lock(&self.failures);
         let n = failures.entry(key).or_default();
         *n = n.saturating_add(1);
@@ -191,11 +226,27 @@ impl Ctx {
             .min(self.config.retry_max)
     }
 
-    pub fn succeeded(&self, key: &str) {
+    pub fn succeeded(&self, key: &Retry) {
         let mut failures = lock(&self.failures);
         if !failures.is_empty() {
             failures.remove(key);
         }
+    }
+
+    /// The API server answers again after an outage: every failed reconcile is retried now, its
+    /// backoff reset (the failures were the outage's, not the objects'), and the caches are swept
+    /// (deletes of the outage show once the watches have re-listed, which sweeps again).
+    pub fn retry_failed(&self) -> usize {
+        let failed = std::mem::take(&mut *lock(&self.failures));
+        let n = failed.len();
+        for key in failed.into_keys() {
+            match key {
+                Retry::App(app) => self.trigger_propagation(app),
+                Retry::Work(work) => self.trigger_status(work),
+            }
+        }
+        self.request_sweep();
+        n
     }
 }
 

@@ -208,6 +208,18 @@ where
 /// [`RunningControllers::wait_ready`]. Fails early, with the reason, when a needed API cannot be
 /// listed.
 pub async fn start(client: Client, config: ControllerConfig) -> anyhow::Result<RunningControllers> {
+    start_split(client.clone(), client, config).await
+}
+
+/// [`start`] with the watches on `watches` and every other request (the reconciles' reads and
+/// writes, the sweep, Events) on `requests`: e.g. writes multiplexed over one HTTP/2 connection
+/// ([`argocd_pull_ops::client`]) and each watch on an HTTP/1.1 connection of its own.
+pub async fn start_split(
+    watches: Client,
+    requests: Client,
+    config: ControllerConfig,
+) -> anyhow::Result<RunningControllers> {
+    let client = requests;
     check_api(
         Api::<Application>::all(client.clone()),
         "argoproj.io/v1alpha1 Applications",
@@ -231,7 +243,7 @@ pub async fn start(client: Client, config: ControllerConfig) -> anyhow::Result<R
         .await?;
     }
     let token = CancellationToken::new();
-    let (ctx, receivers) = Ctx::new(client, config);
+    let (ctx, receivers) = Ctx::new(client, watches, config);
     let tasks = pumps::spawn_all(ctx.clone(), receivers, token.clone());
     Ok(RunningControllers { ctx, token, tasks })
 }

@@ -16,7 +16,7 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::cache::{AppLite, MetaOnly, WorkLite};
-use crate::context::{Ctx, WorkRef, app_ref};
+use crate::context::{Ctx, Retry, WorkRef, app_ref};
 use crate::error::{Error, is_status};
 use crate::metrics::{ControllerLabels, ErrorLabels, OpLabels};
 
@@ -134,7 +134,7 @@ pub(crate) async fn reconcile(app: Arc<AppLite>, ctx: Arc<Ctx>) -> Result<Action
 
     strip_propagated(&ctx, &app).await?;
     ctx.resolved(&key);
-    ctx.succeeded(&key.to_string());
+    ctx.succeeded(&Retry::App(key));
     Ok(Action::await_change())
 }
 
@@ -311,7 +311,7 @@ async fn finalize(
             Err(e) => return Err(e.into()),
         }
     }
-    ctx.succeeded(&key.to_string());
+    ctx.succeeded(&Retry::App(key));
     Ok(Action::await_change())
 }
 
@@ -324,7 +324,7 @@ pub(crate) fn error_policy(app: Arc<AppLite>, err: &Error, ctx: Arc<Ctx>) -> Act
         })
         .inc();
     let key = ObjectRef::from_obj(app.as_ref());
-    let delay = ctx.backoff(key.to_string());
+    let delay = ctx.backoff(Retry::App(key.clone()), err);
     match err {
         Error::ClusterMissing(_) | Error::NamespaceMissing(_) | Error::Conflict(_) => {
             tracing::info!(app = %key, retry_in = ?delay, "{err}")

@@ -10,11 +10,11 @@ use argocd_pull_api::names::LABEL_PULL_TO_OCM;
 use argocd_pull_api::ocm::cluster::PlacementDecision;
 use argocd_pull_domain::hub_app_ref_of;
 use argocd_pull_ops::CancellationToken;
+use argocd_pull_ops::api_health::rewatching;
 use futures::{Stream, StreamExt, TryStreamExt};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher::watcher;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
 use tokio::task::JoinHandle;
@@ -135,15 +135,19 @@ pub(crate) fn spawn_all(
     token: CancellationToken,
 ) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
-    let client = ctx.client.clone();
+    // the watches' own client (see `start_split`)
+    let client = ctx.watch_client.clone();
 
     // Applications
     {
         let ctx = ctx.clone();
         // decoded straight into the compact form (see `cache::AppLite`)
-        let stream = watcher(Api::<AppLite>::all(client.clone()), pull_labelled())
-            .backoff(argocd_pull_ops::watch::backoff())
-            .reflect(rx.apps);
+        let stream = rewatching(
+            Api::<AppLite>::all(client.clone()),
+            pull_labelled(),
+            ctx.health.clone(),
+        )
+        .reflect(rx.apps);
         let token = token.clone();
         tasks.push(tokio::spawn(async move {
             let mut seen: HashMap<ObjectRef<AppLite>, u64> = HashMap::new();
@@ -189,10 +193,13 @@ pub(crate) fn spawn_all(
         // decoded straight into the compact projection (see `cache`); the spec of a version we
         // wrote ourselves is not parsed again
         let settle_ctx = ctx.clone();
-        let stream = watcher(Api::<WorkWire>::all(client.clone()), pull_labelled())
-            .backoff(argocd_pull_ops::watch::backoff())
-            .map_ok(move |ev| settle_works(&settle_ctx, ev))
-            .reflect(rx.works);
+        let stream = rewatching(
+            Api::<WorkWire>::all(client.clone()),
+            pull_labelled(),
+            ctx.health.clone(),
+        )
+        .map_ok(move |ev| settle_works(&settle_ctx, ev))
+        .reflect(rx.works);
         let token = token.clone();
         tasks.push(tokio::spawn(async move {
             pump(stream, token, "manifestworks", |ev| match ev {
@@ -228,11 +235,11 @@ pub(crate) fn spawn_all(
     // ManagedClusters (existence only)
     {
         let ctx = ctx.clone();
-        let stream = watcher(
+        let stream = rewatching(
             Api::<ClusterLite>::all(client.clone()),
             watcher::Config::default(),
+            ctx.health.clone(),
         )
-        .backoff(argocd_pull_ops::watch::backoff())
         .reflect(rx.clusters);
         let token = token.clone();
         tasks.push(tokio::spawn(async move {
@@ -250,11 +257,11 @@ pub(crate) fn spawn_all(
     // PlacementDecisions (binding gate only)
     if let Some(writer) = rx.decisions {
         let ctx = ctx.clone();
-        let stream = watcher(
+        let stream = rewatching(
             Api::<PlacementDecision>::all(client.clone()),
             watcher::Config::default(),
+            ctx.health.clone(),
         )
-        .backoff(argocd_pull_ops::watch::backoff())
         .modify(|d: &mut PlacementDecision| d.metadata.managed_fields = None)
         .reflect(writer);
         let token = token.clone();
@@ -267,6 +274,23 @@ pub(crate) fn spawn_all(
                 }
             })
             .await;
+        }));
+    }
+
+    // The end of an API-server outage: every reconcile that failed meanwhile is retried now.
+    {
+        let ctx = ctx.clone();
+        let token = token.clone();
+        let mut recoveries = ctx.health.recoveries();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = token.cancelled() => return,
+                    changed = recoveries.changed() => if changed.is_err() { return },
+                }
+                let retried = ctx.retry_failed();
+                tracing::info!(retried, "API server back: failed reconciles retried now");
+            }
         }));
     }
 

@@ -8,7 +8,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::cache::{AppLite, WorkLite};
-use crate::context::Ctx;
+use crate::context::{Ctx, Retry};
 use crate::error::Error;
 use crate::metrics::{ControllerLabels, ErrorLabels};
 use crate::propagation::patch_with_retry;
@@ -59,7 +59,7 @@ pub(crate) async fn reconcile(work: Arc<WorkLite>, ctx: Arc<Ctx>) -> Result<Acti
             break;
         }
     }
-    ctx.succeeded(&format!("work/{}", ObjectRef::from_obj(work.as_ref())));
+    ctx.succeeded(&Retry::Work(ObjectRef::from_obj(work.as_ref())));
     Ok(Action::await_change())
 }
 
@@ -72,7 +72,7 @@ pub(crate) fn error_policy(work: Arc<WorkLite>, err: &Error, ctx: Arc<Ctx>) -> A
         })
         .inc();
     let key = ObjectRef::from_obj(work.as_ref());
-    let delay = ctx.backoff(format!("work/{key}"));
+    let delay = ctx.backoff(Retry::Work(key.clone()), err);
     tracing::warn!(work = %key, retry_in = ?delay, error = %err, "status write failed");
     Action::requeue(delay)
 }

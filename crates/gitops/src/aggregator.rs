@@ -9,6 +9,7 @@
 //! their works — only once the ApplicationSet watch has listed everything, so a slow start never
 //! deletes anything.
 
+use argocd_pull_ops::api_health::{ApiHealth, rewatching};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasher, DefaultHasher, Hasher, RandomState};
 use std::sync::Arc;
@@ -500,6 +501,7 @@ pub(crate) async fn run(
     client: Client,
     config: GitOpsConfig,
     metrics: Metrics,
+    health: ApiHealth,
     shutdown: CancellationToken,
 ) {
     // Each watch runs in its own task, so that listing and decoding (the bulk of the start)
@@ -507,35 +509,39 @@ pub(crate) async fn run(
     let (tx, mut events) = tokio::sync::mpsc::channel::<Ev>(EVENT_BUFFER);
     let mut pumps = tokio::task::JoinSet::new();
     pumps.spawn(pump(
-        watcher(
+        rewatching(
             Api::<WorkView>::all(client.clone()),
             watcher::Config::default()
                 .labels(names::LABEL_APPLICATION_SET)
                 .page_size(WORK_PAGE_SIZE),
+            health.clone(),
         ),
         Ev::Work,
         "manifestworks",
         tx.clone(),
     ));
     pumps.spawn(pump(
-        watcher(
+        rewatching(
             Api::<MulticlusterApplicationSetReport>::all(client.clone()),
             watcher::Config::default(),
+            health.clone(),
         ),
         Ev::Report,
         "multiclusterapplicationsetreports",
         tx.clone(),
     ));
     pumps.spawn(pump(
-        watcher(
+        rewatching(
             Api::<kube::core::PartialObjectMeta<ApplicationSet>>::all(client.clone()),
             watcher::Config::default(),
+            health.clone(),
         ),
         Ev::AppSet,
         "applicationsets",
         tx,
     ));
 
+    let mut recovered = std::pin::pin!(health.recovered());
     let mut index = Index::default();
     let (mut works_ready, mut reports_ready, mut appsets_ready) = (false, false, false);
     let mut relist_works: Option<HashSet<WorkKey>> = None;
@@ -553,6 +559,11 @@ pub(crate) async fn run(
         };
         tokio::select! {
             _ = shutdown.cancelled() => break,
+            Some(()) = recovered.next() => {
+                if index.has_dirty() {
+                    deadline = Some(tokio::time::Instant::now());
+                }
+            }
             _ = sleep => {
                 deadline = None;
                 let started = Instant::now();
@@ -560,6 +571,10 @@ pub(crate) async fn run(
                 let computed = started.elapsed();
                 let n = decisions.len();
                 let ok = execute(&client, &config, &metrics, &mut index, decisions).await;
+                if !ok {
+                    // failed writes stay dirty: retried in a second, or when an outage ends
+                    deadline = Some(tokio::time::Instant::now() + WRITE_RETRY);
+                }
                 if std::mem::take(&mut first_flush) {
                     tracing::info!(
                         controller = CONTROLLER,
@@ -637,6 +652,9 @@ pub(crate) async fn run(
     }
 }
 
+/// When report writes that failed are tried again (unless an outage ends first).
+const WRITE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Events buffered between a watch task and the aggregator.
 const EVENT_BUFFER: usize = 512;
 /// Page size of the initial work list. Measured at 100,000 works: 500 (kube's default) lets the
@@ -650,9 +668,10 @@ async fn pump<K, S>(
     resource: &'static str,
     tx: tokio::sync::mpsc::Sender<Ev>,
 ) where
-    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    K: Send + 'static,
 {
-    let mut stream = std::pin::pin!(stream.backoff(argocd_pull_ops::watch::backoff()));
+    let mut stream = std::pin::pin!(stream);
     while let Some(e) = stream.next().await {
         if let Some(e) = log_err(e, resource)
             && tx.send(wrap(e)).await.is_err()
@@ -892,14 +911,15 @@ pub fn additional_status_condition(app: &AppView) -> Option<serde_json::Value> {
 pub(crate) async fn run_app_conditions(
     client: Client,
     metrics: Metrics,
+    health: ApiHealth,
     shutdown: CancellationToken,
 ) {
     let apps: Api<AppView> = Api::all(client.clone());
-    let mut events = watcher(
+    let mut events = rewatching(
         apps,
         watcher::Config::default().labels(names::LABEL_PULL_TO_OCM),
+        health,
     )
-    .backoff(argocd_pull_ops::watch::backoff())
     .applied_objects()
     .boxed();
     let pp = PatchParams {

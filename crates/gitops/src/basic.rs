@@ -2,6 +2,7 @@
 //! (`server: https://<cluster>-control-plane:6443`) in one namespace. The Secret has the
 //! ManagedCluster as owner, so it goes when the cluster goes; label changes are written at once.
 
+use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,6 +35,7 @@ pub(crate) async fn run(
     client: Client,
     namespace: String,
     metrics: Metrics,
+    health: ApiHealth,
     shutdown: CancellationToken,
 ) {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
@@ -49,6 +51,8 @@ pub(crate) async fn run(
     let store = controller.store();
     let token = shutdown.clone();
     let run = controller
+        .trigger_backoff(ControllerBackoff::new(health.clone()))
+        .reconcile_all_on(health.recovered())
         .owns(
             secrets,
             watcher::Config::default().labels(&format!("{LABEL_BASIC_MODE}=true")),

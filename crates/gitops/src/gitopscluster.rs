@@ -8,6 +8,7 @@
 //! writes only what differs), so a label change on a ManagedCluster reaches its Secret within
 //! the controller's debounce, not after a poll.
 
+use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff, rewatching};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,7 +28,7 @@ use kube::api::{
 };
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -258,6 +259,7 @@ pub(crate) async fn run(
     client: Client,
     config: GitOpsConfig,
     metrics: Metrics,
+    health: ApiHealth,
     shutdown: CancellationToken,
 ) {
     let (decisions, dw) = reflector::store::<PlacementDecision>();
@@ -265,46 +267,48 @@ pub(crate) async fn run(
     let (secret_store, sw) = reflector::store::<Secret>();
     let decision_events = reflector::reflector(
         dw,
-        watcher(
+        rewatching(
             Api::<PlacementDecision>::all(client.clone()),
             watcher::Config::default(),
+            health.clone(),
         ),
-    )
-    .backoff(argocd_pull_ops::watch::backoff());
+    );
     let cluster_events = reflector::reflector(
         cw,
-        watcher(
+        rewatching(
             Api::<ManagedCluster>::all(client.clone()),
             watcher::Config::default(),
+            health.clone(),
         ),
-    )
-    .backoff(argocd_pull_ops::watch::backoff());
+    );
     let secret_events = reflector::reflector(
         sw,
-        watcher(
+        rewatching(
             Api::<Secret>::all(client.clone()),
             watcher::Config::default()
                 .labels(&format!("{}=cluster", names::LABEL_ARGOCD_SECRET_TYPE)),
+            health.clone(),
         ),
-    )
-    .backoff(argocd_pull_ops::watch::backoff());
+    );
     // Namespaces gaining or losing the authorisation label, Argo CD servers appearing.
-    let namespace_events = watcher(
+    let namespace_events = rewatching(
         Api::<kube::core::PartialObjectMeta<Namespace>>::all(client.clone()),
         watcher::Config::default().labels(names::LABEL_GITOPS_ARGO_NAMESPACE),
-    )
-    .backoff(argocd_pull_ops::watch::backoff());
-    let server_events = watcher(
+        health.clone(),
+    );
+    let server_events = rewatching(
         Api::<kube::core::PartialObjectMeta<Service>>::all(client.clone()),
         watcher::Config::default().labels(ARGO_SERVER_SELECTOR),
-    )
-    .backoff(argocd_pull_ops::watch::backoff());
+        health.clone(),
+    );
     let triggers = futures::stream::select_all([
         relevant_changes(decision_events, decision_fingerprint, "placementdecisions").boxed(),
         relevant_changes(cluster_events, cluster_fingerprint, "managedclusters").boxed(),
         relevant_changes(secret_events, secret_fingerprint, "secrets").boxed(),
         relevant_changes(namespace_events, meta_fingerprint, "namespaces").boxed(),
         relevant_changes(server_events, meta_fingerprint, "services").boxed(),
+        // the end of an API-server outage: everything at once, not at the next 5 s retry
+        health.recovered().boxed(),
     ]);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
@@ -339,6 +343,7 @@ pub(crate) async fn run(
     let store = controller.store();
     let run = controller
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
+        .trigger_backoff(ControllerBackoff::new(health))
         .reconcile_all_on(triggers)
         .graceful_shutdown_on(async move { token.cancelled().await })
         .run(

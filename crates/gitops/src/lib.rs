@@ -20,6 +20,7 @@ pub mod report;
 pub mod secrets;
 pub mod status;
 
+use argocd_pull_ops::api_health::ApiHealth;
 use std::time::Duration;
 
 use argocd_pull_ops::apis::{ApiGate, Feature, known};
@@ -234,6 +235,9 @@ impl Running {
     }
 }
 
+/// The probe of the controllers' [`ApiHealth`]: one ManagedCluster, read from etcd.
+const HEALTH_PROBE: &str = "/apis/cluster.open-cluster-management.io/v1/managedclusters?limit=1";
+
 /// Starts the configured controllers on `client`.
 pub async fn start(client: kube::Client, config: GitOpsConfig) -> anyhow::Result<Running> {
     start_gated(client, config, None).await
@@ -248,6 +252,9 @@ pub async fn start_gated(
 ) -> anyhow::Result<Running> {
     let shutdown = CancellationToken::new();
     let metrics = config.metrics.clone();
+    // every controller here reads ManagedClusters (or works of them): their LIST answers once the
+    // API server serves what they need
+    let health = ApiHealth::new(client.clone(), HEALTH_PROBE);
     let mut tasks = Vec::new();
     let mut spawn =
         |task: &'static str,
@@ -264,16 +271,24 @@ pub async fn start_gated(
         };
     if config.gitopscluster {
         let (client, config, metrics) = (client.clone(), config.clone(), metrics.clone());
+        let health = health.clone();
         spawn(
             "gitopscluster",
             FEATURE_GITOPSCLUSTER,
             Box::new(move |t| {
-                gitopscluster::run(client.clone(), config.clone(), metrics.clone(), t).boxed()
+                gitopscluster::run(
+                    client.clone(),
+                    config.clone(),
+                    metrics.clone(),
+                    health.clone(),
+                    t,
+                )
+                .boxed()
             }),
         );
     }
     if config.addon {
-        let (client, metrics) = (client.clone(), metrics.clone());
+        let (client, metrics, health) = (client.clone(), metrics.clone(), health.clone());
         let addon_config = addon::reconcile::AddonConfig {
             agent_image: config.addon_agent_image.clone(),
         };
@@ -281,27 +296,51 @@ pub async fn start_gated(
             "argocd-agent-addon",
             FEATURE_ADDON,
             Box::new(move |t| {
-                addon::reconcile::run(client.clone(), addon_config.clone(), metrics.clone(), t)
-                    .boxed()
+                addon::reconcile::run(
+                    client.clone(),
+                    addon_config.clone(),
+                    metrics.clone(),
+                    health.clone(),
+                    t,
+                )
+                .boxed()
             }),
         );
     }
     if let Some(ns) = &config.basic_secrets_namespace {
         let (client, ns, metrics) = (client.clone(), ns.clone(), metrics.clone());
+        let health = health.clone();
         spawn(
             "basic-cluster-secrets",
             FEATURE_BASIC_SECRETS,
-            Box::new(move |t| basic::run(client.clone(), ns.clone(), metrics.clone(), t).boxed()),
+            Box::new(move |t| {
+                basic::run(
+                    client.clone(),
+                    ns.clone(),
+                    metrics.clone(),
+                    health.clone(),
+                    t,
+                )
+                .boxed()
+            }),
         );
     }
     if config.report {
         {
             let (client, config, metrics) = (client.clone(), config.clone(), metrics.clone());
+            let health = health.clone();
             spawn(
                 "appset-report",
                 FEATURE_REPORT,
                 Box::new(move |t| {
-                    aggregator::run(client.clone(), config.clone(), metrics.clone(), t).boxed()
+                    aggregator::run(
+                        client.clone(),
+                        config.clone(),
+                        metrics.clone(),
+                        health.clone(),
+                        t,
+                    )
+                    .boxed()
                 }),
             );
         }
@@ -310,7 +349,8 @@ pub async fn start_gated(
             "appset-report-app-conditions",
             FEATURE_REPORT,
             Box::new(move |t| {
-                aggregator::run_app_conditions(client.clone(), metrics.clone(), t).boxed()
+                aggregator::run_app_conditions(client.clone(), metrics.clone(), health.clone(), t)
+                    .boxed()
             }),
         );
     }

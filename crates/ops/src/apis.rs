@@ -119,6 +119,9 @@ pub struct GateOptions {
     pub missing_interval: Duration,
     /// While everything is served (how soon a removed CRD stops its feature).
     pub served_interval: Duration,
+    /// How long after finding a served API gone discovery looks again before the feature is
+    /// stopped.
+    pub confirm_interval: Duration,
 }
 
 impl Default for GateOptions {
@@ -126,6 +129,7 @@ impl Default for GateOptions {
         GateOptions {
             missing_interval: Duration::from_secs(10),
             served_interval: Duration::from_secs(60),
+            confirm_interval: Duration::from_secs(5),
         }
     }
 }
@@ -205,13 +209,24 @@ impl ApiGate {
     /// Polls discovery until `shutdown`, reporting changes (see the module docs).
     pub async fn run(self, shutdown: CancellationToken) {
         let mut reported: BTreeMap<(&'static str, RequiredApi), Problem> = BTreeMap::new();
+        let mut confirming = false;
         loop {
             let found = tokio::select! {
                 _ = shutdown.cancelled() => return,
                 f = self.discover() => f,
             };
             let interval = match found {
+                // An API that was served and is missing now: looked at again before its feature
+                // is stopped. A restarting API server answers discovery before it serves every
+                // CRD again; stopping then would restart the feature (a full re-list) a
+                // `missing_interval` later.
+                Some(state) if !confirming && self.newly_missing(&state) => {
+                    confirming = true;
+                    tracing::debug!("a required API seems gone; checking again");
+                    self.inner.options.confirm_interval
+                }
                 Some(state) => {
+                    confirming = false;
                     self.report(&state, &mut reported);
                     let any_missing = state.values().any(|p| !p.is_empty());
                     self.inner.state.send_replace(Some(state));
@@ -229,6 +244,17 @@ impl ApiGate {
                 _ = tokio::time::sleep(interval) => {}
             }
         }
+    }
+
+    /// Whether `state` has a problem for a feature the last applied state had none for.
+    fn newly_missing(&self, state: &BTreeMap<&'static str, Vec<Problem>>) -> bool {
+        let current = self.inner.state.borrow();
+        let Some(current) = current.as_ref() else {
+            return false;
+        };
+        state
+            .iter()
+            .any(|(f, p)| !p.is_empty() && current.get(f).is_none_or(Vec::is_empty))
     }
 
     /// Runs `feature` while its APIs are served: `run(token)` is called when they are (again)

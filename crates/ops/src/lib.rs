@@ -18,6 +18,8 @@
 //! * [`client::infer`] — kube's client over a connector that offers HTTP/2 (one multiplexed
 //!   connection to the API server, as client-go; opt-in);
 //! * [`watch::backoff`] — the retry policy of every watch (capped at 5 s);
+//! * [`api_health::ApiHealth`] — notices an API-server outage from failed requests, probes
+//!   `/readyz` until it ends and wakes the waiting watches and retries then;
 //! * [`leader`] — leader election on a `coordination.k8s.io/v1` Lease (kube-lease-manager).
 //!
 //! A typical `main`:
@@ -36,6 +38,7 @@
 //! ```
 
 pub mod admin;
+pub mod api_health;
 pub mod apis;
 pub mod client;
 pub mod labels;

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use argocd_pull_ops::api_health::{ApiHealth, rewatching};
 use async_trait::async_trait;
 use futures::{StreamExt, stream::BoxStream};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -222,11 +223,15 @@ pub trait Store: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct KubeStore {
     client: kube::Client,
+    /// Paces the watches' retries: while the API server does not answer they wait for it (not a
+    /// retry loop), and re-list as soon as it answers again.
+    health: ApiHealth,
 }
 
 impl KubeStore {
     pub fn new(client: kube::Client) -> Self {
-        Self { client }
+        let health = ApiHealth::new(client.clone(), HEALTH_PROBE);
+        Self { client, health }
     }
 
     fn api(&self, kind: Kind, ns: Option<&str>) -> Api<DynamicObject> {
@@ -237,6 +242,10 @@ impl KubeStore {
         }
     }
 }
+
+/// The probe of [`KubeStore`]'s [`ApiHealth`]: one Application (what every user of the store
+/// reads); a 403 (an identity that may not list them cluster-wide) counts as an answer.
+const HEALTH_PROBE: &str = "/apis/argoproj.io/v1alpha1/applications?limit=1";
 
 fn kube_err(e: kube::Error) -> StoreError {
     match &e {
@@ -388,16 +397,20 @@ impl Store for KubeStore {
         ns: Option<&str>,
     ) -> BoxStream<'static, StoreResult<WatchEvent>> {
         use kube::runtime::watcher::{self, Event as W};
-        watcher::watcher(self.api(kind, ns), watcher::Config::default())
-            .map(|e| match e {
-                Ok(W::Apply(o)) => Ok(WatchEvent::Applied(to_value(&o))),
-                Ok(W::Delete(o)) => Ok(WatchEvent::Deleted(to_value(&o))),
-                Ok(W::Init) => Ok(WatchEvent::Init),
-                Ok(W::InitApply(o)) => Ok(WatchEvent::InitApply(to_value(&o))),
-                Ok(W::InitDone) => Ok(WatchEvent::InitDone),
-                Err(e) => Err(StoreError::Other(e.to_string())),
-            })
-            .boxed()
+        rewatching(
+            self.api(kind, ns),
+            watcher::Config::default(),
+            self.health.clone(),
+        )
+        .map(|e| match e {
+            Ok(W::Apply(o)) => Ok(WatchEvent::Applied(to_value(&o))),
+            Ok(W::Delete(o)) => Ok(WatchEvent::Deleted(to_value(&o))),
+            Ok(W::Init) => Ok(WatchEvent::Init),
+            Ok(W::InitApply(o)) => Ok(WatchEvent::InitApply(to_value(&o))),
+            Ok(W::InitDone) => Ok(WatchEvent::InitDone),
+            Err(e) => Err(StoreError::Other(e.to_string())),
+        })
+        .boxed()
     }
 }
 

@@ -22,10 +22,12 @@
 
 mod harness;
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use argocd_pull_api::ocm::work::ManifestWork;
+use argocd_pull_api::report::MulticlusterApplicationSetReport;
 use argocd_pull_controller::{ControllerConfig, start};
 use argocd_pull_domain::{WorkOptions, desired_work};
 use futures::StreamExt;
@@ -33,7 +35,7 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use harness::{Fleet, Real, app_name, ok_or_exists, real};
@@ -110,33 +112,223 @@ async fn kill_9_mid_load_and_restart() {
     fleet.finish().await;
 }
 
-/// The hub kube-apiserver is stopped (SIGTERM) while 1,000 Applications are being created and
-/// started again with `$REALK8S/up.sh`; the creates that failed meanwhile are retried by the
-/// loader, and the controller resumes its watches and retries its failed writes.
+/// How long the recovery tests keep the hub API server down.
+const OUTAGE: Duration = Duration::from_secs(10);
+
+/// SIGKILLs the hub kube-apiserver, keeps it down for [`OUTAGE`] (the length of the fault, not a
+/// synchronisation), starts it again with `$REALK8S/up.sh` and returns when it first answered
+/// a list of `fleet`'s Applications again, with `up.sh` (still waiting for the rest of the env).
+async fn outage(real: &Real, fleet: &Fleet) -> (Instant, tokio::task::JoinHandle<()>) {
+    let down = tokio::task::block_in_place(|| real.kill_hub_apiserver());
+    tokio::time::sleep(OUTAGE).await;
+    let up = tokio::task::spawn_blocking(move || down.restart());
+    let back = fleet.until_answers().await;
+    eprintln!("faults: the hub API server answers again");
+    (back, up)
+}
+
+/// Works that existed before a fault and still exist have kept their UID (none was deleted and
+/// written again).
+fn assert_not_recreated(before: &HashMap<String, String>, after: &HashMap<String, String>) {
+    let recreated: Vec<&String> = before
+        .iter()
+        .filter(|(k, uid)| after.get(*k).is_some_and(|u| u != *uid))
+        .map(|(k, _)| k)
+        .collect();
+    assert!(recreated.is_empty(), "works written again: {recreated:?}");
+}
+
+/// The hub kube-apiserver is SIGKILLed for [`OUTAGE`] while 1,000 Applications are being
+/// created and 100 works have just got Healthy feedback (the loader retries its failed
+/// creates); the controller resumes its watches, retries its failed writes and converges:
+/// every Application has exactly its work (none written twice), every reported status is on
+/// its Application.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hub_apiserver_stopped_and_restarted_mid_load() {
-    let Some(real) = real("hub_apiserver_stopped_and_restarted_mid_load", true).await else {
+async fn hub_apiserver_killed_mid_creates() {
+    let Some(real) = real("hub_apiserver_killed_mid_creates", true).await else {
         return;
     };
     let _serial = SERIAL.lock().await;
-    let fleet = Fleet::new(&real.hub, "apiserver").await;
-    let mut ctl = real.spawn_controller(&real.kubeconfig, "apiserver");
+    let fleet = Fleet::new(&real.hub, "killcreate").await;
+    let mut ctl = real.spawn_controller(&real.kubeconfig, "killcreate");
     ctl.wait_logged(STARTED, START_WITHIN).await;
 
-    tokio::join!(fleet.create(0..1000, json!({})), async {
-        fleet.until_works(300).await;
-        let down = tokio::task::block_in_place(|| real.stop_hub_apiserver());
-        tokio::task::block_in_place(|| drop(down)); // up.sh: back up
-    });
+    fleet.create(0..100, json!({})).await;
+    fleet.converged(100).await;
+    let mut before = HashMap::new();
+    let mut back = None;
+    tokio::join!(
+        fleet.create(100..1000, json!({})),
+        // status writes under way too: the work agent reports 100 works Healthy
+        fleet.report_healthy(0..100),
+        async {
+            fleet.until_works(300).await;
+            before = fleet.work_uids().await;
+            back = Some(outage(&real, &fleet).await);
+        }
+    );
+    let (back, up) = back.unwrap();
     ctl.assert_running();
     assert!(
         ctl.logged("watch error; retrying"),
         "the controller never saw the API server go away; see {}",
         ctl.log.display()
     );
-    fleet.converged(1000).await;
+    assert!(
+        before.len() < 1000,
+        "the kill came after the controller had finished"
+    );
+    let (_, works_at) = fleet.converged_at(1000).await;
+    let status_at = fleet.healthy_at(0..100).await;
+    up.await.unwrap();
+    assert_not_recreated(&before, &fleet.work_uids().await);
+    eprintln!(
+        "faults: RECOVERY creates: {} works before the kill; after the API server answered again: \
+         works converged in {:.2} s, statuses in {:.2} s",
+        before.len(),
+        works_at.saturating_duration_since(back).as_secs_f64(),
+        status_at.saturating_duration_since(back).as_secs_f64(),
+    );
     drop(ctl);
     fleet.finish().await;
+}
+
+/// The hub kube-apiserver is SIGKILLed for [`OUTAGE`] while 300 Applications are being
+/// deleted: 100 without their resources finalizer (gone at once: the cleanup controller removes
+/// their works) and 200 with it (the propagation controller deletes the work, then removes the
+/// finalizer). Converges to no Application and no work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hub_apiserver_killed_mid_deletes() {
+    let Some(real) = real("hub_apiserver_killed_mid_deletes", true).await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let fleet = Fleet::new(&real.hub, "killdelete").await;
+    let mut ctl = real.spawn_controller(&real.kubeconfig, "killdelete");
+    ctl.wait_logged(STARTED, START_WITHIN).await;
+    fleet.create(0..300, json!({})).await;
+    fleet.converged(300).await;
+
+    let mut at_kill = 0;
+    let mut back = None;
+    tokio::join!(
+        async {
+            fleet.delete_unfinalized(0..100).await;
+            fleet.delete(100..300).await;
+        },
+        async {
+            at_kill = fleet.until_works_at_most(295).await;
+            back = Some(outage(&real, &fleet).await);
+        }
+    );
+    let (back, up) = back.unwrap();
+    ctl.assert_running();
+    assert!(
+        at_kill > 0,
+        "the kill came after the controller had finished"
+    );
+    let (_, at) = fleet.converged_at(0).await;
+    up.await.unwrap();
+    eprintln!(
+        "faults: RECOVERY deletes: {at_kill} works left just before the kill; converged {:.2} s after \
+         the API server answered again",
+        at.saturating_duration_since(back).as_secs_f64(),
+    );
+    drop(ctl);
+    fleet.clean().await;
+}
+
+/// The whole `argocd-pull controller` (needs [`harness::BIN_ENV`]: the propagation, status,
+/// cleanup and ApplicationSet report controllers in one process, as users run it): while 200
+/// Applications of one ApplicationSet are being created, the hub API server is SIGKILLed for
+/// [`OUTAGE`]. After it answers again, every Application has its work (with the report's
+/// feedback rules) and the ApplicationSet's report lists every work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hub_apiserver_killed_mid_appset_creates() {
+    const TEST: &str = "hub_apiserver_killed_mid_appset_creates";
+    let Some(real) = real(TEST, true).await else {
+        return;
+    };
+    if std::env::var_os(harness::BIN_ENV).is_none() {
+        harness::skip(
+            TEST,
+            "it runs the argocd-pull binary: set ARGOCD_PULL_FAULTS_BIN",
+        );
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    real.apply_own_crds().await;
+    let mut fleet = Fleet::new(&real.hub, "killappset").await;
+    fleet.options.appset_feedback = argocd_pull_gitops::report::extra_feedback_rules();
+    let appsets: Api<DynamicObject> = Api::namespaced_with(
+        real.hub.clone(),
+        &fleet.ns,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "ApplicationSet"),
+            "applicationsets",
+        ),
+    );
+    let reports: Api<MulticlusterApplicationSetReport> =
+        Api::namespaced(real.hub.clone(), &fleet.ns);
+    let _ = appsets.delete("set", &Default::default()).await;
+    let _ = reports.delete("set", &Default::default()).await;
+    let set: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet",
+        "metadata": {"name": "set", "namespace": fleet.ns},
+        "spec": {"generators": [{"list": {"elements": []}}],
+                 "template": {"metadata": {"name": "x"}, "spec": {"project": "default",
+                     "destination": {"server": "https://kubernetes.default.svc"}}}}
+    }))
+    .unwrap();
+    let set = appsets.create(&PostParams::default(), &set).await.unwrap();
+    let owned = json!({"metadata": {"ownerReferences": [{
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet", "name": "set",
+        "uid": set.metadata.uid, "controller": true, "blockOwnerDeletion": true}]}});
+    let mut ctl = real.spawn_controller(&real.kubeconfig, "killappset");
+    ctl.wait_logged(STARTED, START_WITHIN).await;
+    fleet.create(0..30, owned.clone()).await;
+    fleet.converged(30).await;
+
+    let mut back = None;
+    let mut at_kill = 0;
+    tokio::join!(fleet.create(30..200, owned.clone()), async {
+        fleet.until_works(80).await;
+        at_kill = fleet.works().await.unwrap().len();
+        back = Some(outage(&real, &fleet).await);
+    });
+    let (back, up) = back.unwrap();
+    ctl.assert_running();
+    let (_, works_at) = fleet.converged_at(200).await;
+    let t0 = Instant::now();
+    let report_at = loop {
+        let listed = reports
+            .get_opt("set")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|r| r.statuses)
+            .map_or(0, |s| s.cluster_conditions.len());
+        if listed == 200 {
+            break Instant::now();
+        }
+        assert!(
+            t0.elapsed() < harness::CONVERGE,
+            "the report lists {listed} of 200 works; see {}",
+            ctl.log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    up.await.unwrap();
+    eprintln!(
+        "faults: RECOVERY appset: {at_kill} works at the kill; after the API server answered \
+         again: works converged in {:.2} s, the report in {:.2} s",
+        works_at.saturating_duration_since(back).as_secs_f64(),
+        report_at.saturating_duration_since(back).as_secs_f64(),
+    );
+    drop(ctl);
+    fleet.clean().await;
+    let _ = appsets.delete("set", &Default::default()).await;
+    let _ = reports.delete("set", &Default::default()).await;
 }
 
 /// The controller is cut off the API server (a TCP proxy drops its connections); meanwhile 50

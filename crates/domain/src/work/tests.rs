@@ -560,3 +560,53 @@ fn payload_identifier_matches_by_name() {
     let id = payload_identifier(&d, "app1").unwrap();
     assert_eq!(id, application_resource_identifier(&app(base())));
 }
+
+/// The digest is that of the canonical bytes fed to SHA-1 piece by piece (its first form), so
+/// building them in one buffer changed no digest.
+#[test]
+fn the_digest_is_unchanged_by_buffering_the_canonical_form() {
+    fn feed(v: &Value, h: &mut Sha1) {
+        match v {
+            Value::Null => h.update(b"n"),
+            Value::Bool(b) => h.update(if *b { b"t" } else { b"f" }),
+            Value::Number(n) => {
+                let s = n.to_string();
+                h.update(b"#");
+                h.update((s.len() as u64).to_le_bytes());
+                h.update(s.as_bytes());
+            }
+            Value::String(s) => {
+                h.update(b"s");
+                h.update((s.len() as u64).to_le_bytes());
+                h.update(s.as_bytes());
+            }
+            Value::Array(a) => {
+                h.update(b"[");
+                h.update((a.len() as u64).to_le_bytes());
+                for x in a {
+                    feed(x, h);
+                }
+            }
+            Value::Object(m) => {
+                h.update(b"{");
+                h.update((m.len() as u64).to_le_bytes());
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort_unstable();
+                for k in keys {
+                    h.update((k.len() as u64).to_le_bytes());
+                    h.update(k.as_bytes());
+                    feed(&m[k], h);
+                }
+            }
+        }
+    }
+    let mut v = base();
+    v["spec"]["x"] = json!([1, 2.5, null, true, {"b": 1, "a": [false]}]);
+    let d = desired_work(&app(v), &WorkOptions::default()).unwrap();
+    let mut h = Sha1::new();
+    feed(&serde_json::to_value(&d.spec).unwrap(), &mut h);
+    assert_eq!(
+        normalized_spec_digest(&d.spec),
+        SpecDigest(h.finalize().into())
+    );
+}

@@ -6,7 +6,8 @@
 //! is found *before* anything is written: a False condition naming the fix, and a retry with
 //! backoff; never a half-made set of secrets.
 
-use std::collections::BTreeSet;
+use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -74,6 +75,7 @@ pub async fn run(
     client: Client,
     config: AddonConfig,
     metrics: Metrics,
+    health: ApiHealth,
     shutdown: CancellationToken,
 ) {
     let ctx = Arc::new(Ctx {
@@ -92,6 +94,10 @@ pub async fn run(
     let gcs_for_services = store.clone();
     let run = controller
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
+        // the end of an API-server outage: every GitOpsCluster at once, not at its next retry
+        // (5 s doubling per failure)
+        .trigger_backoff(ControllerBackoff::new(health.clone()))
+        .reconcile_all_on(health.recovered())
         // The principal Service changing (a new LoadBalancer address: new SANs) reconciles the
         // GitOpsClusters of its namespace.
         .watches(

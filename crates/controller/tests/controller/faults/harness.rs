@@ -29,6 +29,9 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// Set (to a kubeconfig path) in the environment of the controller child process.
 pub const CHILD_ENV: &str = "ARGOCD_PULL_FAULTS_CHILD_KUBECONFIG";
+/// When set, the path of an `argocd-pull` binary the fault tests run as the controller
+/// (`argocd-pull controller`) instead of this test binary's library controllers.
+pub const BIN_ENV: &str = "ARGOCD_PULL_FAULTS_BIN";
 /// Clusters shared by the fault tests (ManagedCluster + namespace; no work agent serves them).
 pub const CLUSTERS: [&str; 5] = ["faults-1", "faults-2", "faults-3", "faults-4", "faults-5"];
 /// OCM's cluster-set label.
@@ -140,6 +143,38 @@ impl Real {
         path
     }
 
+    /// Applies argocd-pull's own CRDs (`deploy/crds/`: GitOpsCluster, the ApplicationSet
+    /// report) server-side, and waits until the API server serves them.
+    pub async fn apply_own_crds(&self) {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let yaml = include_str!("../../../../../deploy/crds/argocd-pull-crds.yaml");
+        let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).unwrap();
+        let crds: Api<CustomResourceDefinition> = Api::all(self.hub.clone());
+        for doc in docs.into_iter().filter(|d| d.is_object()) {
+            let name = doc["metadata"]["name"].as_str().unwrap().to_string();
+            crds.patch(
+                &name,
+                &PatchParams::apply("argocd-pull-faults").force(),
+                &Patch::Apply(doc),
+            )
+            .await
+            .unwrap();
+            let t0 = Instant::now();
+            while !crds.get(&name).await.unwrap().status.is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            }) {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(60),
+                    "CRD {name} not established"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+
     /// Starts the controller as a child process talking to the hub through `kubeconfig`.
     pub fn spawn_controller(&self, kubeconfig: &Path, name: &str) -> ControllerProcess {
         let log = self.logs.join(format!("{name}.log"));
@@ -148,15 +183,35 @@ impl Real {
             .append(true)
             .open(&log)
             .unwrap();
-        let child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "faults::controller_process",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
+        // the shipped binary when one is named (every hub controller, as users run it), else
+        // this test binary's `controller_process` (the library's pull-model controllers)
+        let mut cmd = match std::env::var_os(BIN_ENV) {
+            Some(bin) => {
+                let mut c = Command::new(bin);
+                c.args([
+                    "controller",
+                    "--admin-addr",
+                    "127.0.0.1:0",
+                    "--leader-elect",
+                    "false",
+                ])
+                .env("KUBECONFIG", kubeconfig);
+                c
+            }
+            None => {
+                let mut c = Command::new(std::env::current_exe().unwrap());
+                c.args([
+                    "faults::controller_process",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads",
+                    "1",
+                ]);
+                c
+            }
+        };
+        let child = cmd
             .env(CHILD_ENV, kubeconfig)
             .env(
                 "RUST_LOG",
@@ -179,6 +234,16 @@ impl Real {
     /// Stops the hub kube-apiserver (SIGTERM, SIGKILL after 15 s, then waits for the process to end). The returned
     /// guard starts it again with `$REALK8S/up.sh` when dropped (also on a failing test).
     pub fn stop_hub_apiserver(&self) -> ApiServerStopped {
+        self.end_hub_apiserver("-TERM", Duration::from_secs(15))
+    }
+
+    /// Kills the hub kube-apiserver (SIGKILL: no drain, every connection reset at once) and
+    /// waits for the process to end. The returned guard starts it again with `$REALK8S/up.sh`.
+    pub fn kill_hub_apiserver(&self) -> ApiServerStopped {
+        self.end_hub_apiserver("-KILL", Duration::ZERO)
+    }
+
+    fn end_hub_apiserver(&self, signal: &str, drain: Duration) -> ApiServerStopped {
         let pidfile = self.realk8s.join("run/apiserver-hub.pid");
         let pid = std::fs::read_to_string(&pidfile)
             .unwrap_or_else(|e| panic!("{}: {e}", pidfile.display()))
@@ -187,17 +252,17 @@ impl Real {
         let guard = ApiServerStopped {
             up: self.realk8s.join("up.sh"),
         };
-        let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        assert!(status.success(), "kill -TERM {pid}");
+        let status = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(status.success(), "kill {signal} {pid}");
         let proc = PathBuf::from(format!("/proc/{pid}"));
         // kube-apiserver drains in-flight requests first; an outage is abrupt after a grace
-        // period: SIGKILL after 15 s.
-        let grace = Instant::now() + Duration::from_secs(15);
+        // period: SIGKILL after it.
+        let grace = Instant::now() + drain;
         let deadline = grace + Duration::from_secs(30);
         let mut killed = false;
         while proc.exists() && !is_zombie(&proc) {
-            if !killed && Instant::now() > grace {
-                eprintln!("faults: kube-apiserver {pid} still drains after 15 s; SIGKILL");
+            if !killed && signal != "-KILL" && Instant::now() > grace {
+                eprintln!("faults: kube-apiserver {pid} still drains after {drain:?}; SIGKILL");
                 let _ = Command::new("kill").args(["-KILL", &pid]).status();
                 killed = true;
             }
@@ -266,17 +331,24 @@ pub struct ApiServerStopped {
     up: PathBuf,
 }
 
+impl ApiServerStopped {
+    /// Starts the API server again now (what dropping the guard does).
+    pub fn restart(self) {
+        drop(self);
+    }
+}
+
 impl Drop for ApiServerStopped {
     fn drop(&mut self) {
         let t0 = Instant::now();
         // up.sh gives the API server 60 s to answer; on a busy machine a start can take longer,
         // and up.sh is idempotent: try up to three times.
-        let mut out = Command::new(&self.up).output();
+        let mut out = up_without_inherited_fds(&self.up).output();
         for _ in 0..2 {
             if matches!(&out, Ok(o) if o.status.success()) {
                 break;
             }
-            out = Command::new(&self.up).output();
+            out = up_without_inherited_fds(&self.up).output();
         }
         match out {
             Ok(o) if o.status.success() => {
@@ -291,6 +363,20 @@ impl Drop for ApiServerStopped {
             Err(e) => eprintln!("faults: cannot run {}: {e}", self.up.display()),
         }
     }
+}
+
+/// `up.sh` with every file descriptor above stderr closed first: the daemons it starts (the
+/// API server) outlive the test, and an inherited descriptor would go with them — the
+/// `flock /root/realk8s.lock` the shared env is used under would then be held until the API
+/// server stops again (seen: every other engineer blocked).
+fn up_without_inherited_fds(up: &Path) -> Command {
+    let mut c = Command::new("bash");
+    c.arg("-c")
+        .arg(
+            r#"for f in /proc/$$/fd/*; do n=${f##*/}; [ "$n" -gt 2 ] && eval "exec $n>&-"; done 2>/dev/null; exec "$0" "$@""#,
+        )
+        .arg(up);
+    c
 }
 
 /// The controller child process (killed, -9, when dropped).
@@ -352,6 +438,8 @@ impl Drop for ControllerProcess {
 pub struct Fleet {
     pub hub: Client,
     pub ns: String,
+    /// How the controller under test builds works (the audit compares with them).
+    pub options: WorkOptions,
 }
 
 pub fn app_name(i: usize) -> String {
@@ -364,6 +452,7 @@ impl Fleet {
         let fleet = Fleet {
             hub: hub.clone(),
             ns: format!("faults-{test}"),
+            options: WorkOptions::default(),
         };
         let pp = PostParams::default();
         let namespaces: Api<Namespace> = Api::all(hub.clone());
@@ -509,30 +598,189 @@ impl Fleet {
     pub async fn audit(&self) -> kube::Result<Audit> {
         let apps = self.apps().list(&ListParams::default()).await?.items;
         let works = self.works().await?;
-        Ok(Audit::of(&apps, &works))
+        Ok(Audit::of_with(&apps, &works, &self.options))
     }
 
     /// Polls [`Fleet::audit`] until the fleet has `live` Applications and nothing is lost or
     /// stuck; panics with the last audit after [`CONVERGE`].
     pub async fn converged(&self, live: usize) -> Audit {
+        self.converged_every(live, Duration::from_millis(500))
+            .await
+            .0
+    }
+
+    /// [`Fleet::converged`], polling every 100 ms; also returns when the first clean audit
+    /// ended (an upper bound of when the fleet converged).
+    pub async fn converged_at(&self, live: usize) -> (Audit, Instant) {
+        self.converged_every(live, Duration::from_millis(100)).await
+    }
+
+    async fn converged_every(&self, live: usize, every: Duration) -> (Audit, Instant) {
         let t0 = Instant::now();
         let mut last = None;
         while t0.elapsed() < CONVERGE {
             match self.audit().await {
                 Ok(a) if a.apps == live && a.is_clean() => {
                     eprintln!("faults: {}: converged in {:?}: {a}", self.ns, t0.elapsed());
-                    return a;
+                    return (a, Instant::now());
                 }
                 Ok(a) => last = Some(a.to_string()),
                 Err(e) => last = Some(format!("audit failed: {e}")),
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            tokio::time::sleep(every).await;
         }
         panic!(
             "{}: not converged to {live} Applications within {CONVERGE:?}: {}",
             self.ns,
             last.unwrap_or_default()
         );
+    }
+
+    /// Polls (every 100 ms) until the API server answers a list of this fleet's Applications;
+    /// returns when it first did.
+    pub async fn until_answers(&self) -> Instant {
+        let api = self.apps();
+        loop {
+            if api
+                .list_metadata(&ListParams::default().limit(1))
+                .await
+                .is_ok()
+            {
+                return Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The UID of every work of this fleet, by namespace/name.
+    pub async fn work_uids(&self) -> std::collections::HashMap<String, String> {
+        self.works()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|w| {
+                (
+                    format!(
+                        "{}/{}",
+                        w.metadata.namespace.unwrap_or_default(),
+                        w.metadata.name.unwrap_or_default()
+                    ),
+                    w.metadata.uid.unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    /// Plays the OCM work agent for the works of Applications `range` (which must exist):
+    /// writes Healthy/Synced feedback into their status, 50 at once.
+    pub async fn report_healthy(&self, range: std::ops::Range<usize>) {
+        let works = self.works().await.unwrap();
+        let wanted: std::collections::HashSet<String> = range.map(app_name).collect();
+        futures::stream::iter(works.into_iter().filter(|w| {
+            w.spec.workload.manifests[0]["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| wanted.contains(n))
+        }))
+        .map(|w| {
+            let hub = self.hub.clone();
+            async move {
+                let p = &w.spec.workload.manifests[0];
+                let status = json!({"status": {"resourceStatus": {"manifests": [{
+                    "resourceMeta": {"ordinal": 0, "group": "argoproj.io", "version": "v1alpha1",
+                        "kind": "Application", "resource": "applications",
+                        "name": p["metadata"]["name"], "namespace": p["metadata"]["namespace"]},
+                    "statusFeedback": {"values": [
+                        {"name": "healthStatus", "fieldValue": {"type": "String", "string": "Healthy"}},
+                        {"name": "syncStatus", "fieldValue": {"type": "String", "string": "Synced"}},
+                    ]},
+                    "conditions": []
+                }]}}});
+                let api: Api<ManifestWork> =
+                    Api::namespaced(hub, w.metadata.namespace.as_deref().unwrap());
+                let name = w.metadata.name.clone().unwrap();
+                retrying(&format!("feedback of {name}"), || async {
+                    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                        .await
+                        .map(|_| ())
+                })
+                .await
+            }
+        })
+        .buffer_unordered(50)
+        .collect::<Vec<()>>()
+        .await;
+    }
+
+    /// How many of Applications `range` report Healthy and Synced.
+    pub async fn healthy(&self, range: std::ops::Range<usize>) -> kube::Result<usize> {
+        let wanted: std::collections::HashSet<String> = range.map(app_name).collect();
+        let apps = self.apps().list(&ListParams::default()).await?.items;
+        Ok(apps
+            .iter()
+            .filter(|a| a.metadata.name.as_ref().is_some_and(|n| wanted.contains(n)))
+            .filter(|a| {
+                let s = a.status.as_ref();
+                s.and_then(|s| s.health.as_ref()?.status.as_deref()) == Some("Healthy")
+                    && s.and_then(|s| s.sync.as_ref()?.status.as_deref()) == Some("Synced")
+            })
+            .count())
+    }
+
+    /// Polls (every 100 ms) until every Application of `range` reports Healthy and Synced;
+    /// returns when the first complete list ended.
+    pub async fn healthy_at(&self, range: std::ops::Range<usize>) -> Instant {
+        let t0 = Instant::now();
+        let n = range.len();
+        loop {
+            let got = self.healthy(range.clone()).await;
+            if matches!(got, Ok(h) if h == n) {
+                return Instant::now();
+            }
+            assert!(
+                t0.elapsed() < CONVERGE,
+                "{}: statuses not written within {CONVERGE:?}: {got:?} of {n}",
+                self.ns
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Polls until at most `n` works of this fleet are left; returns how many were.
+    pub async fn until_works_at_most(&self, n: usize) -> usize {
+        let t0 = Instant::now();
+        loop {
+            if let Ok(w) = self.works().await
+                && w.len() <= n
+            {
+                return w.len();
+            }
+            assert!(t0.elapsed() < CONVERGE, "{}: more than {n} works", self.ns);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Deletes Applications `range` without waiting for the controller: their resources
+    /// finalizer is removed first, so they are gone at once and only the cleanup controller
+    /// (delete event, sweep) removes their works.
+    pub async fn delete_unfinalized(&self, range: std::ops::Range<usize>) {
+        let api = self.apps();
+        futures::stream::iter(range.clone())
+            .map(|i| {
+                let api = api.clone();
+                async move {
+                    let strip = json!({"metadata": {"finalizers": null}});
+                    retrying(&format!("strip {}", app_name(i)), || async {
+                        api.patch(&app_name(i), &PatchParams::default(), &Patch::Merge(&strip))
+                            .await
+                            .map(|_| ())
+                    })
+                    .await;
+                }
+            })
+            .buffer_unordered(50)
+            .collect::<Vec<()>>()
+            .await;
+        self.delete(range).await;
     }
 
     /// Polls until at least `n` works of this fleet exist.
@@ -647,7 +895,7 @@ pub struct Audit {
 }
 
 impl Audit {
-    pub fn of(apps: &[Application], works: &[ManifestWork]) -> Audit {
+    pub fn of_with(apps: &[Application], works: &[ManifestWork], options: &WorkOptions) -> Audit {
         let mut audit = Audit {
             apps: apps.len(),
             works: works.len(),
@@ -693,7 +941,7 @@ impl Audit {
                     .lost
                     .push(format!("{name}: no ManifestWork {}", key.1)),
                 Some(w) => {
-                    let desired = desired_work(app, &WorkOptions::default()).unwrap();
+                    let desired = desired_work(app, options).unwrap();
                     if work_differs(w, &desired) {
                         audit.lost.push(format!("{name}: ManifestWork differs"));
                     }
