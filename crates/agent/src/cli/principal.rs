@@ -364,6 +364,26 @@ impl PrincipalArgs {
         Ok(SocketAddr::new(ip, self.listen_port))
     }
 
+    /// Why this run needs a Kubernetes client (`None`: it does not). One rule for every mode:
+    /// the client comes from `--kubeconfig`/`--kubecontext`, else `KUBECONFIG` (or
+    /// `~/.kube/config`), else the in-cluster service account (issue 29: `--leader-elect` with
+    /// TLS material from files used to find no client).
+    fn client_reason(&self, store_given: bool) -> Option<&'static str> {
+        if self.needs_kube_for_material() {
+            Some("the TLS material or the JWT key come from Secrets")
+        } else if self.kubeconfig.is_some() || self.kubecontext.is_some() {
+            Some("--kubeconfig / --kubecontext")
+        } else if self.ha.leader_elect {
+            Some("--leader-elect (its Lease)")
+        } else if self.enable_self_cluster_registration {
+            Some("--enable-self-cluster-registration (the cluster secrets)")
+        } else if !store_given {
+            Some("the hub's Applications, AppProjects and Secrets")
+        } else {
+            None
+        }
+    }
+
     fn needs_kube_for_material(&self) -> bool {
         (!self.insecure_plaintext
             && ((self.tls_cert.is_none() && !self.insecure_tls_generate)
@@ -500,23 +520,27 @@ async fn load_tls(
     })
 }
 
-async fn material(args: &PrincipalArgs, client: Option<kube::Client>) -> anyhow::Result<Material> {
+async fn material(
+    args: &PrincipalArgs,
+    client: Option<kube::Client>,
+    store_given: bool,
+) -> anyhow::Result<Material> {
     let namespace = args
         .namespace
         .clone()
         .unwrap_or_else(common::default_namespace);
-    let client = match client {
-        Some(c) => Some(c),
-        None if args.needs_kube_for_material()
-            || (args.kubeconfig.is_some() || args.kubecontext.is_some()) =>
-        {
-            Some(
-                common::kube_client(args.kubeconfig.as_ref(), args.kubecontext.as_deref())
-                    .await
-                    .context("TLS material or the JWT key come from Secrets")?,
-            )
-        }
-        None => None,
+    let client = match (client, args.client_reason(store_given)) {
+        (Some(c), _) => Some(c),
+        (None, Some(why)) => Some(
+            common::kube_client(args.kubeconfig.as_ref(), args.kubecontext.as_deref())
+                .await
+                .with_context(|| {
+                    format!(
+                        "a Kubernetes client is needed for {why}: set KUBECONFIG or --kubeconfig, or run in a pod with a service account"
+                    )
+                })?,
+        ),
+        (None, None) => None,
     };
     let tls = load_tls(args, client.as_ref(), &namespace).await?;
     let kube = || {
@@ -582,7 +606,8 @@ async fn run(
     if max_event_size == 0 {
         bail!("--grpc-max-message-size must be greater than 0");
     }
-    let Some(m) = super::or_shutdown(&shutdown, material(&args, client)).await? else {
+    let Some(m) = super::or_shutdown(&shutdown, material(&args, client, store.is_some())).await?
+    else {
         return Ok(());
     };
     let (initial_tls, reload_client, reload_namespace) =
