@@ -48,6 +48,8 @@ enum Command {
     Agent(argocd_pull_agent::cli::AgentArgs),
     /// Create a CA, principal and agent certificates and a JWT signing key for a local agent-model setup.
     Pki(argocd_pull_agent::cli::PkiArgs),
+    /// Inspect and manipulate argocd-agent configuration (argocd-agentctl's commands).
+    Ctl(argocd_pull_agent::ctl::CtlArgs),
     /// Print the CustomResourceDefinitions argocd-pull serves (GitOpsCluster, MulticlusterApplicationSetReport).
     Crds(crds::CrdsArgs),
     /// Print the version.
@@ -72,6 +74,7 @@ fn main() -> ExitCode {
             argocd_pull_agent::cli::run_agent(args),
         ),
         Command::Pki(args) => block_on(argocd_pull_agent::cli::run_pki(args)),
+        Command::Ctl(args) => block_on(argocd_pull_agent::ctl::run_ctl(args)),
         Command::Crds(args) => crds::run(&args),
         Command::Version => {
             println!("argocd-pull {}", env!("CARGO_PKG_VERSION"));

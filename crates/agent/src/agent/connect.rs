@@ -168,6 +168,7 @@ impl Inner {
             max_event_size: self.cfg.max_event_size,
             concurrency: self.cfg.concurrency,
             peer_label: self.cfg.mode.as_str().to_string(),
+            principal_uid: None,
         };
         let handler = Arc::new(SessionHandler {
             inner: self.clone(),

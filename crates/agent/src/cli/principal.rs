@@ -581,6 +581,7 @@ async fn run(
             "--enable-self-cluster-registration requires --self-registration-client-cert-secret (a kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt: the client certificate Argo CD presents to the resource proxy)"
         );
     }
+    let replication = args.ha.replication()?;
     let selector = super::label_selector(&args.label_selector)?;
     let namespace_create = namespace_create(&args)?;
     let auth = match &args.identity_regex {
@@ -707,6 +708,51 @@ async fn run(
         &shutdown,
     )
     .await?;
+    // the principal's identity (the peer's principal-identity ConfigMap): agents tell a
+    // failover to the other principal of an HA pair from a recreated object by it
+    match crate::principal::identity::ensure_principal_uid(store.as_ref(), &cfg.namespace).await {
+        Ok(uid) => {
+            tracing::info!(%uid, "principal identity");
+            cfg.principal_uid = Some(uid);
+        }
+        Err(e) if replication.is_some() => return Err(e.context("--ha-enabled")),
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "no principal identity: agents cannot tell a failover to another principal from a recreated Application");
+        }
+    }
+    if let Some(settings) = replication {
+        let (tls_tx, tls_rx) = tokio::sync::watch::channel(initial_tls.clone());
+        let node = crate::ha::replication::Node {
+            store,
+            metrics,
+            tls: tls_reloadable(&args).then_some(tls_rx),
+            state: None,
+        };
+        let run = crate::ha::replication::run(settings, cfg, node, shutdown.clone());
+        let reload = async {
+            if tls_reloadable(&args) {
+                super::reload_tls_until(
+                    &shutdown,
+                    initial_tls,
+                    || load_tls(&args, reload_client.as_ref(), &reload_namespace),
+                    |m| {
+                        tls_tx.send_replace(m.clone());
+                        Ok(())
+                    },
+                )
+                .await;
+            }
+            std::future::pending::<()>().await
+        };
+        let r = tokio::select! {
+            r = run => r,
+            _ = reload => unreachable!("pending"),
+        };
+        for a in admin {
+            let _ = a.await;
+        }
+        return r;
+    }
     if let Some(ha) = args.ha.config(&cfg.namespace)? {
         let Some(client) = ha_client else {
             bail!(

@@ -12,6 +12,7 @@
 
 mod agent;
 mod blocklist;
+mod ha;
 mod jwt;
 mod out;
 mod pki;
@@ -79,6 +80,9 @@ pub enum CtlCommand {
     /// Manage blocklists.
     #[command(subcommand)]
     Blocklist(blocklist::BlocklistCommand),
+    /// Manage HA state of the principal server
+    #[command(subcommand)]
+    Ha(ha::HaCommand),
 }
 
 /// Kubernetes clients of both sides.
@@ -96,6 +100,11 @@ pub struct Clients {
 /// Runs a ctl command against the kube contexts it names and prints its output.
 pub async fn run_ctl(args: CtlArgs) -> anyhow::Result<()> {
     use crate::cli::common::kube_client;
+    if let CtlCommand::Ha(h) = &args.command {
+        // the admin API: a kube client only for the port-forward
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        return ha::run(h, &args).await;
+    }
     let principal = kube_client(args.kubeconfig.as_ref(), args.principal_context.as_deref())
         .await
         .context("connecting to the principal's cluster")?;
@@ -127,6 +136,9 @@ pub async fn execute(cmd: &CtlCommand, c: &Clients) -> anyhow::Result<String> {
         CtlCommand::Pki(p) => pki::run(p, c).await,
         CtlCommand::Jwt(j) => jwt::run(j, c).await,
         CtlCommand::Blocklist(b) => blocklist::run(b, c).await,
+        CtlCommand::Ha(_) => {
+            anyhow::bail!("ctl ha talks to the principal's admin API: use run_ctl")
+        }
     }
 }
 

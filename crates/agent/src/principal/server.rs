@@ -342,6 +342,7 @@ impl EventStream for Svc {
             max_event_size: self.inner.cfg.max_event_size,
             concurrency: self.inner.cfg.concurrency,
             peer_label: agent.clone(),
+            principal_uid: self.inner.cfg.principal_uid.as_deref().map(Into::into),
         };
         let gen_ = a.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let handler = Arc::new(SessionHandler {

@@ -22,6 +22,8 @@ use tokio::sync::broadcast;
 pub enum Kind {
     Application,
     AppProject,
+    /// Argo CD ApplicationSets (replicated between principals for cross-cluster HA).
+    ApplicationSet,
     /// Core v1 Secrets (the repository and repo-creds Secrets of Argo CD).
     Secret,
     /// Core v1 ConfigMaps (Argo CD's GPG keys).
@@ -33,13 +35,14 @@ impl Kind {
         match self {
             Kind::Application => "Application",
             Kind::AppProject => "AppProject",
+            Kind::ApplicationSet => "ApplicationSet",
             Kind::Secret => "Secret",
             Kind::ConfigMap => "ConfigMap",
         }
     }
     pub fn api_version(self) -> &'static str {
         match self {
-            Kind::Application | Kind::AppProject => "argoproj.io/v1alpha1",
+            Kind::Application | Kind::AppProject | Kind::ApplicationSet => "argoproj.io/v1alpha1",
             Kind::Secret | Kind::ConfigMap => "v1",
         }
     }
@@ -47,6 +50,7 @@ impl Kind {
         match self {
             Kind::Application => "applications",
             Kind::AppProject => "appprojects",
+            Kind::ApplicationSet => "applicationsets",
             Kind::Secret => "secrets",
             Kind::ConfigMap => "configmaps",
         }
@@ -62,6 +66,7 @@ impl Kind {
         match s {
             "Application" => Some(Kind::Application),
             "AppProject" => Some(Kind::AppProject),
+            "ApplicationSet" => Some(Kind::ApplicationSet),
             "Secret" => Some(Kind::Secret),
             "ConfigMap" => Some(Kind::ConfigMap),
             _ => None,

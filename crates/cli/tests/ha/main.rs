@@ -1,9 +1,10 @@
 //! Principal HA through the real binary: `--leader-elect` with the cluster from `KUBECONFIG`
-//! (issue 29).
+//! (issue 29) and cross-cluster replication (`--ha-enabled`, `argocd-pull ctl ha`).
 //!
 //! The Kubernetes APIs are `argocd-pull demo --keep-running` processes (embedded hubs served
 //! over HTTP with a kubeconfig); the PKI comes from `argocd-pull pki`.
 
+mod cross_cluster;
 mod leader_elect;
 
 use std::io::{BufRead, BufReader};
@@ -29,7 +30,6 @@ pub(crate) struct Proc {
     name: String,
     child: Child,
     lines: mpsc::Receiver<String>,
-    #[allow(dead_code)]
     pub(crate) log: Arc<Mutex<Vec<String>>>,
 }
 
