@@ -33,6 +33,10 @@ use super::source::RKind;
 
 /// Workers writing replicated events (per-object order is kept).
 const WORKERS: usize = 32;
+/// Events waiting per worker: when writing falls behind, reading the stream pauses (and the
+/// primary buffers, then drops and the replica repairs from a snapshot) instead of this process
+/// growing without bound.
+const WORKER_BACKLOG: usize = 4096;
 /// Retries of a write that failed with a retryable error before the event is given up (and a
 /// snapshot fetched to repair it).
 const WRITE_RETRIES: u32 = 6;
@@ -207,7 +211,7 @@ struct Job {
 
 /// The write pool of one stream.
 struct Pool {
-    senders: Vec<mpsc::UnboundedSender<Job>>,
+    senders: Vec<mpsc::Sender<Job>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     mark: Arc<Watermark>,
     progress: watch::Sender<u64>,
@@ -222,7 +226,7 @@ impl Pool {
         let mut senders = Vec::new();
         let mut tasks = Vec::new();
         for _ in 0..WORKERS {
-            let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
+            let (tx, mut rx) = mpsc::channel::<Job>(WORKER_BACKLOG);
             senders.push(tx);
             let (w, mark, progress, failed, shared) = (
                 writer.clone(),
@@ -297,14 +301,16 @@ impl Pool {
         (h.finish() as usize) % self.senders.len()
     }
 
-    fn submit(&self, seq: u64, write: Write, processed_at: i64) {
+    async fn submit(&self, seq: u64, write: Write, processed_at: i64) {
         self.mark.dispatched(seq);
         let slot = self.key_slot(&write);
-        let _ = self.senders[slot].send(Job {
-            seq,
-            write,
-            processed_at,
-        });
+        let _ = self.senders[slot]
+            .send(Job {
+                seq,
+                write,
+                processed_at,
+            })
+            .await;
     }
 
     /// Waits until everything submitted is written.
@@ -458,7 +464,7 @@ async fn replicate(
                         *c = (seq, now_unix());
                     }
                     match write_of(&ev, &cfg.principal_ns) {
-                        Ok(w) => pool.submit(seq, w, ev.processed_at_unix),
+                        Ok(w) => pool.submit(seq, w, ev.processed_at_unix).await,
                         Err(e) => {
                             m.events_errors.inc();
                             m.events_dropped.inc();

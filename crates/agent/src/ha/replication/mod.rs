@@ -415,9 +415,14 @@ pub async fn run(
     .await;
     runner.leave_active().await;
     runner.leave_replica().await;
+    if let Some(sb) = runner.standby.take() {
+        sb.shutdown().await;
+    }
     fronts.cancel();
+    // the public ports are free again when this returns (a restart binds them at once)
     for t in tasks {
         t.abort();
+        let _ = t.await;
     }
     result
 }
