@@ -4,6 +4,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "principal/apis/auth/auth.proto",
         "principal/apis/version/version.proto",
         "principal/apis/eventstream/eventstream.proto",
+        "principal/apis/replication/replication.proto",
+        "principal/apis/haadmin/haadmin.proto",
     ];
     println!("cargo:rerun-if-changed=proto");
     let fds = protox::compile(files, ["proto"])?;

@@ -6,6 +6,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/eventstreamapi/eventstream.proto",
         "proto/logstreamapi/logstream.proto",
         "proto/terminalstreamapi/terminalstream.proto",
+        // the peer's cross-cluster HA APIs, verbatim (principal/apis/{replication,haadmin})
+        "proto/replicationapi/replication.proto",
+        "proto/haadminapi/haadmin.proto",
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={f}");

@@ -14,6 +14,12 @@ pub mod pb {
     pub mod eventstreamapi {
         tonic::include_proto!("eventstreamapi");
     }
+    pub mod replicationapi {
+        tonic::include_proto!("replicationapi");
+    }
+    pub mod haadminapi {
+        tonic::include_proto!("haadminapi");
+    }
     pub mod io {
         pub mod cloudevents {
             pub mod v1 {
@@ -26,4 +32,5 @@ pub mod pb {
 pub mod emitter;
 pub mod peer_agent;
 pub mod peer_principal;
+pub mod peer_replication;
 pub mod sdk;

@@ -76,7 +76,12 @@ impl Ca {
         p.distinguished_name = DistinguishedName::new();
         p.distinguished_name
             .push(DnType::CommonName, "argocd-agent-principal");
-        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        // client authentication too: a replica presents its principal certificate to the primary
+        // (cross-cluster HA, as the peer's replication client)
+        p.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
         self.issue(p)
     }
 

@@ -10,6 +10,9 @@ use crate::objects as o;
 pub const MISMATCH_ANNOTATION: &str = "argocd.argoproj.io/source-uid-mismatch-policy";
 /// Per-Application override of [`AdoptionPolicy`] (on the agent's existing Application).
 pub const ADOPTION_ANNOTATION: &str = "argocd.argoproj.io/adoption-policy";
+/// The identity of the principal an Application came from (the event's `principaluid`), as
+/// the peer's agent stamps it (internal/manager/manager.go `PrincipalUIDAnnotation`).
+pub const PRINCIPAL_UID_ANNOTATION: &str = "argocd.argoproj.io/principal-uid";
 
 /// `--source-uid-mismatch-policy`: the principal's Application was deleted and recreated (a new
 /// UID) while the agent holds the old one.
@@ -59,6 +62,9 @@ pub enum Identity {
     Mismatch(MismatchPolicy),
     /// No source UID: an Application the agent's cluster had before.
     Adopt(AdoptionPolicy),
+    /// Another principal (an HA failover): its UIDs differ but the Application is the same;
+    /// updated in place with the new identity (the peer's `identityActionTransition`).
+    Transition,
 }
 
 /// Sorts an incoming principal Application (`incoming`, its UID the source UID) against the
@@ -66,6 +72,20 @@ pub enum Identity {
 pub fn identity(
     incoming: &Value,
     existing: Option<&Value>,
+    mismatch: MismatchPolicy,
+    adoption: AdoptionPolicy,
+) -> Identity {
+    identity_from(incoming, existing, "", mismatch, adoption)
+}
+
+/// [`identity`] for an event from principal `principal_uid` (its `principaluid`; empty: a
+/// principal without one). A different source UID is a failover, not a recreation, when the
+/// principal differs from the one the existing Application came from, or when that one is
+/// unknown (an Application from before principal identities: the peer's rule).
+pub fn identity_from(
+    incoming: &Value,
+    existing: Option<&Value>,
+    principal_uid: &str,
     mismatch: MismatchPolicy,
     adoption: AdoptionPolicy,
 ) -> Identity {
@@ -84,6 +104,10 @@ pub fn identity(
     let uid = o::uid(incoming);
     if uid.is_empty() || uid == have {
         return Identity::Apply;
+    }
+    let from = o::annotation(existing, PRINCIPAL_UID_ANNOTATION).unwrap_or_default();
+    if !principal_uid.is_empty() && from != principal_uid {
+        return Identity::Transition;
     }
     let p = match o::annotation(incoming, MISMATCH_ANNOTATION) {
         Some("recreate") => MismatchPolicy::Recreate,
@@ -136,6 +160,37 @@ mod tests {
             identity(&incoming, Some(&bogus), m, a),
             Identity::Adopt(AdoptionPolicy::Always),
             "an unknown value falls back to the flag"
+        );
+    }
+
+    #[test]
+    fn another_principal_is_a_transition_not_a_recreation() {
+        let (m, a) = (MismatchPolicy::Recreate, AdoptionPolicy::Always);
+        let incoming = obj("u2", json!({}));
+        let from_a = obj(
+            "local",
+            json!({o::SOURCE_UID: "u1", PRINCIPAL_UID_ANNOTATION: "principal-a"}),
+        );
+        assert_eq!(
+            identity_from(&incoming, Some(&from_a), "principal-b", m, a),
+            Identity::Transition,
+            "a failover to principal b keeps the Application"
+        );
+        assert_eq!(
+            identity_from(&incoming, Some(&from_a), "principal-a", m, a),
+            Identity::Mismatch(MismatchPolicy::Recreate),
+            "the same principal with a new UID: the Application was recreated there"
+        );
+        let unstamped = obj("local", json!({o::SOURCE_UID: "u1"}));
+        assert_eq!(
+            identity_from(&incoming, Some(&unstamped), "principal-b", m, a),
+            Identity::Transition,
+            "an Application from before principal identities transitions (the peer's rule)"
+        );
+        assert_eq!(
+            identity_from(&incoming, Some(&unstamped), "", m, a),
+            Identity::Mismatch(MismatchPolicy::Recreate),
+            "a principal without identity: as before"
         );
     }
 }

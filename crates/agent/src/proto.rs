@@ -18,6 +18,15 @@ pub mod logstreamapi {
 pub mod terminalstreamapi {
     tonic::include_proto!("terminalstreamapi");
 }
+/// The peer's principal/apis/replication (package `replicationapi`): principal-to-principal
+/// replication for cross-cluster HA.
+pub mod replicationapi {
+    tonic::include_proto!("replicationapi");
+}
+/// The peer's principal/apis/haadmin (package `haadminapi`): `ha status|promote|demote`.
+pub mod haadminapi {
+    tonic::include_proto!("haadminapi");
+}
 pub mod io {
     pub mod cloudevents {
         pub mod v1 {

@@ -106,6 +106,9 @@ pub struct SessionCtx {
     pub peer_label: String,
     /// What this stream's event-processing spans say (OTLP tracing).
     pub trace: crate::otel::StreamAttrs,
+    /// The principal's identity, stamped as the `principaluid` extension on every queued event
+    /// it sends (the peer's `stampEvent`); `None` on the agent.
+    pub principal_uid: Option<Arc<str>>,
 }
 
 /// Why a session ended.
@@ -135,6 +138,12 @@ fn to_wire_checked(ctx: &SessionCtx, ev: &Event) -> Result<eventstreamapi::Event
     } else {
         let mut e = ev.clone();
         e.sent_at = Some(crate::event::now_rfc3339());
+        if let Some(uid) = &ctx.principal_uid {
+            e.extra_attrs.insert(
+                crate::event::attr::PRINCIPALUID.into(),
+                crate::event::AttrValue::String(uid.to_string()),
+            );
+        }
         e.to_wire()
     };
     let n = w.encoded_len();

@@ -48,7 +48,7 @@ enum Command {
     Agent(argocd_pull_agent::cli::AgentArgs),
     /// Create a CA, principal and agent certificates and a JWT signing key for a local agent-model setup.
     Pki(argocd_pull_agent::cli::PkiArgs),
-    /// Agent-based model: argocd-agentctl's commands (agent, pki, jwt, blocklist, config, validate, version).
+    /// Agent-based model: argocd-agentctl's commands (agent, pki, jwt, blocklist, config, validate, ha, version).
     Ctl(argocd_pull_agent::ctl::CtlArgs),
     /// Print the CustomResourceDefinitions argocd-pull serves (GitOpsCluster, MulticlusterApplicationSetReport).
     Crds(crds::CrdsArgs),

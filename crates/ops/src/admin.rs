@@ -24,6 +24,19 @@ pub struct Readiness {
     role: Arc<Mutex<Option<String>>>,
     /// When set, `/healthz` follows the flag too: 503 with this reason while it is false.
     health_gate: Arc<Mutex<Option<String>>>,
+    /// A component's own verdict for `/healthz` and `/readyz` (see [`Gate`]).
+    gate: Arc<Mutex<Option<Gate>>>,
+}
+
+/// A component's own health verdict: e.g. a principal in cross-cluster HA that is not active
+/// answers `/healthz` with 503, so that a global load balancer sends agents elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gate {
+    pub healthy: bool,
+    /// Extra response headers (e.g. `X-HA-State`).
+    pub headers: Vec<(String, String)>,
+    /// The body when not healthy.
+    pub body: String,
 }
 
 impl Default for Readiness {
@@ -33,6 +46,7 @@ impl Default for Readiness {
             problems: Arc::default(),
             role: Arc::default(),
             health_gate: Arc::default(),
+            gate: Arc::default(),
         }
     }
 }
@@ -83,6 +97,16 @@ impl Readiness {
             .clone()
     }
 
+    /// Sets (or clears) the component's own verdict for `/healthz` and `/readyz`.
+    pub fn set_gate(&self, gate: Option<Gate>) {
+        *self.gate.lock().unwrap_or_else(|e| e.into_inner()) = gate;
+    }
+
+    /// The current verdict, if any.
+    pub fn gate(&self) -> Option<Gate> {
+        self.gate.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     pub fn set(&self, ready: bool) {
         self.tx.send_replace(ready);
     }
@@ -123,21 +147,51 @@ async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
 }
 
 /// `ok`, and the replica's role when it takes part in a leader election (`role: active`); 503
-/// with the reason while a health gate is closed ([`Readiness::health_follows_readiness`]).
-async fn healthz(State(s): State<AdminState>) -> (StatusCode, String) {
+/// with the reason while a health gate is closed ([`Readiness::health_follows_readiness`]); the
+/// component's [`Gate`] when it set one (503 with its body when not healthy).
+async fn healthz(State(s): State<AdminState>) -> axum::response::Response {
     if let Some(reason) = s.ready.unhealthy() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("unhealthy: {reason}\n"),
-        );
+        )
+            .into_response();
     }
-    match s.ready.role() {
-        Some(role) => (StatusCode::OK, format!("ok\nrole: {role}\n")),
-        None => (StatusCode::OK, "ok".into()),
+    let ok = match s.ready.role() {
+        Some(role) => format!("ok\nrole: {role}\n"),
+        None => "ok".into(),
+    };
+    match s.ready.gate() {
+        None => ok.into_response(),
+        Some(g) => gated(&g, ok),
     }
 }
 
-async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
+fn gated(g: &Gate, ok: String) -> axum::response::Response {
+    let (code, body) = match g.healthy {
+        true => (StatusCode::OK, ok),
+        false => (StatusCode::SERVICE_UNAVAILABLE, g.body.clone()),
+    };
+    let mut r = (code, body).into_response();
+    for (k, v) in &g.headers {
+        if let (Ok(k), Ok(v)) = (
+            axum::http::HeaderName::try_from(k.as_str()),
+            axum::http::HeaderValue::try_from(v.as_str()),
+        ) {
+            r.headers_mut().insert(k, v);
+        }
+    }
+    r
+}
+
+async fn readyz(State(s): State<AdminState>) -> axum::response::Response {
+    if let Some(g) = s.ready.gate().filter(|g| !g.healthy) {
+        return gated(&g, String::new());
+    }
+    readyz_problems(s).await.into_response()
+}
+
+async fn readyz_problems(s: AdminState) -> impl IntoResponse {
     let problems = s.ready.problems();
     if s.ready.get() && problems.is_empty() {
         return (StatusCode::OK, "ready".to_string());
@@ -244,6 +298,37 @@ mod tests {
                 "ok\nrole: standby (active: principal-0@10.0.0.7)\n".into()
             )
         );
+        // a component's own verdict (an HA replica: 503 so that a GSLB sends agents elsewhere)
+        ready.set_gate(Some(Gate {
+            healthy: false,
+            headers: vec![("X-HA-State".into(), "replicating".into())],
+            body: "HA state: replicating - not accepting traffic\n".into(),
+        }));
+        let res = app
+            .clone()
+            .oneshot(
+                axum::http::Request::get("/healthz")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(res.headers()["x-ha-state"], "replicating");
+        assert_eq!(
+            get(app.clone(), "/readyz").await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "HA state: replicating - not accepting traffic\n".into()
+            )
+        );
+        ready.set_gate(Some(Gate {
+            healthy: true,
+            headers: vec![("X-HA-State".into(), "active".into())],
+            body: String::new(),
+        }));
+        assert_eq!(get(app.clone(), "/healthz").await.0, StatusCode::OK);
+        assert_eq!(get(app.clone(), "/readyz").await.0, StatusCode::OK);
         let (status, body) = get(app, "/metrics").await;
         assert_eq!(status, StatusCode::OK);
         assert!(body.contains("things_total 1"), "{body}");

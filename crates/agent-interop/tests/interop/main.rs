@@ -13,5 +13,6 @@ mod mapping;
 mod peer_events;
 mod principal;
 mod redis_proxy;
+mod replication;
 mod resource_proxy;
 mod resync;

@@ -205,11 +205,26 @@ impl Inner {
                     self.admit_namespace(&ns).await?;
                 }
                 let mut want = to_local(&ev.data, &ns);
+                let principal_uid = ev
+                    .extra_attrs
+                    .get(crate::event::attr::PRINCIPALUID)
+                    .and_then(|v| v.as_text())
+                    .unwrap_or_default();
+                if !principal_uid.is_empty() {
+                    o::set_annotation(
+                        &mut want,
+                        crate::policy::PRINCIPAL_UID_ANNOTATION,
+                        &principal_uid,
+                    );
+                }
                 if remapped {
                     o::set_annotation(&mut want, super::mapping::NAMESPACE_REMAPPED, "true");
                 }
                 let name = self.lkey(&want);
-                if !self.settle_identity(&ev.data, &ns, &name).await? {
+                if !self
+                    .settle_identity(&ev.data, &principal_uid, &ns, &name)
+                    .await?
+                {
                     return Ok(());
                 }
                 let mut copy = want.clone();
@@ -330,15 +345,17 @@ impl Inner {
     async fn settle_identity(
         &self,
         incoming: &Value,
+        principal_uid: &str,
         ns: &str,
         key: &str,
     ) -> Result<bool, HandleError> {
         use crate::policy::{self, AdoptionPolicy, Identity, MismatchPolicy};
         let name = o::name(incoming);
         let existing = self.store.get(Kind::Application, ns, name).await?;
-        match policy::identity(
+        match policy::identity_from(
             incoming,
             existing.as_ref(),
+            principal_uid,
             self.cfg.mismatch_policy,
             self.cfg.adoption_policy,
         ) {
@@ -357,6 +374,10 @@ impl Inner {
                         "{ns}/{name} is being deleted (finalizers) before it is recreated"
                     )));
                 }
+                Ok(true)
+            }
+            Identity::Transition => {
+                tracing::info!(app = %name, principal = principal_uid, "the Application comes from another principal (HA failover): adopting its identity in place");
                 Ok(true)
             }
             Identity::Apply | Identity::Adopt(_) | Identity::Mismatch(_) => Ok(true),

@@ -186,6 +186,7 @@ impl Inner {
                 agent: self.cfg.namespace.clone(),
                 mode: self.cfg.mode,
             },
+            principal_uid: None,
         };
         let handler = Arc::new(SessionHandler {
             inner: self.clone(),

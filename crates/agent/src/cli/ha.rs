@@ -1,5 +1,6 @@
-//! Principal HA flags (`--leader-elect`, ours: the peer's `--ha-*` flags configure its
-//! cross-cluster replication, which we do not have).
+//! Principal HA flags: the peer's cross-cluster replication (`--ha-enabled`, `--ha-*`, its env
+//! and defaults, cmd/argocd-agent/principal.go) and our in-cluster Lease failover
+//! (`--leader-elect`).
 
 use std::time::Duration;
 
@@ -39,9 +40,89 @@ pub struct HaArgs {
     /// This replica's unique name (default: $POD_NAME, else $HOSTNAME).
     #[arg(long = "ha-replica-name", env = "ARGOCD_PRINCIPAL_HA_REPLICA_NAME")]
     pub replica_name: Option<String>,
+
+    /// Cross-cluster HA: this principal is one of two in two clusters, one active and one
+    /// replicating its hub (see the agent crate's README, "Cross-cluster HA").
+    #[arg(long = "ha-enabled", env = "ARGOCD_PRINCIPAL_HA_ENABLED", default_value_t = false,
+          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub ha_enabled: bool,
+    /// Preferred HA role: 'primary' or 'replica' (the state it starts in: active or syncing).
+    #[arg(
+        long = "ha-preferred-role",
+        env = "ARGOCD_PRINCIPAL_HA_PREFERRED_ROLE",
+        default_value = "primary"
+    )]
+    pub ha_preferred_role: String,
+    /// Address of the HA peer principal (required for replicas, optional for primary): host:port
+    /// of its gRPC port.
+    #[arg(
+        long = "ha-peer-address",
+        env = "ARGOCD_PRINCIPAL_HA_PEER_ADDRESS",
+        default_value = ""
+    )]
+    pub ha_peer_address: String,
+    /// How long a replica that has not reached its peer since it started waits before it counts
+    /// the peer as unreachable (state disconnected), from where it can be promoted.
+    #[arg(long = "ha-failover-timeout", env = "ARGOCD_PRINCIPAL_HA_FAILOVER_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub ha_failover_timeout: Duration,
+    /// Port for the localhost-only HAAdmin gRPC server (0 uses the default 8405).
+    #[arg(
+        long = "ha-admin-port",
+        env = "ARGOCD_PRINCIPAL_HA_ADMIN_PORT",
+        default_value_t = 0
+    )]
+    pub ha_admin_port: u16,
+    /// Comma-separated list of peer identities allowed to connect for replication (as --auth
+    /// extracts them; empty: any authenticated peer).
+    #[arg(
+        long = "ha-allowed-replication-clients",
+        env = "ARGOCD_PRINCIPAL_HA_ALLOWED_REPLICATION_CLIENTS",
+        value_delimiter = ','
+    )]
+    pub ha_allowed_replication_clients: Vec<String>,
+    /// How long the primary waits for the replica's initial ACK after snapshot fetch (0: the
+    /// default 5m).
+    #[arg(long = "ha-replication-initial-ack-timeout", env = "ARGOCD_PRINCIPAL_HA_REPLICATION_INITIAL_ACK_TIMEOUT", default_value = "0", value_parser = parse_duration)]
+    pub ha_replication_initial_ack_timeout: Duration,
 }
 
 impl HaArgs {
+    /// The cross-cluster HA settings when `--ha-enabled` is on (the peer's options and
+    /// validation, with the fix named).
+    pub fn replication(&self) -> anyhow::Result<Option<crate::ha::replication::Settings>> {
+        use crate::ha::replication as r;
+        if !self.ha_enabled {
+            return Ok(None);
+        }
+        if self.leader_elect {
+            anyhow::bail!(
+                "--ha-enabled (cross-cluster replication) cannot be combined with --leader-elect (in-cluster Lease failover): run one principal per cluster with --ha-enabled (Kubernetes restarts it in place), or several with --leader-elect and no --ha-enabled"
+            );
+        }
+        let port = match self.ha_admin_port {
+            0 => r::DEFAULT_ADMIN_PORT,
+            p => p,
+        };
+        let s = r::Settings {
+            preferred_role: r::PreferredRole::parse(&self.ha_preferred_role)?,
+            peer_address: self.ha_peer_address.trim().to_string(),
+            failover_timeout: self.ha_failover_timeout,
+            admin_addr: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            allowed_clients: self
+                .ha_allowed_replication_clients
+                .iter()
+                .map(|c| c.trim().to_string())
+                .filter(|c| !c.is_empty())
+                .collect(),
+            initial_ack_timeout: match self.ha_replication_initial_ack_timeout {
+                d if d.is_zero() => r::DEFAULT_INITIAL_ACK_TIMEOUT,
+                d => d,
+            },
+        };
+        s.validate()?;
+        Ok(Some(s))
+    }
+
     /// The HA settings when `--leader-elect` is on.
     pub fn config(&self, namespace: &str) -> anyhow::Result<Option<crate::ha::HaConfig>> {
         if !self.leader_elect {
@@ -79,6 +160,57 @@ mod tests {
         Cli::try_parse_from(std::iter::once("principal").chain(args.iter().copied()))
             .unwrap()
             .ha
+    }
+
+    #[test]
+    fn cross_cluster_flags_have_the_peers_names_defaults_and_checks() {
+        use crate::ha::replication::PreferredRole;
+        assert!(
+            parse(&[]).replication().unwrap().is_none(),
+            "off by default"
+        );
+        let s = parse(&["--ha-enabled"]).replication().unwrap().unwrap();
+        assert_eq!(
+            s.preferred_role,
+            PreferredRole::Primary,
+            "the peer's flag default"
+        );
+        assert_eq!(s.admin_addr.to_string(), "127.0.0.1:8405");
+        assert_eq!(s.failover_timeout, Duration::from_secs(30));
+        assert_eq!(s.initial_ack_timeout, Duration::from_secs(300));
+        assert!(s.allowed_clients.is_empty());
+        let s = parse(&[
+            "--ha-enabled=true",
+            "--ha-preferred-role=replica",
+            "--ha-peer-address=principal.region-a.internal:8443",
+            "--ha-failover-timeout=1m",
+            "--ha-admin-port=9405",
+            "--ha-allowed-replication-clients=region-a, principal-replica",
+            "--ha-replication-initial-ack-timeout=10m",
+        ])
+        .replication()
+        .unwrap()
+        .unwrap();
+        assert_eq!(s.preferred_role, PreferredRole::Replica);
+        assert_eq!(s.peer_address, "principal.region-a.internal:8443");
+        assert_eq!(s.failover_timeout, Duration::from_secs(60));
+        assert_eq!(s.admin_addr.to_string(), "127.0.0.1:9405");
+        assert_eq!(s.allowed_clients, ["region-a", "principal-replica"]);
+        assert_eq!(s.initial_ack_timeout, Duration::from_secs(600));
+        let err = |args: &[&str]| parse(args).replication().unwrap_err().to_string();
+        assert!(
+            err(&["--ha-enabled", "--ha-preferred-role=replica"])
+                .contains("peer address is required for replica role")
+        );
+        assert!(
+            err(&["--ha-enabled", "--ha-preferred-role=leader"]).contains("unknown role: leader")
+        );
+        assert!(err(&["--ha-enabled", "--ha-peer-address=nohost"]).contains("host:port"));
+        assert!(err(&["--ha-enabled", "--leader-elect"]).contains("cannot be combined"));
+        assert!(
+            !parse(&["--ha-enabled=false"]).ha_enabled,
+            "the peer's boolean flag syntax"
+        );
     }
 
     #[test]

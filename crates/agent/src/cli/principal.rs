@@ -392,6 +392,26 @@ impl PrincipalArgs {
         Ok(SocketAddr::new(ip, self.listen_port))
     }
 
+    /// Why this run needs a Kubernetes client (`None`: it does not). One rule for every mode:
+    /// the client comes from `--kubeconfig`/`--kubecontext`, else `KUBECONFIG` (or
+    /// `~/.kube/config`), else the in-cluster service account (issue 29: `--leader-elect` with
+    /// TLS material from files used to find no client).
+    fn client_reason(&self, store_given: bool) -> Option<&'static str> {
+        if self.needs_kube_for_material() {
+            Some("the TLS material or the JWT key come from Secrets")
+        } else if self.kubeconfig.is_some() || self.kubecontext.is_some() {
+            Some("--kubeconfig / --kubecontext")
+        } else if self.ha.leader_elect {
+            Some("--leader-elect (its Lease)")
+        } else if self.enable_self_cluster_registration {
+            Some("--enable-self-cluster-registration (the cluster secrets)")
+        } else if !store_given {
+            Some("the hub's Applications, AppProjects and Secrets")
+        } else {
+            None
+        }
+    }
+
     fn needs_kube_for_material(&self) -> bool {
         (!self.insecure_plaintext
             && ((self.tls_cert.is_none() && !self.insecure_tls_generate)
@@ -528,23 +548,27 @@ async fn load_tls(
     })
 }
 
-async fn material(args: &PrincipalArgs, client: Option<kube::Client>) -> anyhow::Result<Material> {
+async fn material(
+    args: &PrincipalArgs,
+    client: Option<kube::Client>,
+    store_given: bool,
+) -> anyhow::Result<Material> {
     let namespace = args
         .namespace
         .clone()
         .unwrap_or_else(common::default_namespace);
-    let client = match client {
-        Some(c) => Some(c),
-        None if args.needs_kube_for_material()
-            || (args.kubeconfig.is_some() || args.kubecontext.is_some()) =>
-        {
-            Some(
-                common::kube_client(args.kubeconfig.as_ref(), args.kubecontext.as_deref())
-                    .await
-                    .context("TLS material or the JWT key come from Secrets")?,
-            )
-        }
-        None => None,
+    let client = match (client, args.client_reason(store_given)) {
+        (Some(c), _) => Some(c),
+        (None, Some(why)) => Some(
+            common::kube_client(args.kubeconfig.as_ref(), args.kubecontext.as_deref())
+                .await
+                .with_context(|| {
+                    format!(
+                        "a Kubernetes client is needed for {why}: set KUBECONFIG or --kubeconfig, or run in a pod with a service account"
+                    )
+                })?,
+        ),
+        (None, None) => None,
     };
     let tls = load_tls(args, client.as_ref(), &namespace).await?;
     let kube = || {
@@ -589,6 +613,7 @@ async fn run(
             "--enable-self-cluster-registration requires --self-registration-client-cert-secret (a kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt: the client certificate Argo CD presents to the resource proxy)"
         );
     }
+    let replication = args.ha.replication()?;
     let selector = super::label_selector(&args.label_selector)?;
     let namespace_create = namespace_create(&args)?;
     let auth = match &args.identity_regex {
@@ -614,7 +639,8 @@ async fn run(
     if max_event_size == 0 {
         bail!("--grpc-max-message-size must be greater than 0");
     }
-    let Some(m) = super::or_shutdown(&shutdown, material(&args, client)).await? else {
+    let Some(m) = super::or_shutdown(&shutdown, material(&args, client, store.is_some())).await?
+    else {
         return Ok(());
     };
     let (initial_tls, reload_client, reload_namespace) =
@@ -731,6 +757,51 @@ async fn run(
         &shutdown,
     )
     .await?;
+    // the principal's identity (the peer's principal-identity ConfigMap): agents tell a
+    // failover to the other principal of an HA pair from a recreated object by it
+    match crate::principal::identity::ensure_principal_uid(store.as_ref(), &cfg.namespace).await {
+        Ok(uid) => {
+            tracing::info!(%uid, "principal identity");
+            cfg.principal_uid = Some(uid);
+        }
+        Err(e) if replication.is_some() => return Err(e.context("--ha-enabled")),
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "no principal identity: agents cannot tell a failover to another principal from a recreated Application");
+        }
+    }
+    if let Some(settings) = replication {
+        let (tls_tx, tls_rx) = tokio::sync::watch::channel(initial_tls.clone());
+        let node = crate::ha::replication::Node {
+            store,
+            metrics,
+            tls: tls_reloadable(&args).then_some(tls_rx),
+            state: None,
+        };
+        let run = crate::ha::replication::run(settings, cfg, node, shutdown.clone());
+        let reload = async {
+            if tls_reloadable(&args) {
+                super::reload_tls_until(
+                    &shutdown,
+                    initial_tls,
+                    || load_tls(&args, reload_client.as_ref(), &reload_namespace),
+                    |m| {
+                        tls_tx.send_replace(m.clone());
+                        Ok(())
+                    },
+                )
+                .await;
+            }
+            std::future::pending::<()>().await
+        };
+        let r = tokio::select! {
+            r = run => r,
+            _ = reload => unreachable!("pending"),
+        };
+        for a in admin {
+            let _ = a.await;
+        }
+        return r;
+    }
     if let Some(ha) = args.ha.config(&cfg.namespace)? {
         let Some(client) = ha_client else {
             bail!(

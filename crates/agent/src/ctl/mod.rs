@@ -21,6 +21,7 @@
 mod agent;
 mod blocklist;
 mod config;
+mod ha;
 mod jwt;
 mod out;
 mod pki;
@@ -111,6 +112,9 @@ pub enum CtlCommand {
         #[arg(short, long)]
         indent: bool,
     },
+    /// Manage HA state of the principal server
+    #[command(subcommand)]
+    Ha(ha::HaCommand),
 }
 
 /// A command outcome that is not `[FATAL]`: what to print and the exit code (peer: e.g.
@@ -251,6 +255,8 @@ pub async fn run_ctl_output(args: &CtlArgs) -> anyhow::Result<String> {
     match &args.command {
         CtlCommand::Version { indent } => return Ok(version_json(*indent) + "\n"),
         CtlCommand::Config(c) => return config::run(c, &args.config_path()).await,
+        // the HA admin API (a kube client only for the port-forward); prints as it goes
+        CtlCommand::Ha(h) => return ha::run(h, args).await.map(|()| String::new()),
         _ => {}
     }
     let cfg = config::load_for_command(&args.config_path())?;
@@ -296,6 +302,9 @@ pub async fn execute(cmd: &CtlCommand, c: &Clients) -> anyhow::Result<String> {
         CtlCommand::Version { indent } => Ok(version_json(*indent) + "\n"),
         CtlCommand::Config(_) => {
             anyhow::bail!("config commands work on the local file, not on clusters")
+        }
+        CtlCommand::Ha(_) => {
+            anyhow::bail!("ctl ha talks to the principal's admin API, not to Secrets")
         }
     }
 }

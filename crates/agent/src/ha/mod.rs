@@ -19,8 +19,9 @@
 mod front;
 mod holder;
 mod metrics;
+pub mod replication;
 
-pub use metrics::HaMetrics;
+pub use metrics::{ClientMetrics, ForwarderMetrics, HaMetrics};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -6,6 +6,7 @@ mod appproject;
 pub mod cluster_info;
 pub mod cluster_secrets;
 mod hub;
+pub mod identity;
 mod logs;
 pub mod mapping;
 pub mod redis_proxy;
@@ -99,6 +100,32 @@ pub struct PrincipalConfig {
     /// `--destination-based-mapping`: a managed agent gets the hub Applications whose
     /// `spec.destination.name` names it, in their own namespace (see [`mapping`]).
     pub destination_based_mapping: bool,
+    /// This principal's persistent identity (ConfigMap `argocd-agent-principal-identity`), sent
+    /// as the `principaluid` extension of its events: agents tell a failover to another
+    /// principal from a recreated object by it.
+    pub principal_uid: Option<String>,
+    /// More gRPC services on the agents' port (cross-cluster HA's replication API).
+    pub extra_services: Option<ExtraServices>,
+}
+
+/// Adds gRPC services to the principal's routes.
+#[derive(Clone)]
+pub struct ExtraServices(
+    Arc<dyn Fn(tonic::service::Routes) -> tonic::service::Routes + Send + Sync>,
+);
+
+impl ExtraServices {
+    pub fn new(
+        f: impl Fn(tonic::service::Routes) -> tonic::service::Routes + Send + Sync + 'static,
+    ) -> Self {
+        ExtraServices(Arc::new(f))
+    }
+}
+
+impl std::fmt::Debug for ExtraServices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExtraServices")
+    }
 }
 
 /// Automatic creation of autonomous agents' hub namespaces (peer: `WithAutoNamespaceCreate`).
@@ -135,6 +162,8 @@ impl PrincipalConfig {
             namespace_create: None,
             allowed_namespaces: Vec::new(),
             destination_based_mapping: false,
+            principal_uid: None,
+            extra_services: None,
             resource_proxy: None,
             redis_proxy: None,
             argocd_cache: None,
@@ -414,6 +443,10 @@ impl Principal {
                 svc.clone(),
             ),
         );
+        let routes = match &cfg.extra_services {
+            Some(x) => (x.0)(routes),
+            None => routes,
+        };
         let ws = cfg.enable_websocket;
         let router = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(30)))

@@ -374,6 +374,7 @@ impl EventStream for Svc {
                 agent: agent.clone(),
                 mode,
             },
+            principal_uid: self.inner.cfg.principal_uid.as_deref().map(Into::into),
         };
         let gen_ = a.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let handler = Arc::new(SessionHandler {

@@ -25,6 +25,8 @@ use crate::otel;
 pub enum Kind {
     Application,
     AppProject,
+    /// Argo CD ApplicationSets (replicated between principals for cross-cluster HA).
+    ApplicationSet,
     /// Core v1 Secrets (the repository and repo-creds Secrets of Argo CD).
     Secret,
     /// Core v1 ConfigMaps (Argo CD's GPG keys).
@@ -36,13 +38,14 @@ impl Kind {
         match self {
             Kind::Application => "Application",
             Kind::AppProject => "AppProject",
+            Kind::ApplicationSet => "ApplicationSet",
             Kind::Secret => "Secret",
             Kind::ConfigMap => "ConfigMap",
         }
     }
     pub fn api_version(self) -> &'static str {
         match self {
-            Kind::Application | Kind::AppProject => "argoproj.io/v1alpha1",
+            Kind::Application | Kind::AppProject | Kind::ApplicationSet => "argoproj.io/v1alpha1",
             Kind::Secret | Kind::ConfigMap => "v1",
         }
     }
@@ -50,6 +53,7 @@ impl Kind {
         match self {
             Kind::Application => "applications",
             Kind::AppProject => "appprojects",
+            Kind::ApplicationSet => "applicationsets",
             Kind::Secret => "secrets",
             Kind::ConfigMap => "configmaps",
         }
@@ -65,6 +69,7 @@ impl Kind {
         match s {
             "Application" => Some(Kind::Application),
             "AppProject" => Some(Kind::AppProject),
+            "ApplicationSet" => Some(Kind::ApplicationSet),
             "Secret" => Some(Kind::Secret),
             "ConfigMap" => Some(Kind::ConfigMap),
             _ => None,

@@ -15,6 +15,9 @@ pub const T: Duration = Duration::from_secs(20);
 
 pub fn init() {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    if std::env::var_os("DEBUG_LOG").is_some() {
+        let _ = argocd_pull_ops::logging::init(argocd_pull_ops::logging::LogFormat::Text);
+    }
 }
 
 pub async fn principal(pki: &LocalPki, hub: &MemStore, addr: &str) -> Principal {

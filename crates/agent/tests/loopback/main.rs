@@ -21,6 +21,7 @@ mod redis_proxy;
 mod redis_server;
 mod registration;
 mod rejections;
+mod replication;
 mod repos;
 mod resource_proxy;
 mod resource_proxy_kubectl;

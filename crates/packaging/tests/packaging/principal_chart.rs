@@ -92,10 +92,13 @@ fn default_render_is_a_hardened_principal_reading_the_peers_secrets() {
     let g = grants(repos);
     assert!(g.contains(&("".into(), "secrets".into(), "watch".into())));
     assert!(g.contains(&("".into(), "configmaps".into(), "watch".into())));
+    // ... and the identity ConfigMap (argocd-agent-principal-identity) is created once
+    assert!(g.contains(&("".into(), "configmaps".into(), "create".into())));
     assert!(
         g.iter()
-            .all(|(_, r, v)| ["secrets", "configmaps"].contains(&r.as_str())
-                && ["get", "list", "watch"].contains(&v.as_str())),
+            .all(|(_, r, v)| (["secrets", "configmaps"].contains(&r.as_str())
+                && ["get", "list", "watch"].contains(&v.as_str()))
+                || (r == "configmaps" && v == "create")),
         "{g:?}"
     );
 }
