@@ -137,6 +137,7 @@ fn rev_of(v: &Value) -> u64 {
 
 /// Writes `rate` changes/s to `store` for `secs` seconds (until `stop`); returns, per change
 /// number, the app and the time its write was acknowledged.
+#[allow(clippy::too_many_arguments)]
 async fn load(
     store: Arc<dyn Store>,
     ns: String,
@@ -403,7 +404,8 @@ async fn run() {
     let _ = stop_tx.send(true);
     let _ = loader.await;
     wait_state(&mut b, State::Disconnected).await;
-    let (lost, counted) = lost_before(b_store.as_ref(), &ns, &acked2.lock().unwrap(), cut).await;
+    let acked_now = acked2.lock().unwrap().clone();
+    let (lost, counted) = lost_before(b_store.as_ref(), &ns, &acked_now, cut).await;
     println!(
         "clean switchover: demote took {:?}; changes acknowledged before the demote: {counted}, lost on the replica: {lost}",
         demoted - cut
@@ -475,7 +477,8 @@ async fn run() {
     ac.promote(admin::PromoteRequest { force: false })
         .await
         .unwrap();
-    let (lost, counted) = lost_before(a_store.as_ref(), &ns, &acked3.lock().unwrap(), crash).await;
+    let acked_now = acked3.lock().unwrap().clone();
+    let (lost, counted) = lost_before(a_store.as_ref(), &ns, &acked_now, crash).await;
     println!(
         "primary killed under load, replica promoted: changes acknowledged before the kill: {counted}, lost: {lost} ({:.0} ms of load at {rate}/s)",
         lost as f64 / rate as f64 * 1000.0

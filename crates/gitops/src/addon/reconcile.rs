@@ -7,7 +7,7 @@
 //! backoff; never a half-made set of secrets.
 
 use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
