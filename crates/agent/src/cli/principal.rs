@@ -639,6 +639,9 @@ async fn run(
     if max_event_size == 0 {
         bail!("--grpc-max-message-size must be greater than 0");
     }
+    // the peer's ValidateTLSConfig: every suite supports the minimum version (default tls1.3)
+    let cipher_suites = crate::ciphers::parse(&args.tls_ciphersuites, Some(!allow_tls12))
+        .map_err(|e| anyhow::anyhow!("--tls-ciphersuites: {e}"))?;
     let Some(m) = super::or_shutdown(&shutdown, material(&args, client, store.is_some())).await?
     else {
         return Ok(());
@@ -647,9 +650,7 @@ async fn run(
         (m.tls.clone(), m.client.clone(), m.namespace.clone());
     let mut cfg = PrincipalConfig::new(listen, m.tls, m.jwt);
     cfg.allow_tls12 = allow_tls12;
-    // the peer's ValidateTLSConfig: every suite supports the minimum version (default tls1.3)
-    cfg.cipher_suites = crate::ciphers::parse(&args.tls_ciphersuites, Some(!allow_tls12))
-        .map_err(|e| anyhow::anyhow!("--tls-ciphersuites: {e}"))?;
+    cfg.cipher_suites = cipher_suites;
     cfg.identity_regex = auth.regex;
     cfg.identity_from_uri = auth.source == IdentitySource::Uri;
     if let IdentitySource::Header(h) = &auth.source {

@@ -88,7 +88,15 @@ async fn group_discovery() {
         ]
     );
     let (_, v) = raw(&hub, "GET", "/apis/apps/v1", None, "").await;
-    assert_eq!(names(&v), vec!["deployments", "deployments/status"]);
+    assert_eq!(
+        names(&v),
+        vec![
+            "deployments",
+            "deployments/status",
+            "statefulsets",
+            "statefulsets/status"
+        ]
+    );
     let (_, v) = raw(&hub, "GET", "/apis/coordination.k8s.io/v1", None, "").await;
     assert_eq!(names(&v), vec!["leases"]);
     let (_, v) = raw(&hub, "GET", "/apis/events.k8s.io/v1", None, "").await;
