@@ -54,6 +54,7 @@ pub mod pki;
 pub use local::{LocalDeployment, start_local, start_local_stores};
 pub mod objects;
 pub mod policy;
+pub mod pprof;
 pub mod principal;
 pub mod project_match;
 pub mod repository;

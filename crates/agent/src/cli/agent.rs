@@ -193,6 +193,14 @@ pub struct AgentArgs {
     /// Our previous release's metrics/health address (one server); overrides the ports.
     #[arg(long = "metrics-addr", env = "ARGOCD_AGENT_METRICS_ADDR", hide = true)]
     pub metrics_addr: Option<SocketAddr>,
+    /// Port the pprof server will listen on (127.0.0.1 only; 0: off). Serves
+    /// /debug/pprof/profile?seconds=N, a CPU profile for `go tool pprof`.
+    #[arg(
+        long = "pprof-port",
+        env = "ARGOCD_AGENT_PPROF_PORT",
+        default_value_t = 0
+    )]
+    pub pprof_port: u16,
 
     /// Policy for source-UID mismatches: recreate (delete and recreate, default) or upsert
     /// (update in-place). The annotation argocd.argoproj.io/source-uid-mismatch-policy on the
@@ -396,6 +404,8 @@ async fn run(
         print!("{}", crate::ciphers::list_text());
         return Ok(());
     }
+    // as the peer: the profiling server first, a taken port ends the command
+    let _pprof = super::serve_pprof(args.pprof_port, &shutdown).await?;
     common::check_creds(&args.creds)?;
     // as the peer's NewAgent
     if args.destination_based_mapping && args.mode == crate::Mode::Autonomous {

@@ -182,6 +182,18 @@ async fn serve_admin(
     Ok(tasks)
 }
 
+/// `--pprof-port`: the profiling server on 127.0.0.1 (0: none). It stops with `shutdown`.
+async fn serve_pprof(
+    port: u16,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    if port == 0 {
+        return Ok(None);
+    }
+    let (_, task) = crate::pprof::serve(port, shutdown.clone()).await?;
+    Ok(Some(task))
+}
+
 /// Admin listen addresses from the peer's port flags, or the legacy address.
 fn admin_addrs(
     host: std::net::IpAddr,

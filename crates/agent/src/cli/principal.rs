@@ -199,6 +199,14 @@ pub struct PrincipalArgs {
         hide = true
     )]
     pub metrics_addr: Option<SocketAddr>,
+    /// Port the pprof server will listen on (127.0.0.1 only; 0: off). Serves
+    /// /debug/pprof/profile?seconds=N, a CPU profile for `go tool pprof`.
+    #[arg(
+        long = "pprof-port",
+        env = "ARGOCD_PRINCIPAL_PPROF_PORT",
+        default_value_t = 0
+    )]
+    pub pprof_port: u16,
 
     /// Kubernetes label selector to restrict which resources the principal watches
     /// (Applications, AppProjects, repository Secrets).
@@ -606,6 +614,8 @@ async fn run(
         print!("{}", crate::ciphers::list_text());
         return Ok(());
     }
+    // as the peer: the profiling server first, a taken port ends the command
+    let _pprof = super::serve_pprof(args.pprof_port, &shutdown).await?;
     // bad input is reported before anything is loaded or connected
     if args.enable_self_cluster_registration && args.self_registration_client_cert_secret.is_empty()
     {

@@ -10,6 +10,7 @@ mod controller;
 mod flags;
 mod health;
 mod otlp;
+mod pprof;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
