@@ -7,6 +7,7 @@ pub mod checksum;
 pub mod ciphers;
 pub mod container;
 pub mod event;
+pub mod full_detail;
 pub mod insecure;
 pub mod metrics;
 pub mod otel;

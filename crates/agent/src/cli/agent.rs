@@ -201,6 +201,14 @@ pub struct AgentArgs {
         default_value_t = 0
     )]
     pub pprof_port: u16,
+    /// Enable full detail logging for specified categories. Comma-separated list of: all,
+    /// actions, events, informers (the whole object in their debug lines).
+    #[arg(
+        long = "full-detail",
+        env = "ARGOCD_AGENT_FULL_DETAIL",
+        value_delimiter = ','
+    )]
+    pub full_detail: Vec<String>,
 
     /// Policy for source-UID mismatches: recreate (delete and recreate, default) or upsert
     /// (update in-place). The annotation argocd.argoproj.io/source-uid-mismatch-policy on the
@@ -406,6 +414,7 @@ async fn run(
     }
     // as the peer: the profiling server first, a taken port ends the command
     let _pprof = super::serve_pprof(args.pprof_port, &shutdown).await?;
+    crate::full_detail::set(crate::full_detail::FullDetail::parse(&args.full_detail));
     common::check_creds(&args.creds)?;
     // as the peer's NewAgent
     if args.destination_based_mapping && args.mode == crate::Mode::Autonomous {

@@ -85,12 +85,19 @@ fn label_selector(
         .map_err(|e| anyhow::anyhow!("--label-selector: {e}"))
 }
 
-/// The store as seen through `--label-selector` (Applications, AppProjects and Secrets).
+/// The store as seen through `--label-selector` (Applications, AppProjects and Secrets), its
+/// writes and watch events logged for `--full-detail`.
 fn selected(
     store: Arc<dyn Store>,
     selector: Option<(String, argocd_pull_ops::labels::LabelSelector)>,
     who: &str,
 ) -> Arc<dyn Store> {
+    // --full-detail: writes and watch events as debug lines (only when those are written)
+    let store: Arc<dyn Store> = if crate::full_detail::enabled() {
+        Arc::new(crate::full_detail::LoggedStore::new(store))
+    } else {
+        store
+    };
     match selector {
         None => store,
         Some((text, sel)) => {

@@ -207,6 +207,14 @@ pub struct PrincipalArgs {
         default_value_t = 0
     )]
     pub pprof_port: u16,
+    /// Enable full detail logging for specified categories. Comma-separated list of: all,
+    /// actions, events, informers (the whole object in their debug lines).
+    #[arg(
+        long = "full-detail",
+        env = "ARGOCD_PRINCIPAL_FULL_DETAIL",
+        value_delimiter = ','
+    )]
+    pub full_detail: Vec<String>,
 
     /// Kubernetes label selector to restrict which resources the principal watches
     /// (Applications, AppProjects, repository Secrets).
@@ -616,6 +624,7 @@ async fn run(
     }
     // as the peer: the profiling server first, a taken port ends the command
     let _pprof = super::serve_pprof(args.pprof_port, &shutdown).await?;
+    crate::full_detail::set(crate::full_detail::FullDetail::parse(&args.full_detail));
     // bad input is reported before anything is loaded or connected
     if args.enable_self_cluster_registration && args.self_registration_client_cert_secret.is_empty()
     {

@@ -8,6 +8,7 @@
 mod agent;
 mod controller;
 mod flags;
+mod full_detail;
 mod health;
 mod otlp;
 mod pprof;
