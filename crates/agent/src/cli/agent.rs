@@ -209,6 +209,11 @@ pub struct AgentArgs {
         value_delimiter = ','
     )]
     pub full_detail: Vec<String>,
+    /// Minimum interval that detected local Application 'update' events wait in a buffer before
+    /// being sent to the principal: redundant updates within it collapse into the latest one;
+    /// updates further apart are not delayed (0: off).
+    #[arg(long = "buffer-informer-event-interval", env = "ARGOCD_AGENT_BUFFER_INFORMER_EVENT_INTERVAL", default_value = "0", value_parser = parse_duration)]
+    pub buffer_informer_event_interval: Duration,
 
     /// Policy for source-UID mismatches: recreate (delete and recreate, default) or upsert
     /// (update in-place). The annotation argocd.argoproj.io/source-uid-mismatch-policy on the
@@ -498,6 +503,7 @@ async fn run(
         bail!("--informer-sync-timeout must be greater than 0");
     }
     cfg.informer_sync_timeout = args.informer_sync_timeout;
+    cfg.informer_event_buffer_interval = args.buffer_informer_event_interval;
     cfg.destination_based_mapping = args.destination_based_mapping;
     if cfg.destination_based_mapping {
         tracing::info!("Destination-based mapping is enabled");

@@ -10,6 +10,7 @@ mod controller;
 mod flags;
 mod full_detail;
 mod health;
+mod informer_buffer;
 mod otlp;
 mod pprof;
 
