@@ -150,6 +150,7 @@ fn to_wire_checked(ctx: &SessionCtx, ev: &Event) -> Result<eventstreamapi::Event
     if n > ctx.max_event_size {
         Err(n)
     } else {
+        crate::full_detail::log_event(crate::full_detail::Direction::Send, ev);
         Ok(w)
     }
 }
@@ -313,6 +314,7 @@ where
             }
         };
         ctx.metrics.received(ev.ty.short());
+        crate::full_detail::log_event(crate::full_detail::Direction::Recv, &ev);
         if let Some(sent) = ev
             .sent_at
             .as_deref()

@@ -14,6 +14,7 @@ mod resource;
 mod resource_scope;
 mod resync;
 mod terminal;
+pub mod update_buffer;
 mod watch;
 
 use application::{status_payload, strip_local};
@@ -105,6 +106,9 @@ pub struct AgentConfig {
     /// `--allowed-namespaces` (with mapping): namespaces besides `namespace` Applications may
     /// be written in (globs or `/regex/`).
     pub allowed_namespaces: Vec<String>,
+    /// `--buffer-informer-event-interval`: updates of one local Application are handled at
+    /// most once per interval, the latest one winning (zero: unbuffered; see [`update_buffer`]).
+    pub informer_event_buffer_interval: Duration,
 }
 
 impl AgentConfig {
@@ -144,6 +148,7 @@ impl AgentConfig {
             destination_based_mapping: false,
             create_namespace: false,
             allowed_namespaces: Vec::new(),
+            informer_event_buffer_interval: Duration::ZERO,
         }
     }
 }

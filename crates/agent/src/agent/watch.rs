@@ -15,17 +15,44 @@ use crate::store::{Kind, StoreEvent};
 
 use super::Inner;
 use super::application::{report_hash, status_payload, status_report_hash};
+use super::update_buffer::UpdateBuffer;
 use crate::otel;
 
 impl Inner {
     pub(super) async fn watch_local(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
         let mut ready = Some(ready);
+        let interval = self.cfg.informer_event_buffer_interval;
+        let mut buffer = (!interval.is_zero()).then(|| {
+            tracing::info!("Buffering of Application events is enabled at {interval:?}");
+            UpdateBuffer::new(interval)
+        });
         loop {
             let mut s = self.store.watch(Kind::Application, self.app_scope());
-            while let Some(ev) = s.next().await {
+            loop {
+                let due = buffer.as_mut().and_then(UpdateBuffer::next_due);
+                let ev = tokio::select! {
+                    ev = s.next() => match ev {
+                        Some(ev) => ev,
+                        None => break,
+                    },
+                    _ = sleep_until(due) => {
+                        let now = tokio::time::Instant::now();
+                        for obj in buffer.as_mut().map(|b| b.due(now)).unwrap_or_default() {
+                            let _s = self.local_span("update", Kind::Application, &obj).entered();
+                            self.on_local_apply(&obj);
+                        }
+                        continue;
+                    }
+                };
                 match ev {
                     Ok(StoreEvent::Restarted(list)) => {
                         let old = replace_cache_by(&self.cache, &list, |x| self.lkey(x));
+                        if let Some(b) = buffer.as_mut() {
+                            // the list is the newest state: held updates are stale
+                            for obj in list.iter().chain(&old) {
+                                b.add_or_delete(&self.lkey(obj));
+                            }
+                        }
                         let names: std::collections::HashSet<String> =
                             list.iter().map(|x| self.lkey(x)).collect();
                         for obj in &list {
@@ -61,6 +88,20 @@ impl Inner {
                             .expect("poisoned")
                             .insert(self.lkey(&obj), obj.clone())
                             .is_some();
+                        // --buffer-informer-event-interval: only updates wait
+                        let obj = match buffer.as_mut() {
+                            Some(b) if known => {
+                                match b.update(self.lkey(&obj), obj, tokio::time::Instant::now()) {
+                                    Some(obj) => obj,
+                                    None => continue,
+                                }
+                            }
+                            Some(b) => {
+                                b.add_or_delete(&self.lkey(&obj));
+                                obj
+                            }
+                            None => obj,
+                        };
                         let _s = self
                             .local_span(otel::op_of(known), Kind::Application, &obj)
                             .entered();
@@ -71,6 +112,9 @@ impl Inner {
                             .lock()
                             .expect("poisoned")
                             .remove(&self.lkey(&obj));
+                        if let Some(b) = buffer.as_mut() {
+                            b.add_or_delete(&self.lkey(&obj));
+                        }
                         let _s = self.local_span("delete", Kind::Application, &obj).entered();
                         self.on_local_delete(&obj);
                     }
@@ -344,6 +388,14 @@ impl Inner {
                 }
             }
         }
+    }
+}
+
+/// Sleeps until `at`; never without it.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

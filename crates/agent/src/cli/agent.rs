@@ -193,6 +193,27 @@ pub struct AgentArgs {
     /// Our previous release's metrics/health address (one server); overrides the ports.
     #[arg(long = "metrics-addr", env = "ARGOCD_AGENT_METRICS_ADDR", hide = true)]
     pub metrics_addr: Option<SocketAddr>,
+    /// Port the pprof server will listen on (127.0.0.1 only; 0: off). Serves
+    /// /debug/pprof/profile?seconds=N, a CPU profile for `go tool pprof`.
+    #[arg(
+        long = "pprof-port",
+        env = "ARGOCD_AGENT_PPROF_PORT",
+        default_value_t = 0
+    )]
+    pub pprof_port: u16,
+    /// Enable full detail logging for specified categories. Comma-separated list of: all,
+    /// actions, events, informers (the whole object in their debug lines).
+    #[arg(
+        long = "full-detail",
+        env = "ARGOCD_AGENT_FULL_DETAIL",
+        value_delimiter = ','
+    )]
+    pub full_detail: Vec<String>,
+    /// Minimum interval that detected local Application 'update' events wait in a buffer before
+    /// being sent to the principal: redundant updates within it collapse into the latest one;
+    /// updates further apart are not delayed (0: off).
+    #[arg(long = "buffer-informer-event-interval", env = "ARGOCD_AGENT_BUFFER_INFORMER_EVENT_INTERVAL", default_value = "0", value_parser = parse_duration)]
+    pub buffer_informer_event_interval: Duration,
 
     /// Policy for source-UID mismatches: recreate (delete and recreate, default) or upsert
     /// (update in-place). The annotation argocd.argoproj.io/source-uid-mismatch-policy on the
@@ -396,6 +417,9 @@ async fn run(
         print!("{}", crate::ciphers::list_text());
         return Ok(());
     }
+    // as the peer: the profiling server first, a taken port ends the command
+    let _pprof = super::serve_pprof(args.pprof_port, &shutdown).await?;
+    crate::full_detail::set(crate::full_detail::FullDetail::parse(&args.full_detail));
     common::check_creds(&args.creds)?;
     // as the peer's NewAgent
     if args.destination_based_mapping && args.mode == crate::Mode::Autonomous {
@@ -479,6 +503,7 @@ async fn run(
         bail!("--informer-sync-timeout must be greater than 0");
     }
     cfg.informer_sync_timeout = args.informer_sync_timeout;
+    cfg.informer_event_buffer_interval = args.buffer_informer_event_interval;
     cfg.destination_based_mapping = args.destination_based_mapping;
     if cfg.destination_based_mapping {
         tracing::info!("Destination-based mapping is enabled");

@@ -85,12 +85,19 @@ fn label_selector(
         .map_err(|e| anyhow::anyhow!("--label-selector: {e}"))
 }
 
-/// The store as seen through `--label-selector` (Applications, AppProjects and Secrets).
+/// The store as seen through `--label-selector` (Applications, AppProjects and Secrets), its
+/// writes and watch events logged for `--full-detail`.
 fn selected(
     store: Arc<dyn Store>,
     selector: Option<(String, argocd_pull_ops::labels::LabelSelector)>,
     who: &str,
 ) -> Arc<dyn Store> {
+    // --full-detail: writes and watch events as debug lines (only when those are written)
+    let store: Arc<dyn Store> = if crate::full_detail::enabled() {
+        Arc::new(crate::full_detail::LoggedStore::new(store))
+    } else {
+        store
+    };
     match selector {
         None => store,
         Some((text, sel)) => {
@@ -180,6 +187,18 @@ async fn serve_admin(
         tasks.push(task);
     }
     Ok(tasks)
+}
+
+/// `--pprof-port`: the profiling server on 127.0.0.1 (0: none). It stops with `shutdown`.
+async fn serve_pprof(
+    port: u16,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    if port == 0 {
+        return Ok(None);
+    }
+    let (_, task) = crate::pprof::serve(port, shutdown.clone()).await?;
+    Ok(Some(task))
 }
 
 /// Admin listen addresses from the peer's port flags, or the legacy address.

@@ -199,6 +199,22 @@ pub struct PrincipalArgs {
         hide = true
     )]
     pub metrics_addr: Option<SocketAddr>,
+    /// Port the pprof server will listen on (127.0.0.1 only; 0: off). Serves
+    /// /debug/pprof/profile?seconds=N, a CPU profile for `go tool pprof`.
+    #[arg(
+        long = "pprof-port",
+        env = "ARGOCD_PRINCIPAL_PPROF_PORT",
+        default_value_t = 0
+    )]
+    pub pprof_port: u16,
+    /// Enable full detail logging for specified categories. Comma-separated list of: all,
+    /// actions, events, informers (the whole object in their debug lines).
+    #[arg(
+        long = "full-detail",
+        env = "ARGOCD_PRINCIPAL_FULL_DETAIL",
+        value_delimiter = ','
+    )]
+    pub full_detail: Vec<String>,
 
     /// Kubernetes label selector to restrict which resources the principal watches
     /// (Applications, AppProjects, repository Secrets).
@@ -606,6 +622,9 @@ async fn run(
         print!("{}", crate::ciphers::list_text());
         return Ok(());
     }
+    // as the peer: the profiling server first, a taken port ends the command
+    let _pprof = super::serve_pprof(args.pprof_port, &shutdown).await?;
+    crate::full_detail::set(crate::full_detail::FullDetail::parse(&args.full_detail));
     // bad input is reported before anything is loaded or connected
     if args.enable_self_cluster_registration && args.self_registration_client_cert_secret.is_empty()
     {

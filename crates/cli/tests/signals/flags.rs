@@ -5,7 +5,11 @@ use std::process::Command;
 
 use crate::{BIN, Proc, demo_hub, free_port, run, temp_dir};
 
-fn principal_args(pki: &std::path::Path, grpc: SocketAddr, extra: &[&str]) -> Vec<String> {
+pub(crate) fn principal_args(
+    pki: &std::path::Path,
+    grpc: SocketAddr,
+    extra: &[&str],
+) -> Vec<String> {
     let f = |n: &str| pki.join(n).display().to_string();
     let mut v: Vec<String> = vec![
         "principal".into(),
@@ -25,7 +29,7 @@ fn principal_args(pki: &std::path::Path, grpc: SocketAddr, extra: &[&str]) -> Ve
     v
 }
 
-fn agent_args(pki: &std::path::Path, grpc: SocketAddr, extra: &[&str]) -> Vec<String> {
+pub(crate) fn agent_args(pki: &std::path::Path, grpc: SocketAddr, extra: &[&str]) -> Vec<String> {
     let f = |n: &str| pki.join(n).display().to_string();
     let mut v: Vec<String> = vec![
         "agent".into(),

@@ -8,8 +8,11 @@
 mod agent;
 mod controller;
 mod flags;
+mod full_detail;
 mod health;
+mod informer_buffer;
 mod otlp;
+mod pprof;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -185,13 +185,13 @@ fn agent_args(pki: &Path, grpc_port: u16) -> Vec<String> {
 }
 
 /// The hub's Kubernetes API (the demo hub's kubeconfig), driven from a runtime of the test.
-struct Hub {
-    rt: tokio::runtime::Runtime,
-    client: kube::Client,
+pub(crate) struct Hub {
+    pub(crate) rt: tokio::runtime::Runtime,
+    pub(crate) client: kube::Client,
 }
 
 impl Hub {
-    fn connect(kubeconfig: &Path) -> Hub {
+    pub(crate) fn connect(kubeconfig: &Path) -> Hub {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -210,13 +210,13 @@ impl Hub {
         Hub { rt, client }
     }
 
-    fn apps(&self, ns: &str) -> Api<DynamicObject> {
+    pub(crate) fn apps(&self, ns: &str) -> Api<DynamicObject> {
         let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Application");
         let ar = ApiResource::from_gvk_with_plural(&gvk, "applications");
         Api::namespaced_with(self.client.clone(), ns, &ar)
     }
 
-    fn create_namespace(&self, ns: &str) {
+    pub(crate) fn create_namespace(&self, ns: &str) {
         use k8s_openapi::api::core::v1::Namespace;
         let api: Api<Namespace> = Api::all(self.client.clone());
         let n: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
@@ -224,7 +224,7 @@ impl Hub {
     }
 
     /// Creates the Application (`targetRevision: HEAD`) and returns its UID.
-    fn create_app(&self, ns: &str, name: &str) -> String {
+    pub(crate) fn create_app(&self, ns: &str, name: &str) -> String {
         let app: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
             "metadata": {"name": name, "namespace": ns},
@@ -241,7 +241,7 @@ impl Hub {
         created.metadata.uid.expect("uid")
     }
 
-    fn set_revision(&self, ns: &str, name: &str, rev: &str) {
+    pub(crate) fn set_revision(&self, ns: &str, name: &str, rev: &str) {
         let patch = json!({"spec": {"source": {"targetRevision": rev}}});
         self.rt
             .block_on(
@@ -252,7 +252,7 @@ impl Hub {
     }
 
     /// Waits (watch, at most two minutes) until the Application's `targetRevision` is `rev`.
-    fn wait_revision(&self, ns: &str, name: &str, rev: &str) {
+    pub(crate) fn wait_revision(&self, ns: &str, name: &str, rev: &str) {
         let api = self.apps(ns);
         let want = rev.to_string();
         let cond = move |o: Option<&DynamicObject>| {
