@@ -11,9 +11,12 @@
 #   agent       real_cluster* (principal + agents, autonomous and managed; logs/exec and kubectl
 #               through the resource proxy)
 #   packaging   dry_run::* (the charts through the hub's server-side dry run)
+#   ctl         real::* (argocd-pull ctl: pki, agent, jwt, blocklist and validate against the
+#               hub as the principal's cluster and cluster1 as the agent's)
 #
-# The test binaries are built first, without the lock; each suite then runs under
-# `flock $REALK8S.lock` (the env is shared: others wait for the lock, and no suite holds it for
+# The test binaries are built first, without the lock, with the workspace's features (`--workspace
+# --test <target>`: the same build `cargo test --workspace` makes, so nothing is built twice); each suite then runs under
+# `flock -o $REALK8S.lock` (the env is shared; -o: the env's daemons that a suite restarts must not inherit the lock: others wait for the lock, and no suite holds it for
 # more than its own few minutes). Every suite runs even when an earlier one failed; the summary
 # lists each suite's result, time and SKIP lines; the exit status is 1 when any failed.
 #
@@ -43,6 +46,7 @@ SUITES=(
   "cmp|argocd-pull-cmp|cmp|real_cluster::"
   "agent|argocd-pull-agent|loopback|real_cluster"
   "packaging|argocd-pull-packaging|packaging|dry_run::"
+  "ctl|argocd-pull|ctl|real::"
 )
 
 only=()
@@ -58,23 +62,25 @@ for s in "${SUITES[@]}"; do
   name=${s%%|*}
   if [ ${#only[@]} -eq 0 ] || [[ " ${only[*]} " == *" $name "* ]]; then selected+=("$s"); fi
 done
-[ ${#selected[@]} -gt 0 ] || { echo "no such suite: ${only[*]} (suites: controller gitops cmp agent packaging)" >&2; exit 2; }
+[ ${#selected[@]} -gt 0 ] || { echo "no such suite: ${only[*]} (suites: controller gitops cmp agent packaging ctl)" >&2; exit 2; }
 
 for f in "$ARGOCD_PULL_E2E_HUB_KUBECONFIG" "$ARGOCD_PULL_E2E_MANAGED_KUBECONFIG"; do
   [ -r "$f" ] || { echo "cannot read kubeconfig $f (set REALK8S or ARGOCD_PULL_E2E_*_KUBECONFIG)" >&2; exit 2; }
 done
 
 start=$SECONDS
+targets=()
 for s in "${selected[@]}"; do
-  IFS='|' read -r _ pkg target _ <<<"$s"
-  echo "== building $pkg --test $target"
-  cargo test --quiet -p "$pkg" --test "$target" --no-run || exit 1
+  IFS='|' read -r _ _ target _ <<<"$s"
+  targets+=(--test "$target")
 done
+echo "== building the test binaries: cargo test --workspace ${targets[*]} --no-run"
+cargo test --quiet --workspace "${targets[@]}" --no-run || exit 1
 built=$((SECONDS - start))
 
 if [ -x "$REALK8S/up.sh" ]; then
   echo "== $REALK8S/up.sh (starts what is not running)"
-  flock "$LOCK" "$REALK8S/up.sh" >"$LOGS/up.log" 2>&1 || { echo "up.sh failed; see $LOGS/up.log" >&2; exit 1; }
+  flock -o "$LOCK" "$REALK8S/up.sh" >"$LOGS/up.log" 2>&1 || { echo "up.sh failed; see $LOGS/up.log" >&2; exit 1; }
 fi
 
 summary=()
@@ -82,10 +88,10 @@ failed=0
 for s in "${selected[@]}"; do
   IFS='|' read -r name pkg target filters <<<"$s"
   log="$LOGS/$name.log"
-  echo "== $name: cargo test -p $pkg --test $target -- $filters (log: $log)"
+  echo "== $name ($pkg): cargo test --workspace --test $target -- $filters (log: $log)"
   t0=$SECONDS
   # shellcheck disable=SC2086 # the filters are words
-  flock "$LOCK" cargo test --quiet -p "$pkg" --test "$target" -- $filters --nocapture >"$log" 2>&1
+  flock -o "$LOCK" cargo test --quiet --workspace --test "$target" -- $filters --nocapture >"$log" 2>&1
   rc=$?
   took=$((SECONDS - t0))
   passed=$(grep -Eo '[0-9]+ passed' "$log" | awk '{n+=$1} END {print n+0}')
