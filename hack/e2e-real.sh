@@ -14,10 +14,12 @@
 #   ctl         real::* (argocd-pull ctl: pki, agent, jwt, blocklist and validate against the
 #               hub as the principal's cluster and cluster1 as the agent's)
 #
-# The test binaries are built first, without the lock, with the workspace's features (`--workspace
-# --test <target>`: the same build `cargo test --workspace` makes, so nothing is built twice); each suite then runs under
-# `flock -o $REALK8S.lock` (the env is shared; -o: the env's daemons that a suite restarts must not inherit the lock: others wait for the lock, and no suite holds it for
-# more than its own few minutes). Every suite runs even when an earlier one failed; the summary
+# The test binaries are built first, without the lock, with the workspace's features
+# (`--workspace --test <target>`: the same build `cargo test --workspace` makes, so nothing is
+# built twice); each suite then runs under `flock -o $REALK8S.lock` (the env is shared: others
+# wait for the lock, and no suite holds it for more than its own few minutes; `-o` so that a
+# daemon a suite restarts never inherits the lock). Every suite runs even when an earlier one
+# failed; the summary
 # lists each suite's result, time and SKIP lines; the exit status is 1 when any failed.
 #
 #   hack/e2e-real.sh                 # non-disruptive suites (the two API-server faults print SKIP)
