@@ -10,9 +10,11 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use argocd_pull_cmp::{GenerateOptions, Input, Target};
+use futures::TryStreamExt as _;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::await_condition;
+use kube::runtime::{WatchStreamExt as _, watcher};
 
 use crate::support::{condition_true, feedback};
 
@@ -259,31 +261,41 @@ async fn fan_out(client: kube::Client, cluster: String) {
         .await
         .expect("apply the ManifestWorkReplicaSet");
 
-    // OCM's controller writes the work into the cluster's namespace; the work agent applies it.
+    // OCM's controller writes the work into the cluster's namespace (named after the replica
+    // set with a generated suffix: `generateName`), labelled with the replica set; the work agent
+    // applies it.
     let works = dynamic(
         &client,
         ("work.open-cluster-management.io", "v1", "ManifestWork"),
         "manifestworks",
         &cluster,
     );
-    let work = await_condition(works.clone(), "cmp-e2e", |w: Option<&DynamicObject>| {
-        w.is_some_and(|w| condition_true(w, "Applied"))
-    });
-    let work = tokio::time::timeout(Duration::from_secs(120), work)
+    let owner_label =
+        format!("work.open-cluster-management.io/manifestworkreplicaset={MWRS_NS}.cmp-e2e");
+    let applied = async {
+        let mut events = std::pin::pin!(
+            watcher(
+                works.clone(),
+                watcher::Config::default().labels(&owner_label)
+            )
+            .applied_objects()
+        );
+        while let Some(w) = events.try_next().await.expect("watch") {
+            if condition_true(&w, "Applied") {
+                return w;
+            }
+        }
+        panic!("the watch of {cluster}'s works ended");
+    };
+    let work = tokio::time::timeout(Duration::from_secs(120), applied)
         .await
         .unwrap_or_else(|_| {
-            panic!("no Applied ManifestWork {cluster}/cmp-e2e from the replica set in 120 s")
-        })
-        .expect("watch")
-        .expect("work");
-    assert_eq!(
-        work.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("work.open-cluster-management.io/manifestworkreplicaset"))
-            .map(String::as_str),
-        Some(format!("{MWRS_NS}.cmp-e2e").as_str()),
-        "written by OCM's ManifestWorkReplicaSet controller"
+            panic!("no Applied ManifestWork labelled {owner_label} in {cluster} in 120 s")
+        });
+    let work_name = work.metadata.name.clone().expect("work name");
+    assert!(
+        work_name.starts_with("cmp-e2e"),
+        "written by OCM's ManifestWorkReplicaSet controller as cmp-e2e<suffix>: {work_name}"
     );
     assert_eq!(
         work.data["spec"]["workload"], set["spec"]["manifestWorkTemplate"]["workload"],
@@ -314,7 +326,7 @@ async fn fan_out(client: kube::Client, cluster: String) {
     sets.delete("cmp-e2e", &DeleteParams::default())
         .await
         .expect("delete");
-    let gone = await_condition(works, "cmp-e2e", |w: Option<&DynamicObject>| w.is_none());
+    let gone = await_condition(works, &work_name, |w: Option<&DynamicObject>| w.is_none());
     tokio::time::timeout(Duration::from_secs(120), gone)
         .await
         .expect("the work is removed with its replica set")
