@@ -85,11 +85,22 @@ async fn kill_9_mid_load_and_restart() {
     ctl.wait_logged(STARTED, START_WITHIN).await;
 
     let mut at_kill = 0;
-    tokio::join!(fleet.create(0..1000, json!({})), async {
-        fleet.until_works(300).await;
-        ctl.kill9();
-        at_kill = fleet.works().await.unwrap().len();
-    });
+    // the loader pauses after 400 until the kill, so that the kill always comes mid-load (the
+    // controller keeps pace with the creates on this machine)
+    let killed = tokio::sync::Notify::new();
+    tokio::join!(
+        async {
+            fleet.create(0..400, json!({})).await;
+            killed.notified().await;
+            fleet.create(400..1000, json!({})).await;
+        },
+        async {
+            fleet.until_works(300).await;
+            ctl.kill9();
+            at_kill = fleet.works().await.unwrap().len();
+            killed.notify_one();
+        }
+    );
     let after_load = fleet.works().await.unwrap().len();
     eprintln!("faults: {at_kill} works at the kill, {after_load} once the 1,000 were created");
     assert!(
@@ -157,13 +168,24 @@ async fn hub_apiserver_killed_mid_creates() {
     fleet.converged(100).await;
     let mut before = HashMap::new();
     let mut back = None;
+    // the loader pauses after 400 until the works are counted, so that the outage always
+    // comes mid-load (the controller keeps pace with the creates on this machine); the rest is
+    // created while the API server goes down (the loader retries its failed creates)
+    let counted = tokio::sync::Notify::new();
+    let mut loaded = None;
     tokio::join!(
-        fleet.create(100..1000, json!({})),
+        async {
+            fleet.create(100..400, json!({})).await;
+            counted.notified().await;
+            fleet.create(400..1000, json!({})).await;
+            loaded = Some(std::time::Instant::now());
+        },
         // status writes under way too: the work agent reports 100 works Healthy
         fleet.report_healthy(0..100),
         async {
             fleet.until_works(300).await;
             before = fleet.work_uids().await;
+            counted.notify_one();
             back = Some(outage(&real, &fleet).await);
         }
     );
@@ -182,12 +204,18 @@ async fn hub_apiserver_killed_mid_creates() {
     let status_at = fleet.healthy_at(0..100).await;
     up.await.unwrap();
     assert_not_recreated(&before, &fleet.work_uids().await);
+    // the loader's own retries end after the API server is back: the controller's part is
+    // measured from the later of the two
+    let loaded = loaded.expect("the loader finished");
+    let from = back.max(loaded);
     eprintln!(
-        "faults: RECOVERY creates: {} works before the kill; after the API server answered again: \
-         works converged in {:.2} s, statuses in {:.2} s",
+        "faults: RECOVERY creates: {} works before the kill; the loader's last create {:.2} s after \
+         the API server answered again; from the later of the two: works converged in {:.2} s, \
+         statuses in {:.2} s",
         before.len(),
-        works_at.saturating_duration_since(back).as_secs_f64(),
-        status_at.saturating_duration_since(back).as_secs_f64(),
+        loaded.saturating_duration_since(back).as_secs_f64(),
+        works_at.saturating_duration_since(from).as_secs_f64(),
+        status_at.saturating_duration_since(from).as_secs_f64(),
     );
     drop(ctl);
     fleet.finish().await;
@@ -364,8 +392,16 @@ async fn watch_expired_410_after_etcd_compaction() {
     assert!(!a.is_clean(), "the cut-off controller kept up: {a}");
     proxy.restore();
 
-    ctl.wait_logged("too old resource version", Duration::from_secs(120))
+    // Either the watch resumes from its old resource version and gets 410 Gone (then it
+    // re-lists), or the controller noticed the outage through the cut proxy and starts its
+    // watches afresh from a list read from etcd (ops::api_health): both end in a full list.
+    let how = ctl
+        .wait_logged_any(
+            &["too old resource version", "the API server answers again"],
+            Duration::from_secs(120),
+        )
         .await;
+    eprintln!("faults: expired: the controller recovered through {how:?}");
     let a = fleet.converged(350).await;
     assert_eq!(a.works, 350);
     drop(ctl);

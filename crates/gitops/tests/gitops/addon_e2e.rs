@@ -474,42 +474,43 @@ async fn addon_round_trip(hub: kube::Client, mgd: kube::Client, cluster: String)
             .cloned()
     })
     .await;
-    assert!(
-        get(
-            &hub,
-            "addon.open-cluster-management.io/v1alpha1",
-            "ManagedClusterAddOn",
-            "managedclusteraddons",
-            Some(&cluster),
-            "argocd-agent-addon"
-        )
-        .await
-        .is_none()
-    );
-    assert!(
-        get(
-            &hub,
-            "v1",
-            "Secret",
-            "secrets",
-            Some(NS),
-            &format!("cluster-{cluster}")
-        )
-        .await
-        .is_none()
-    );
-    assert!(
-        get(
-            &hub,
-            "work.open-cluster-management.io/v1",
-            "ManifestWork",
-            "manifestworks",
-            Some(&cluster),
-            "argocd-agent-ca-mw"
-        )
-        .await
-        .is_none()
-    );
+    // the condition may already have been True before the Placement changed: what is awaited
+    // is the cluster's objects themselves going
+    wait(
+        "the cluster's addon, secret and CA work removed",
+        120,
+        || async {
+            let addon = get(
+                &hub,
+                "addon.open-cluster-management.io/v1alpha1",
+                "ManagedClusterAddOn",
+                "managedclusteraddons",
+                Some(&cluster),
+                "argocd-agent-addon",
+            )
+            .await;
+            let secret = get(
+                &hub,
+                "v1",
+                "Secret",
+                "secrets",
+                Some(NS),
+                &format!("cluster-{cluster}"),
+            )
+            .await;
+            let ca_work = get(
+                &hub,
+                "work.open-cluster-management.io/v1",
+                "ManifestWork",
+                "manifestworks",
+                Some(&cluster),
+                "argocd-agent-ca-mw",
+            )
+            .await;
+            (addon.is_none() && secret.is_none() && ca_work.is_none()).then_some(())
+        },
+    )
+    .await;
     wait(
         "agent Deployment removed from the spoke on leave",
         180,

@@ -400,17 +400,25 @@ impl ControllerProcess {
 
     /// Waits (polling its log) until the controller logged `needle`.
     pub async fn wait_logged(&mut self, needle: &str, within: Duration) {
+        self.wait_logged_any(&[needle], within).await;
+    }
+
+    /// Waits until the controller logged one of `needles`; returns which.
+    pub async fn wait_logged_any<'a>(&mut self, needles: &[&'a str], within: Duration) -> &'a str {
         let t0 = Instant::now();
-        while !self.logged(needle) {
+        loop {
+            if let Some(n) = needles.iter().find(|n| self.logged(n)) {
+                return n;
+            }
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!(
-                    "the controller exited ({status}) before logging {needle:?}; see {}",
+                    "the controller exited ({status}) before logging one of {needles:?}; see {}",
                     self.log.display()
                 );
             }
             assert!(
                 t0.elapsed() < within,
-                "the controller did not log {needle:?} within {within:?}; see {}",
+                "the controller did not log one of {needles:?} within {within:?}; see {}",
                 self.log.display()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
