@@ -26,7 +26,8 @@
 #   hack/e2e-real.sh --disruptive    # also stop/restart the hub API server (up.sh brings it back)
 #   hack/e2e-real.sh gitops cmp      # only these suites
 #
-# Environment: REALK8S (default /root/realk8s), ARGOCD_PULL_E2E_HUB_KUBECONFIG,
+# Environment: REALK8S (default /root/realk8s), ARGOCD_PULL_FAULTS_BIN (default: the one built
+# here), ARGOCD_PULL_E2E_HUB_KUBECONFIG,
 # ARGOCD_PULL_E2E_MANAGED_KUBECONFIG, ARGOCD_PULL_E2E_CLUSTER (defaults: the real env's),
 # E2E_REAL_LOGS (default a temp dir: one log per suite).
 set -uo pipefail
@@ -76,8 +77,12 @@ for s in "${selected[@]}"; do
   IFS='|' read -r _ _ target _ <<<"$s"
   targets+=(--test "$target")
 done
+# `--test ctl` also builds the argocd-pull binary, which the controller suite's ApplicationSet
+# fault test runs (ARGOCD_PULL_FAULTS_BIN)
+[[ " ${targets[*]} " == *" ctl "* ]] || targets+=(--test ctl)
 echo "== building the test binaries: cargo test --workspace ${targets[*]} --no-run"
 cargo test --quiet --workspace "${targets[@]}" --no-run || exit 1
+export ARGOCD_PULL_FAULTS_BIN=${ARGOCD_PULL_FAULTS_BIN:-$PWD/${CARGO_TARGET_DIR:-target}/debug/argocd-pull}
 built=$((SECONDS - start))
 
 if [ -x "$REALK8S/up.sh" ]; then
