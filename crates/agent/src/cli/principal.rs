@@ -564,6 +564,30 @@ async fn load_tls(
     })
 }
 
+/// While an HA mode runs the principal: reloads the TLS material (files or Secrets) into `tx`
+/// when it changes; never returns.
+async fn reload_tls_into(
+    args: &PrincipalArgs,
+    shutdown: &CancellationToken,
+    initial: TlsMaterial,
+    (client, namespace): (Option<&kube::Client>, &str),
+    tx: tokio::sync::watch::Sender<TlsMaterial>,
+) {
+    if tls_reloadable(args) {
+        super::reload_tls_until(
+            shutdown,
+            initial,
+            || load_tls(args, client, namespace),
+            |m| {
+                tx.send_replace(m.clone());
+                Ok(())
+            },
+        )
+        .await;
+    }
+    std::future::pending::<()>().await
+}
+
 async fn material(
     args: &PrincipalArgs,
     client: Option<kube::Client>,
@@ -798,21 +822,13 @@ async fn run(
             state: None,
         };
         let run = crate::ha::replication::run(settings, cfg, node, shutdown.clone());
-        let reload = async {
-            if tls_reloadable(&args) {
-                super::reload_tls_until(
-                    &shutdown,
-                    initial_tls,
-                    || load_tls(&args, reload_client.as_ref(), &reload_namespace),
-                    |m| {
-                        tls_tx.send_replace(m.clone());
-                        Ok(())
-                    },
-                )
-                .await;
-            }
-            std::future::pending::<()>().await
-        };
+        let reload = reload_tls_into(
+            &args,
+            &shutdown,
+            initial_tls,
+            (reload_client.as_ref(), &reload_namespace),
+            tls_tx,
+        );
         let r = tokio::select! {
             r = run => r,
             _ = reload => unreachable!("pending"),
@@ -837,21 +853,13 @@ async fn run(
             tls: tls_reloadable(&args).then_some(tls_rx),
         };
         let run = crate::ha::run(ha, cfg, replica, shutdown.clone());
-        let reload = async {
-            if tls_reloadable(&args) {
-                super::reload_tls_until(
-                    &shutdown,
-                    initial_tls,
-                    || load_tls(&args, reload_client.as_ref(), &reload_namespace),
-                    |m| {
-                        tls_tx.send_replace(m.clone());
-                        Ok(())
-                    },
-                )
-                .await;
-            }
-            std::future::pending::<()>().await
-        };
+        let reload = reload_tls_into(
+            &args,
+            &shutdown,
+            initial_tls,
+            (reload_client.as_ref(), &reload_namespace),
+            tls_tx,
+        );
         let r = tokio::select! {
             r = run => r,
             _ = reload => unreachable!("pending"),
