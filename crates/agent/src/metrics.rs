@@ -452,6 +452,8 @@ pub struct Metrics {
     pub peer: PeerMetrics,
     /// Principal HA (`--leader-elect`), under the peer's HA metric names.
     pub ha: crate::ha::HaMetrics,
+    /// `grpc_server_*` (principal) or `grpc_client_*` (agent), as go-grpc-middleware's
+    pub grpc: crate::grpc_metrics::GrpcMetrics,
 }
 
 /// `reason`s of `argocd_agent_auth_failures_total`: the principal refused the login (`rejected`)
@@ -475,6 +477,12 @@ impl Metrics {
         let mut m = Self::unregistered(side);
         m.register(reg.sub_registry_with_prefix(prefix));
         m.peer.register(&mut reg, &m.connected_agents);
+        m.grpc = match side {
+            Side::Principal => crate::grpc_metrics::GrpcMetrics::server(&mut reg),
+            Side::Agent => crate::grpc_metrics::GrpcMetrics::client(&mut reg),
+        };
+        // `process_*` of the Go client's process collector, read when scraped
+        reg.register_collector(Box::new(crate::process_metrics::ProcessCollector));
         if side == Side::Principal {
             m.ha.register(&mut reg);
         }
@@ -521,6 +529,7 @@ impl Metrics {
             ready: Readiness::default(),
             peer: PeerMetrics::new(side),
             ha: Default::default(),
+            grpc: crate::grpc_metrics::GrpcMetrics::unregistered(),
         }
     }
 
