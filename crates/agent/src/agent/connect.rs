@@ -168,7 +168,7 @@ impl Inner {
         let inbound = es.subscribe(req).await?.into_inner();
         // container logs and web terminals open their own streams on this connection
         self.pod_streams.connected(
-            stream_channel,
+            crate::grpc_metrics::MeteredClient::new(stream_channel, &self.metrics.grpc),
             resp.access_token.clone(),
             resp.refresh_token.clone(),
         );
