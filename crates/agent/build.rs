@@ -14,6 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={f}");
     }
     let fds = protox::compile(files, ["proto"])?;
+    grpc_methods(&fds)?;
     tonic_prost_build::configure()
         // sorted attribute keys: the same bytes as Go's deterministic marshal (sdk-go fixtures)
         .btree_map(".io.cloudevents.v1.CloudEvent.attributes")
@@ -21,4 +22,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .compile_fds(fds)?;
     Ok(())
+}
+
+/// `grpc_methods.rs`: every method of the .proto files with its go-grpc-middleware `grpc_type`
+/// (the `grpc_server_*` / `grpc_client_*` metrics label calls with it).
+fn grpc_methods(fds: &prost_types::FileDescriptorSet) -> std::io::Result<()> {
+    let mut out = String::from("pub const METHODS: &[(&str, &str, &str)] = &[\n");
+    for f in &fds.file {
+        for s in &f.service {
+            let service = match f.package() {
+                "" => s.name().to_string(),
+                p => format!("{p}.{}", s.name()),
+            };
+            for m in &s.method {
+                let typ = match (m.client_streaming(), m.server_streaming()) {
+                    (false, false) => "unary",
+                    (true, false) => "client_stream",
+                    (false, true) => "server_stream",
+                    (true, true) => "bidi_stream",
+                };
+                out.push_str(&format!("    ({service:?}, {:?}, {typ:?}),\n", m.name()));
+            }
+        }
+    }
+    out.push_str("];\n");
+    let dir = std::env::var("OUT_DIR").map_err(std::io::Error::other)?;
+    std::fs::write(std::path::Path::new(&dir).join("grpc_methods.rs"), out)
 }

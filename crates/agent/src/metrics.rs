@@ -452,6 +452,8 @@ pub struct Metrics {
     pub peer: PeerMetrics,
     /// Principal HA (`--leader-elect`), under the peer's HA metric names.
     pub ha: crate::ha::HaMetrics,
+    /// `grpc_server_*` (principal) or `grpc_client_*` (agent), as go-grpc-middleware's
+    pub grpc: crate::grpc_metrics::GrpcMetrics,
 }
 
 /// `reason`s of `argocd_agent_auth_failures_total`: the principal refused the login (`rejected`)
@@ -475,6 +477,12 @@ impl Metrics {
         let mut m = Self::unregistered(side);
         m.register(reg.sub_registry_with_prefix(prefix));
         m.peer.register(&mut reg, &m.connected_agents);
+        m.grpc = match side {
+            Side::Principal => crate::grpc_metrics::GrpcMetrics::server(&mut reg),
+            Side::Agent => crate::grpc_metrics::GrpcMetrics::client(&mut reg),
+        };
+        // `process_*` of the Go client's process collector, read when scraped
+        reg.register_collector(Box::new(crate::process_metrics::ProcessCollector));
         if side == Side::Principal {
             m.ha.register(&mut reg);
         }
@@ -521,6 +529,7 @@ impl Metrics {
             ready: Readiness::default(),
             peer: PeerMetrics::new(side),
             ha: Default::default(),
+            grpc: crate::grpc_metrics::GrpcMetrics::unregistered(),
         }
     }
 
@@ -885,6 +894,14 @@ mod tests {
             "argocd_principal_redis_proxy_errors_total",
             &["agent_name", "command"],
         ),
+        ("grpc_server_started_total", &["grpc_type"]),
+        ("grpc_server_handled_total", &["grpc_code"]),
+        ("grpc_server_msg_received_total", &[]),
+        ("grpc_server_msg_sent_total", &[]),
+        ("grpc_server_handling_seconds_bucket", &["le"]),
+        ("process_cpu_seconds_total", &[]),
+        ("process_resident_memory_bytes", &[]),
+        ("process_open_fds", &[]),
     ];
     const AGENT_DASHBOARD: &[(&str, &[&str])] = &[
         ("argocd_agent_build_info", &[]),
@@ -909,6 +926,14 @@ mod tests {
         ("agent_errors", &["resource_type"]),
         ("argocd_agent_redis_proxy_requests_total", &["command"]),
         ("argocd_agent_redis_proxy_errors_total", &["command"]),
+        ("grpc_client_started_total", &["grpc_type"]),
+        ("grpc_client_handled_total", &["grpc_code"]),
+        ("grpc_client_msg_received_total", &[]),
+        ("grpc_client_msg_sent_total", &[]),
+        ("grpc_client_handling_seconds_bucket", &["le"]),
+        ("process_cpu_seconds_total", &[]),
+        ("process_resident_memory_bytes", &[]),
+        ("process_open_fds", &[]),
     ];
 
     fn sample<'a>(body: &'a str, name: &str) -> Option<&'a str> {
@@ -968,6 +993,8 @@ mod tests {
         }
         m.redis_proxy_request("agent-a", "get");
         m.redis_proxy_error("agent-a", "subscribe");
+        // the gRPC server's services are metered from the start (principal::run)
+        m.grpc.initialize("eventstreamapi.EventStream");
         let body = m.encode();
         check(&body, PRINCIPAL_DASHBOARD);
         assert!(body.contains(
@@ -989,9 +1016,26 @@ mod tests {
         assert!(sample(&body, "agent_events_sent").is_none());
     }
 
-    #[test]
-    fn agent_exports_every_metric_of_the_peers_dashboard_with_its_labels() {
+    #[tokio::test]
+    async fn agent_exports_every_metric_of_the_peers_dashboard_with_its_labels() {
         let m = Metrics::new("argocd_agent");
+        // one call through the metered channel (agent::connect)
+        {
+            use tower::ServiceExt;
+            let answer = tower::service_fn(|_req: http::Request<tonic::body::Body>| async {
+                http::Response::builder()
+                    .header("grpc-status", "16")
+                    .body(tonic::body::Body::empty())
+            });
+            let req = http::Request::builder()
+                .uri("/authapi.Authentication/Authenticate")
+                .body(tonic::body::Body::empty())
+                .unwrap();
+            crate::grpc_metrics::MeteredClient::new(answer, &m.grpc)
+                .oneshot(req)
+                .await
+                .unwrap();
+        }
         m.connection_up();
         m.sent("status-update");
         m.received("create");
@@ -1008,6 +1052,7 @@ mod tests {
         assert!(body.contains("argocd_agent_connection_status 1\n"));
         assert!(body.contains("argocd_agent_connections_total 1\n"));
         assert!(body.contains("agent_events_received 1\n"));
+        assert!(body.contains("grpc_client_handled_total{grpc_code=\"Unauthenticated\",grpc_method=\"Authenticate\",grpc_service=\"authapi.Authentication\",grpc_type=\"unary\"} 1\n"), "{body}");
         assert!(m.ready.get());
         let ts = sample(&body, "argocd_agent_connection_start_timestamp_seconds").unwrap();
         let ts: f64 = ts.rsplit(' ').next().unwrap().parse().unwrap();

@@ -87,12 +87,16 @@ impl Inner {
             }
         }
         .map_err(|e| anyhow::anyhow!("connecting to {}: {e:?}", self.cfg.principal))?;
-        // every call in a client span (OTLP tracing; passes through with tracing off)
+        // every call in a client span (OTLP tracing; passes through with tracing off) and
+        // counted in grpc_client_*
         let traced = |c: &Channel| {
-            crate::otel::grpc::Client::new(
-                c.clone(),
-                &self.cfg.server_name,
-                self.cfg.principal.port(),
+            crate::grpc_metrics::MeteredClient::new(
+                crate::otel::grpc::Client::new(
+                    c.clone(),
+                    &self.cfg.server_name,
+                    self.cfg.principal.port(),
+                ),
+                &self.metrics.grpc,
             )
         };
         let mut auth = AuthenticationClient::new(traced(&channel));
@@ -164,7 +168,7 @@ impl Inner {
         let inbound = es.subscribe(req).await?.into_inner();
         // container logs and web terminals open their own streams on this connection
         self.pod_streams.connected(
-            stream_channel,
+            crate::grpc_metrics::MeteredClient::new(stream_channel, &self.metrics.grpc),
             resp.access_token.clone(),
             resp.refresh_token.clone(),
         );

@@ -8,7 +8,10 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
-use tonic::transport::Channel;
+use tonic::transport::Channel as Transport;
+
+/// The principal's connection, its calls counted in `grpc_client_*` as the event stream's.
+pub(super) type Channel = crate::grpc_metrics::MeteredClient<Transport>;
 
 use crate::proto::authapi::{self, authentication_client::AuthenticationClient};
 

@@ -425,22 +425,33 @@ impl Principal {
         }
         let (stx, srx) = tokio::sync::oneshot::channel::<()>();
         // every service goes into `routes`: native gRPC and --enable-websocket serve the same
-        // (each in a server span per call when OTLP tracing is on)
+        // (each in a server span per call when OTLP tracing is on, each counted in grpc_server_*)
+        use crate::grpc_metrics::Metered;
         use crate::otel::grpc::add_service as add;
+        let gm = &metrics.grpc;
         let routes = tonic::service::Routes::default();
-        let routes = add(routes, VersionServer::new(svc.clone()));
-        let routes = add(routes, AuthenticationServer::new(svc.clone()));
-        let routes = add(routes, es);
+        let routes = add(routes, Metered::new(VersionServer::new(svc.clone()), gm));
         let routes = add(
             routes,
-            crate::proto::logstreamapi::log_stream_service_server::LogStreamServiceServer::new(
-                svc.clone(),
+            Metered::new(AuthenticationServer::new(svc.clone()), gm),
+        );
+        let routes = add(routes, Metered::new(es, gm));
+        let routes = add(
+            routes,
+            Metered::new(
+                crate::proto::logstreamapi::log_stream_service_server::LogStreamServiceServer::new(
+                    svc.clone(),
+                ),
+                gm,
             ),
         );
         let routes = add(
             routes,
-            crate::proto::terminalstreamapi::terminal_stream_service_server::TerminalStreamServiceServer::new(
-                svc.clone(),
+            Metered::new(
+                crate::proto::terminalstreamapi::terminal_stream_service_server::TerminalStreamServiceServer::new(
+                    svc.clone(),
+                ),
+                gm,
             ),
         );
         let routes = match &cfg.extra_services {

@@ -43,7 +43,7 @@ const AGENT_FAMILIES: &[&str] = &[
 ];
 
 /// The samples of family `name` in a Prometheus text exposition: `(labels, value)`.
-fn samples(body: &str, name: &str) -> Vec<(String, f64)> {
+pub(crate) fn samples(body: &str, name: &str) -> Vec<(String, f64)> {
     body.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
@@ -61,7 +61,7 @@ fn samples(body: &str, name: &str) -> Vec<(String, f64)> {
 }
 
 /// `(status, body)` of `GET <path>` on the admin port.
-fn get(port: u16, path: &str) -> (u16, String) {
+pub(crate) fn get(port: u16, path: &str) -> (u16, String) {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(
         s,

@@ -9,6 +9,7 @@ mod agent;
 mod controller;
 mod flags;
 mod full_detail;
+mod grpc_metrics;
 mod health;
 mod informer_buffer;
 mod otlp;

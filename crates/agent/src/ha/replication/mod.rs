@@ -286,12 +286,15 @@ pub async fn run(
     let svc = server::ReplicationSvc {
         shared: shared.clone(),
     };
+    // (counted in grpc_server_*, as the peer's interceptors count it)
+    let grpc_metrics = metrics.grpc.clone();
     local_cfg.extra_services = Some(crate::principal::ExtraServices::new(move |routes| {
-        routes.add_service(
+        routes.add_service(crate::grpc_metrics::Metered::new(
             ReplicationServer::new(svc.clone())
                 .max_encoding_message_size(usize::MAX)
                 .max_decoding_message_size(usize::MAX),
-        )
+            &grpc_metrics,
+        ))
     }));
 
     let fronts = CancellationToken::new();
