@@ -252,6 +252,7 @@ async fn lead(
     let mut leading = campaign.leading();
     let mut holder = view.subscribe();
     let mut principal: Option<Principal> = None;
+    let mut became_active = false;
     let result = loop {
         let lead = *leading.borrow_and_update();
         if lead && principal.is_none() {
@@ -266,7 +267,7 @@ async fn lead(
                     }
                     view.send_modify(|v| v.local = Some(local));
                     principal = Some(p);
-                    tracing::info!(identity = %ha.lease.identity, "this replica holds the Lease: serving agents");
+                    became_active = true;
                 }
                 Err(e) => break Err(e.context("starting the principal after winning the Lease")),
             }
@@ -296,6 +297,10 @@ async fn lead(
             *r = now;
             changed
         });
+        // logged once /healthz says so too
+        if std::mem::take(&mut became_active) {
+            tracing::info!(identity = %ha.lease.identity, "this replica holds the Lease: serving agents");
+        }
         let tls_changed = async {
             match tls.as_mut() {
                 Some(t) => t.changed().await.is_ok(),
