@@ -564,28 +564,47 @@ async fn load_tls(
     })
 }
 
-/// While an HA mode runs the principal: reloads the TLS material (files or Secrets) into `tx`
-/// when it changes; never returns.
-async fn reload_tls_into(
-    args: &PrincipalArgs,
-    shutdown: &CancellationToken,
+/// What [`run_reloading_tls`] reloads TLS material with: the flags, the shutdown token, and the
+/// client and namespace of the Secrets.
+type TlsReload<'a> = (
+    &'a PrincipalArgs,
+    &'a CancellationToken,
+    Option<&'a kube::Client>,
+    &'a str,
+);
+
+/// Runs an HA mode's principal (`run`) while reloading the TLS material (files or Secrets) into
+/// `tx` when it changes; then waits for the admin servers.
+async fn run_reloading_tls(
+    run: impl std::future::Future<Output = anyhow::Result<()>>,
+    (args, shutdown, client, namespace): TlsReload<'_>,
     initial: TlsMaterial,
-    (client, namespace): (Option<&kube::Client>, &str),
     tx: tokio::sync::watch::Sender<TlsMaterial>,
-) {
-    if tls_reloadable(args) {
-        super::reload_tls_until(
-            shutdown,
-            initial,
-            || load_tls(args, client, namespace),
-            |m| {
-                tx.send_replace(m.clone());
-                Ok(())
-            },
-        )
-        .await;
+    admin: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+) -> anyhow::Result<()> {
+    let reload = async {
+        if tls_reloadable(args) {
+            super::reload_tls_until(
+                shutdown,
+                initial,
+                || load_tls(args, client, namespace),
+                |m| {
+                    tx.send_replace(m.clone());
+                    Ok(())
+                },
+            )
+            .await;
+        }
+        std::future::pending::<()>().await
+    };
+    let r = tokio::select! {
+        r = run => r,
+        _ = reload => unreachable!("pending"),
+    };
+    for a in admin {
+        let _ = a.await;
     }
-    std::future::pending::<()>().await
+    r
 }
 
 async fn material(
@@ -822,21 +841,13 @@ async fn run(
             state: None,
         };
         let run = crate::ha::replication::run(settings, cfg, node, shutdown.clone());
-        let reload = reload_tls_into(
+        let reload = (
             &args,
             &shutdown,
-            initial_tls,
-            (reload_client.as_ref(), &reload_namespace),
-            tls_tx,
+            reload_client.as_ref(),
+            reload_namespace.as_str(),
         );
-        let r = tokio::select! {
-            r = run => r,
-            _ = reload => unreachable!("pending"),
-        };
-        for a in admin {
-            let _ = a.await;
-        }
-        return r;
+        return run_reloading_tls(run, reload, initial_tls, tls_tx, admin).await;
     }
     if let Some(ha) = args.ha.config(&cfg.namespace)? {
         let Some(client) = ha_client else {
@@ -853,21 +864,13 @@ async fn run(
             tls: tls_reloadable(&args).then_some(tls_rx),
         };
         let run = crate::ha::run(ha, cfg, replica, shutdown.clone());
-        let reload = reload_tls_into(
+        let reload = (
             &args,
             &shutdown,
-            initial_tls,
-            (reload_client.as_ref(), &reload_namespace),
-            tls_tx,
+            reload_client.as_ref(),
+            reload_namespace.as_str(),
         );
-        let r = tokio::select! {
-            r = run => r,
-            _ = reload => unreachable!("pending"),
-        };
-        for a in admin {
-            let _ = a.await;
-        }
-        return r;
+        return run_reloading_tls(run, reload, initial_tls, tls_tx, admin).await;
     }
     let Some(p) = super::or_shutdown(&shutdown, Principal::start(cfg, store, metrics)).await?
     else {
