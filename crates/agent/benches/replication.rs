@@ -64,12 +64,30 @@ fn selected(store: Arc<dyn Store>, run: &str) -> Arc<dyn Store> {
     ))
 }
 
+/// One principal, on a runtime of its own so that [`Principal::kill`] takes everything it runs
+/// (its gRPC server, its replication streams, its listeners) away at once, as a killed process.
 struct Principal {
     state: watch::Receiver<State>,
     grpc: SocketAddr,
     admin: SocketAddr,
     stop: argocd_pull_ops::CancellationToken,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Principal {
+    /// Gone without a drain or a demote: every task and socket of this principal dropped.
+    fn kill(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Drop for Principal {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -102,13 +120,20 @@ fn start(
         state: Some(tx),
     };
     let stop = argocd_pull_ops::CancellationToken::new();
-    let task = tokio::spawn(replication::run(settings, cfg, node, stop.clone()));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(format!("principal-{uid}"))
+        .enable_all()
+        .build()
+        .unwrap();
+    let task = rt.spawn(replication::run(settings, cfg, node, stop.clone()));
     Principal {
         state,
         grpc,
         admin,
         stop,
         task,
+        rt: Some(rt),
     }
 }
 
@@ -467,7 +492,7 @@ async fn run() {
     ));
     tokio::time::sleep(Duration::from_secs(3)).await;
     let crash = Instant::now();
-    b.task.abort(); // no drain, no demote: the process is gone
+    b.kill(); // no drain, no demote: the process is gone
     let _ = stop_tx.send(true);
     let _ = loader.await;
     wait_state(&mut a, State::Disconnected).await;
@@ -486,7 +511,7 @@ async fn run() {
 
     a.stop.cancel();
     b.stop.cancel();
-    let _ = a.task.await;
+    let _ = (&mut a.task).await;
     // clean up what this run created
     for s in [&a_raw, &b_raw] {
         if let Ok(l) = s.list(Kind::Application, Some(&ns)).await {

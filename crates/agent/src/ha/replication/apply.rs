@@ -23,7 +23,9 @@ use serde_json::{Map, Value, json};
 use crate::event::EventType;
 use crate::metrics::Metrics;
 use crate::objects as o;
-use crate::store::{Store, StoreError};
+use crate::store::{Kind, Store, StoreError};
+
+use super::written::Written;
 
 use super::source::RKind;
 
@@ -268,12 +270,38 @@ pub fn with_status(cur: &Value, obj: &Value) -> Value {
 pub struct Writer {
     pub store: Arc<dyn Store>,
     pub metrics: Arc<Metrics>,
+    written: Arc<Written>,
 }
 
 /// How many times a conflicting write is retried before the change counts as failed.
 const CONFLICT_RETRIES: usize = 8;
 
 impl Writer {
+    pub fn new(store: Arc<dyn Store>, metrics: Arc<Metrics>) -> Self {
+        Writer {
+            store,
+            metrics,
+            written: Arc::default(),
+        }
+    }
+
+    async fn ensure_namespace(&self, ns: &str) -> Result<(), StoreError> {
+        if ns.is_empty() || self.written.namespace_known(ns) {
+            return Ok(());
+        }
+        self.store.ensure_namespace(ns).await?;
+        self.written.namespace_exists(ns);
+        Ok(())
+    }
+
+    /// The object as the hub holds it: what the last write returned, else read.
+    async fn current(&self, sk: Kind, ns: &str, name: &str) -> Result<Option<Value>, StoreError> {
+        match self.written.object(sk, ns, name) {
+            Some(v) => Ok(Some(v)),
+            None => self.store.get(sk, ns, name).await,
+        }
+    }
+
     /// Applies one write; `Err` only for what retrying later may fix.
     pub async fn apply(&self, w: &Write) -> Result<(), StoreError> {
         let r = match w {
@@ -320,30 +348,41 @@ impl Writer {
     ) -> Result<(), StoreError> {
         let sk = kind.store_kind();
         let (ns, name) = (o::namespace(want), o::name(want));
-        if !ns.is_empty() {
-            self.store.ensure_namespace(ns).await?;
-        }
         for _ in 0..CONFLICT_RETRIES {
-            let r = match self.store.get(sk, ns, name).await? {
-                None => self.store.create(sk, want.clone()).await.map(|_| ()),
+            // what was taken from memory rather than read (a NotFound then retries once, read)
+            let remembered =
+                self.written.namespace_known(ns) || self.written.object(sk, ns, name).is_some();
+            self.ensure_namespace(ns).await?;
+            let r = match self.current(sk, ns, name).await? {
+                None => self.store.create(sk, want.clone()).await,
                 Some(cur) => {
                     let n = merged(&cur, want, keep_op);
                     if n == cur {
-                        Ok(())
+                        Ok(cur)
                     } else {
-                        self.store.replace(sk, n).await.map(|_| ())
+                        self.store.replace(sk, n).await
                     }
                 }
             };
             match r {
-                Err(StoreError::Conflict(_) | StoreError::AlreadyExists) => continue,
-                Ok(()) => {
+                Err(StoreError::Conflict(_) | StoreError::AlreadyExists) => {
+                    self.written.forget(sk, ns, name)
+                }
+                // the namespace was deleted since it was seen, or a remembered object was
+                Err(StoreError::NotFound) if remembered => {
+                    self.written.namespace_gone(ns);
+                    self.written.forget(sk, ns, name);
+                }
+                Ok(v) => {
                     if deleting {
+                        self.written.forget(sk, ns, name);
                         self.store.delete(sk, ns, name).await?;
+                    } else {
+                        self.written.wrote(sk, v);
                     }
                     return Ok(());
                 }
-                r => return r,
+                Err(e) => return Err(e),
             }
         }
         Err(StoreError::Conflict(format!(
@@ -354,7 +393,7 @@ impl Writer {
     async fn status(&self, ns: &str, name: &str, obj: &Value) -> Result<(), StoreError> {
         let sk = RKind::Application.store_kind();
         for _ in 0..CONFLICT_RETRIES {
-            let Some(cur) = self.store.get(sk, ns, name).await? else {
+            let Some(cur) = self.current(sk, ns, name).await? else {
                 // not here (yet): the object's own event or the next snapshot brings it
                 return Ok(());
             };
@@ -363,8 +402,17 @@ impl Writer {
                 return Ok(());
             }
             match self.store.replace(sk, n).await {
-                Err(StoreError::Conflict(_)) => continue,
-                r => return r.map(|_| ()),
+                Err(StoreError::Conflict(_)) => self.written.forget(sk, ns, name),
+                // deleted since it was last written: nothing to set a status on
+                Err(StoreError::NotFound) => {
+                    self.written.forget(sk, ns, name);
+                    return Ok(());
+                }
+                Ok(v) => {
+                    self.written.wrote(sk, v);
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
             }
         }
         Err(StoreError::Conflict(format!(
@@ -374,6 +422,7 @@ impl Writer {
 
     async fn delete(&self, kind: RKind, ns: &str, name: &str) -> Result<(), StoreError> {
         let sk = kind.store_kind();
+        self.written.forget(sk, ns, name);
         if let Some(cur) = self.store.get(sk, ns, name).await?
             && !o::finalizers(&cur).is_empty()
         {
@@ -530,5 +579,79 @@ mod tests {
             s.get("operation").is_none(),
             "a status-update without operation clears it"
         );
+    }
+
+    /// The embedded hub with the Application CRD, its request log on, and a writer into it.
+    fn hub_writer() -> (argocd_pull_hub::Hub, Writer) {
+        let h = argocd_pull_hub::Hub::new();
+        h.install_crds_yaml(include_str!(
+            "../../../../api/crds/argocd/application-crd.yaml"
+        ))
+        .unwrap();
+        let store: Arc<dyn Store> = Arc::new(crate::store::KubeStore::new(h.client()));
+        (h, Writer::new(store, Metrics::new("principal")))
+    }
+
+    fn app(v: u32) -> Write {
+        for_resource(
+            RKind::Application,
+            &json!({"metadata": {"name": "a", "namespace": "edge"}, "spec": {"project": "default", "v": v}}),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_change_of_an_object_it_wrote_costs_one_request() {
+        let (hub, w) = hub_writer();
+        w.apply(&app(1)).await.unwrap();
+        hub.record_requests(true);
+        for v in 2..=5 {
+            w.apply(&app(v)).await.unwrap();
+        }
+        let log: Vec<String> = hub.requests().iter().map(|r| r.to_string()).collect();
+        assert_eq!(log.len(), 4, "one update per change, no reads: {log:?}");
+        assert!(
+            log.iter().all(|l| l.starts_with("update applications")),
+            "{log:?}"
+        );
+        let store = crate::store::KubeStore::new(hub.client());
+        let got = store
+            .get(Kind::Application, "edge", "a")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got["spec"]["v"], 5);
+    }
+
+    #[tokio::test]
+    async fn a_write_by_someone_else_or_a_deleted_namespace_is_read_again_not_lost() {
+        let (hub, w) = hub_writer();
+        w.apply(&app(1)).await.unwrap();
+        let store = crate::store::KubeStore::new(hub.client());
+        // someone else updates the object: the remembered resourceVersion is stale
+        store
+            .merge_patch(
+                Kind::Application,
+                "edge",
+                "a",
+                json!({"metadata": {"labels": {"x": "1"}}}),
+            )
+            .await
+            .unwrap();
+        w.apply(&app(2)).await.unwrap();
+        let got = store
+            .get(Kind::Application, "edge", "a")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got["spec"]["v"], 2);
+        // the object is deleted behind the writer's back: the next change creates it again
+        store.delete(Kind::Application, "edge", "a").await.unwrap();
+        w.apply(&app(3)).await.unwrap();
+        let got = store
+            .get(Kind::Application, "edge", "a")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got["spec"]["v"], 3);
     }
 }

@@ -83,10 +83,7 @@ pub async fn run(
     store: Arc<dyn Store>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let writer = Writer {
-        store: store.clone(),
-        metrics: shared.metrics.clone(),
-    };
+    let writer = Writer::new(store.clone(), shared.metrics.clone());
     let mut backoff = cfg.backoff_initial;
     loop {
         if *stop.borrow() {

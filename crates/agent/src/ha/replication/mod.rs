@@ -82,6 +82,7 @@ mod server;
 mod source;
 mod standby;
 mod state;
+mod written;
 
 pub use apply::REPLICATED;
 pub use client::split_host_port;
