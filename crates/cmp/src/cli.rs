@@ -94,21 +94,6 @@ pub struct GenerateArgs {
     pub target_revision: Option<String>,
 }
 
-/// Parameter names accepted in `ARGOCD_APP_PARAMETERS` (the long flag names).
-pub const PARAMETERS: &[&str] = &[
-    "target-cluster",
-    "placement",
-    "include",
-    "exclude",
-    "recurse",
-    "max-work-bytes",
-    "default-namespace",
-    "work-name",
-    "application-namespace",
-    "allow-empty",
-    "stdin",
-];
-
 /// Parameters from `ARGOCD_APP_PARAMETERS`: `[{"name": ..., "string"|"array"|"map": ...}]`.
 fn parse_parameters(json: &str) -> Result<Vec<(String, Vec<String>)>, CmpError> {
     let bad = |m: String| CmpError::Config(format!("ARGOCD_APP_PARAMETERS: {m}"));
@@ -123,10 +108,10 @@ fn parse_parameters(json: &str) -> Result<Vec<(String, Vec<String>)>, CmpError> 
             .and_then(Value::as_str)
             .ok_or_else(|| bad(format!("parameter without a name: {item}")))?
             .to_string();
-        if !PARAMETERS.contains(&name.as_str()) {
+        if !crate::install::PARAMETERS.contains(&name.as_str()) {
             return Err(bad(format!(
                 "unknown parameter {name:?} (known: {})",
-                PARAMETERS.join(", ")
+                crate::install::PARAMETERS.join(", ")
             )));
         }
         let values = if let Some(s) = item.get("string").and_then(Value::as_str) {

@@ -75,8 +75,24 @@ fn parameter_title(p: &str) -> &'static str {
     }
 }
 
+/// The plugin's parameters (plugin.yaml) and the names accepted in `ARGOCD_APP_PARAMETERS`: the
+/// long flag names.
+pub const PARAMETERS: &[&str] = &[
+    "target-cluster",
+    "placement",
+    "include",
+    "exclude",
+    "recurse",
+    "max-work-bytes",
+    "default-namespace",
+    "work-name",
+    "application-namespace",
+    "allow-empty",
+    "stdin",
+];
+
 fn plugin(a: &InstallArgs) -> String {
-    let params: String = crate::cli::PARAMETERS
+    let params: String = PARAMETERS
         .iter()
         .filter(|p| **p != "stdin")
         .map(|p| {

@@ -505,7 +505,9 @@ pub fn plan(manifests: Vec<Manifest>, options: &GenerateOptions) -> Result<Plan,
     let mut start = 0;
     let mut used = base;
     for (i, m) in manifests.iter().enumerate() {
-        let cost = m.compact_len + 1 + m.config_len.map_or(0, |len| len + 1);
+        // the manifest and, for kinds with status feedback, its `manifestConfigs` entry
+        let config_len = feedback::manifest_config(m).map(|c| manifest::compact_len(&c));
+        let cost = m.compact_len + 1 + config_len.map_or(0, |len| len + 1);
         if base + cost > budget {
             return Err(CmpError::ObjectTooLarge {
                 origin: m.origin.clone(),

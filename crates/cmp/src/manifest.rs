@@ -27,9 +27,6 @@ pub struct Manifest {
     pub pretty: String,
     /// Length of the compact JSON serialization (what the API server stores).
     pub compact_len: usize,
-    /// Compact length of the manifest's `manifestConfigs` entry (status feedback), if its
-    /// kind has one ([`crate::feedback::manifest_config`]).
-    pub config_len: Option<usize>,
 }
 
 impl Manifest {
@@ -237,7 +234,7 @@ impl Checked {
         }
         let (pretty, compact_len) = pretty_placed(&value, indent);
         drop(value);
-        let mut manifest = Manifest {
+        Manifest {
             origin,
             api_version,
             group,
@@ -247,11 +244,7 @@ impl Checked {
             wave,
             pretty,
             compact_len,
-            config_len: None,
-        };
-        manifest.config_len =
-            crate::feedback::manifest_config(&manifest).map(|c| self::compact_len(&c));
-        manifest
+        }
     }
 }
 

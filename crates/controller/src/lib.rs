@@ -25,12 +25,14 @@ pub mod cli;
 mod config;
 mod context;
 mod error;
+mod fingerprint;
 pub mod metrics;
 mod propagation;
 mod pumps;
 mod recent;
 mod status;
 mod sweep;
+mod write;
 
 use std::sync::Arc;
 

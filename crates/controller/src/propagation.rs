@@ -19,10 +19,9 @@ use crate::cache::{AppLite, MetaOnly, WorkLite};
 use crate::context::{Ctx, Retry, WorkRef, app_ref};
 use crate::error::{Error, is_status};
 use crate::metrics::{ControllerLabels, ErrorLabels, OpLabels};
+use crate::write::patch_with_retry;
 
 const CONTROLLER: &str = "propagation";
-/// Immediate retries of a write answered 409 (a write without preconditions can be resent as is).
-const CONFLICT_RETRIES: usize = 5;
 
 /// Reconciles one selected Application (steps 2–6 of the spec; step 1, a deleted Application, is
 /// the sweep's: the object is no longer in the cache).
@@ -162,7 +161,7 @@ async fn create_work(
 fn record_work(ctx: &Ctx, written: WorkLite) {
     ctx.note_work(
         ObjectRef::from_obj(&written),
-        crate::pumps::work_fingerprint(&written),
+        crate::fingerprint::work_fingerprint(&written),
     );
     let cached = ctx.works.get(&ObjectRef::from_obj(&written));
     ctx.recent_works.record(written, cached);
@@ -187,31 +186,6 @@ async fn update_work(
     tracing::info!(app = %app, work = %ObjectRef::from_obj(&updated), "ManifestWork updated");
     record_work(ctx, updated);
     Ok(())
-}
-
-pub(crate) async fn patch_with_retry<K>(
-    api: &Api<K>,
-    name: &str,
-    field_manager: &str,
-    patch: Value,
-) -> Result<K, kube::Error>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let pp = PatchParams {
-        field_manager: Some(field_manager.to_string()),
-        ..Default::default()
-    };
-    let mut attempt = 0;
-    loop {
-        match api.patch(name, &pp, &Patch::Merge(&patch)).await {
-            Err(e) if is_status(&e, 409) && attempt < CONFLICT_RETRIES => {
-                attempt += 1;
-                tracing::debug!(name, attempt, "conflict; retrying the patch");
-            }
-            r => return r,
-        }
-    }
 }
 
 /// After propagating: the spoke owns the requested operation and refresh now; remove them from the

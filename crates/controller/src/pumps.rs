@@ -2,8 +2,6 @@
 //! controllers and the sweeper, as tasks.
 
 use std::collections::HashMap;
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use argocd_pull_api::names::LABEL_PULL_TO_OCM;
@@ -22,37 +20,8 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::cache::{AppLite, ClusterLite, SpecOf, WorkLite, WorkWire};
 use crate::context::{Ctx, Receivers};
+use crate::fingerprint::{app_fingerprint, work_fingerprint};
 use crate::{propagation, status, sweep};
-
-/// What of an Application the propagation controller reacts to (status-only updates are not).
-fn app_fingerprint(app: &AppLite) -> u64 {
-    let mut h = DefaultHasher::new();
-    app.metadata.uid.hash(&mut h);
-    app.metadata.labels.hash(&mut h);
-    app.metadata.annotations.hash(&mut h);
-    app.metadata.finalizers.hash(&mut h);
-    app.metadata
-        .owner_references
-        .as_ref()
-        .map(|o| o.len())
-        .hash(&mut h);
-    app.metadata.deletion_timestamp.is_some().hash(&mut h);
-    // the JSON text as the API server sent it
-    app.spec_json().hash(&mut h);
-    app.operation_json().hash(&mut h);
-    h.finish()
-}
-
-/// What of a ManifestWork the propagation controller reacts to (spec, labels, annotations).
-pub(crate) fn work_fingerprint(work: &WorkLite) -> u64 {
-    let mut h = DefaultHasher::new();
-    work.metadata.uid.hash(&mut h);
-    work.metadata.labels.hash(&mut h);
-    work.metadata.annotations.hash(&mut h);
-    work.metadata.deletion_timestamp.is_some().hash(&mut h);
-    work.spec_digest.hash(&mut h);
-    h.finish()
-}
 
 /// The projection of a decoded work (see [`WorkWire::into_lite`]): a work whose spec does not
 /// parse (the API server validated it against the CRD, so only a CRD newer than ours could do

@@ -11,7 +11,7 @@ use crate::cache::{AppLite, WorkLite};
 use crate::context::{Ctx, Retry};
 use crate::error::Error;
 use crate::metrics::{ControllerLabels, ErrorLabels};
-use crate::propagation::patch_with_retry;
+use crate::write::patch_with_retry;
 
 const CONTROLLER: &str = "status";
 

@@ -8,20 +8,23 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, header};
+use http_body_util::{BodyExt, Limited};
 use serde_json::{Value, json};
 
+use crate::discovery::{group_list, openapi_gv, openapi_root, resource_list};
 use crate::error::{ApiError, ApiResult};
-use crate::registry::ResourceType;
+use crate::list::list_bytes;
+use crate::patch::patch;
+use crate::response::{
+    HubBody, convert_version, error_response, json_response, respond, to_partial,
+};
 use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::State;
 use crate::store::ops::{self, DeleteOpts, WriteOpts};
-use crate::store::{Obj, Snapshot, State};
 use crate::table::TableCtx;
-use crate::{Inner, Verb, apply, watch};
-
-pub(crate) type HubBody = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
+use crate::{Inner, Verb, list, watch};
 
 pub(crate) const MAX_BODY: usize = 3 * 1024 * 1024;
 
@@ -88,30 +91,6 @@ where
     handle(&inner, &parts, bytes)
 }
 
-fn full(b: impl Into<Bytes>) -> HubBody {
-    Full::new(b.into())
-        .map_err(|e: Infallible| match e {})
-        .boxed_unsync()
-}
-
-fn respond(code: u16, ct: &str, body: impl Into<Bytes>) -> Response<HubBody> {
-    let mut r = Response::new(full(body));
-    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_str(ct).unwrap_or(HeaderValue::from_static("application/json")),
-    );
-    r
-}
-
-fn json_response(code: u16, v: &Value) -> Response<HubBody> {
-    respond(code, "application/json", v.to_string())
-}
-
-pub(crate) fn error_response(e: &ApiError) -> Response<HubBody> {
-    json_response(e.code, &e.to_status())
-}
-
 pub(crate) fn query_map(q: Option<&str>) -> HashMap<String, String> {
     let mut m = HashMap::new();
     for pair in q.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
@@ -145,40 +124,6 @@ fn decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Version conversion (conversion strategy None: only apiVersion changes).
-pub(crate) fn convert_version(rt: &ResourceType, version: &str, json: &Bytes) -> Bytes {
-    if version == rt.storage_version {
-        return json.clone();
-    }
-    let mut v: Value = serde_json::from_slice(json).unwrap_or_default();
-    v["apiVersion"] = Value::String(rt.api_version(version));
-    Bytes::from(v.to_string())
-}
-
-fn version_priority(v: &str) -> (u8, u32, u32) {
-    // v1 > v1beta2 > v1beta1 > v1alpha1 ; higher major first
-    let rest = v.strip_prefix('v').unwrap_or("");
-    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-    let major = digits.parse::<u32>().unwrap_or(0);
-    let tail = &rest[digits.len()..];
-    let (stage, minor) = if tail.is_empty() {
-        (3, 0)
-    } else if let Some(b) = tail.strip_prefix("beta") {
-        (2, b.parse().unwrap_or(0))
-    } else if let Some(a) = tail.strip_prefix("alpha") {
-        (1, a.parse().unwrap_or(0))
-    } else {
-        (0, 0)
-    };
-    (stage, major, minor)
-}
-
-fn sorted_versions(rt: &ResourceType) -> Vec<String> {
-    let mut v: Vec<String> = rt.versions.iter().map(|x| x.name.clone()).collect();
-    v.sort_by_key(|b| std::cmp::Reverse(version_priority(b)));
-    v
 }
 
 struct ResPath {
@@ -239,14 +184,6 @@ fn accepts_partial(parts: &http::request::Parts) -> bool {
                 .next()
                 .is_some_and(|first| first.contains("as=PartialObjectMetadata"))
         })
-}
-
-/// The `meta.k8s.io/v1 PartialObjectMetadata` form of an object.
-pub(crate) fn to_partial(json: &Bytes) -> Bytes {
-    let v: Value = serde_json::from_slice(json).unwrap_or_default();
-    let p = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-        "metadata": v.get("metadata").cloned().unwrap_or(json!({}))});
-    Bytes::from(p.to_string())
 }
 
 fn accepts_table(parts: &http::request::Parts) -> bool {
@@ -386,131 +323,6 @@ fn injected(code: u16, rp: &ResPath) -> Response<HubBody> {
     error_response(&e)
 }
 
-fn group_list(st: &State) -> Value {
-    let mut groups: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-    let mut order: Vec<String> = Vec::new();
-    let mut types: Vec<&Arc<ResourceType>> = st.stores.values().map(|s| &s.rt).collect();
-    types.sort_by_key(|t| (!t.builtin, t.group.clone()));
-    for rt in types {
-        if rt.group.is_empty() {
-            continue;
-        }
-        if !groups.contains_key(&rt.group) {
-            order.push(rt.group.clone());
-        }
-        let e = groups.entry(rt.group.clone()).or_default();
-        for v in sorted_versions(rt) {
-            if !e.contains(&v) {
-                e.push(v);
-            }
-        }
-    }
-    let arr: Vec<Value> = order
-        .iter()
-        .map(|g| {
-            let mut vs = groups[g].clone();
-            vs.sort_by_key(|b| std::cmp::Reverse(version_priority(b)));
-            let versions: Vec<Value> = vs
-                .iter()
-                .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
-                .collect();
-            json!({"name": g, "versions": versions, "preferredVersion": versions[0]})
-        })
-        .collect();
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": arr})
-}
-
-/// `/openapi/v3`: the group-version index kubectl reads to learn that the server validates
-/// fields itself (`fieldValidation`), so it skips client-side schema validation.
-fn openapi_root(st: &State) -> Value {
-    let mut paths = serde_json::Map::new();
-    for s in st.stores.values() {
-        for v in &s.rt.versions {
-            let gv = if s.rt.group.is_empty() {
-                format!("api/{}", v.name)
-            } else {
-                format!("apis/{}/{}", s.rt.group, v.name)
-            };
-            paths.insert(
-                gv.clone(),
-                json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={}", st.rv)}),
-            );
-        }
-    }
-    json!({"paths": paths})
-}
-
-/// A minimal OpenAPI v3 document of one group-version: the PATCH operations with their query
-/// parameters and GVK extension (no schemas).
-fn openapi_gv(st: &State, group: &str, version: &str) -> Response<HubBody> {
-    let mut paths = serde_json::Map::new();
-    let params = json!([
-        {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
-        {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
-        {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
-        {"name": "force", "in": "query", "schema": {"type": "boolean", "uniqueItems": true}}
-    ]);
-    let mut found = false;
-    for s in st.stores.values() {
-        let rt = &s.rt;
-        if rt.group != group || rt.version(version).is_none() {
-            continue;
-        }
-        found = true;
-        let prefix = if group.is_empty() {
-            format!("/api/{version}")
-        } else {
-            format!("/apis/{group}/{version}")
-        };
-        let p = if rt.namespaced {
-            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", rt.plural)
-        } else {
-            format!("{prefix}/{}/{{name}}", rt.plural)
-        };
-        let gvk = json!({"group": group, "version": version, "kind": rt.kind});
-        paths.insert(
-            p,
-            json!({"patch": {"operationId": format!("patch{}", rt.kind), "parameters": params,
-                "x-kubernetes-action": "patch", "x-kubernetes-group-version-kind": gvk,
-                "responses": {"200": {"description": "OK"}}}}),
-        );
-    }
-    if !found {
-        return error_response(&ApiError::no_resource());
-    }
-    json_response(
-        200,
-        &json!({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.37.0"},
-            "paths": paths, "components": {"schemas": {}}}),
-    )
-}
-
-fn resource_list(st: &State, group: &str, version: &str) -> Response<HubBody> {
-    let mut resources = Vec::new();
-    let mut types: Vec<&Arc<ResourceType>> = st
-        .stores
-        .values()
-        .map(|s| &s.rt)
-        .filter(|rt| rt.group == group && rt.version(version).is_some())
-        .collect();
-    if types.is_empty() {
-        return error_response(&ApiError::no_resource());
-    }
-    types.sort_by_key(|t| t.plural.clone());
-    for rt in types {
-        resources.extend(rt.discovery(version));
-    }
-    let gv = if group.is_empty() {
-        version.to_string()
-    } else {
-        format!("{group}/{version}")
-    };
-    json_response(
-        200,
-        &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
-    )
-}
-
 fn parse_json_body(body: &Bytes, ct: &str) -> ApiResult<Value> {
     if ct.contains("protobuf") || ct.contains("cbor") {
         return Err(ApiError::unsupported_media(ct));
@@ -546,12 +358,6 @@ fn write_opts(q: &HashMap<String, String>, parts: &http::request::Parts) -> ApiR
         force: matches!(q.get("force").map(|s| s.as_str()), Some("true") | Some("1")),
         default_manager: ua_manager,
     })
-}
-
-fn schema_of<'a>(rt: &'a ResourceType, version: &str) -> Option<&'a Value> {
-    rt.version(version)
-        .or_else(|| rt.version(&rt.storage_version))
-        .and_then(|v| v.schema.as_deref())
 }
 
 fn dispatch(
@@ -626,7 +432,15 @@ fn dispatch(
             }
             Ok(respond(200, "application/json", out(&o.json.bytes())))
         }
-        Verb::List => list(inner, &mut st, &rt, rp, q, table, partial),
+        Verb::List => list::list(
+            &mut st,
+            &rt,
+            &rp.version,
+            rp.ns.as_deref(),
+            q,
+            table,
+            partial,
+        ),
         Verb::DeleteCollection => {
             let label =
                 LabelSelector::parse(q.get("labelSelector").map(|s| s.as_str()).unwrap_or(""))
@@ -805,457 +619,4 @@ fn delete_opts(q: &HashMap<String, String>, body: &Bytes) -> ApiResult<DeleteOpt
         )));
     }
     Ok(o)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn patch(
-    st: &mut State,
-    rt: &Arc<ResourceType>,
-    ns: &str,
-    name: &str,
-    sub: Option<&str>,
-    ct: &str,
-    body: &Bytes,
-    opts: &WriteOpts,
-    version: &str,
-) -> ApiResult<ops::Written> {
-    let schema = schema_of(rt, version).cloned();
-    let is_apply = ct == "application/apply-patch+yaml" || ct == "application/apply-patch+cbor";
-    if opts.force && !is_apply {
-        return Err(ApiError::bad_request(
-            "force: Forbidden: may not be specified for non-apply patch",
-        ));
-    }
-    let existing = st.get(&rt.key(), ns, name);
-    if is_apply {
-        if ct.ends_with("cbor") {
-            return Err(ApiError::unsupported_media(ct));
-        }
-        let mgr = opts.field_manager.clone().ok_or_else(|| {
-            ApiError::bad_request(
-                "PATCH, application/apply-patch+yaml requires fieldManager to be set",
-            )
-        })?;
-        let mut cfg = crate::util::parse_body(body, true)
-            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
-        ops::check_type(rt, &mut cfg)?;
-        let cfg_name = cfg
-            .pointer("/metadata/name")
-            .and_then(|n| n.as_str())
-            .unwrap_or("")
-            .to_owned();
-        // The apiserver merges the configuration onto the live object before it compares names,
-        // so a configuration without a name applies to an existing object (kube-lease-manager
-        // relies on it); creating through apply needs the name.
-        if cfg_name.is_empty() && existing.is_some() {
-            if !cfg.get("metadata").is_some_and(Value::is_object) {
-                cfg["metadata"] = json!({});
-            }
-            cfg["metadata"]["name"] = json!(name);
-        } else if cfg_name != name {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({cfg_name}) does not match the name on the URL ({name})"
-            )));
-        }
-        let cfg_ns = cfg
-            .pointer("/metadata/namespace")
-            .and_then(|n| n.as_str())
-            .unwrap_or("");
-        if rt.namespaced && !cfg_ns.is_empty() && cfg_ns != ns {
-            return Err(ApiError::bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request",
-            ));
-        }
-        let live = existing.as_ref().map(|o| o.value());
-        let av = rt.api_version(version);
-        let input = apply::ApplyInput {
-            live: live.as_ref(),
-            cfg: &cfg,
-            manager: &mgr,
-            force: opts.force,
-            schema: schema.as_ref(),
-            status_request: sub == Some("status"),
-            status_sub: rt.has_status(),
-            api_version: &av,
-        };
-        let new = apply::apply(&input).map_err(|c| {
-            let causes: Vec<Value> = c
-                .0
-                .iter()
-                .map(|(m, a, p)| json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{m}\" using {a}"), "field": p}))
-                .collect();
-            ApiError::new(409, "Conflict", c.message())
-                .with_details(json!({"name": name, "group": rt.group, "kind": rt.plural, "causes": causes}))
-        })?;
-        return match existing {
-            None => {
-                if sub.is_some() {
-                    return Err(ApiError::not_found(&rt.plural, &rt.group, name));
-                }
-                let mut new = new;
-                new["apiVersion"] = json!(rt.storage_api_version());
-                new["kind"] = json!(rt.kind);
-                ops::create(
-                    st,
-                    rt,
-                    ns,
-                    new,
-                    &WriteOpts {
-                        field_manager: None,
-                        ..opts.clone()
-                    },
-                )
-                .map(|mut w| {
-                    w.created = true;
-                    w
-                })
-            }
-            Some(old) => ops::finish_update(st, rt, ns, name, &old, new, sub, opts, true),
-        };
-    }
-    let old = existing.ok_or_else(|| ApiError::not_found(&rt.plural, &rt.group, name))?;
-    let mut doc = old.value();
-    match ct {
-        "application/merge-patch+json" => {
-            let p: Value = serde_json::from_slice(body)
-                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-            if !p.is_object() {
-                return Err(ApiError::bad_request(
-                    "error decoding patch: a merge patch must be a JSON object",
-                ));
-            }
-            json_patch::merge(&mut doc, &p);
-        }
-        "application/json-patch+json" => {
-            let p: json_patch::Patch = serde_json::from_slice(body)
-                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-            apply_json_patch(&mut doc, &p)?;
-        }
-        "application/strategic-merge-patch+json" => {
-            if !rt.builtin {
-                return Err(ApiError::unsupported_media(ct));
-            }
-            let p: Value = serde_json::from_slice(body)
-                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-            if !p.is_object() {
-                return Err(ApiError::bad_request(
-                    "error decoding patch: a strategic merge patch must be a JSON object",
-                ));
-            }
-            strategic_merge(&mut doc, &p);
-        }
-        other => return Err(ApiError::unsupported_media(other)),
-    }
-    // A patch may not change identity.
-    if doc.pointer("/metadata/name").and_then(|n| n.as_str()) != Some(name) {
-        return Err(ApiError::bad_request(format!(
-            "the name of the object ({}) does not match the name on the URL ({name})",
-            doc.pointer("/metadata/name")
-                .and_then(|n| n.as_str())
-                .unwrap_or("")
-        )));
-    }
-    ops::finish_update(st, rt, ns, name, &old, doc, sub, opts, false)
-}
-
-/// RFC 6902 JSON patch with the apiserver's (evanphx/json-patch) leniency: a `test` for `null`
-/// succeeds when the path is missing but its parent exists (kube-rs `finalizer()` relies on it).
-fn apply_json_patch(doc: &mut Value, p: &json_patch::Patch) -> ApiResult<()> {
-    let fail = |e: String| {
-        ApiError::new(
-            422,
-            "Invalid",
-            format!("the server rejected our request due to an error in our request: {e}"),
-        )
-    };
-    for op in p.iter() {
-        if let json_patch::PatchOperation::Test(t) = op
-            && t.value.is_null()
-        {
-            let path = t.path.as_str();
-            if doc.pointer(path).is_none() {
-                let parent = path.rsplit_once('/').map(|(p, _)| p).unwrap_or("");
-                if doc.pointer(parent).is_some() {
-                    continue;
-                }
-                return Err(fail(format!(
-                    "test operation does not apply: is missing path: {path}"
-                )));
-            }
-        }
-        json_patch::patch(doc, std::slice::from_ref(op)).map_err(|e| fail(e.to_string()))?;
-    }
-    Ok(())
-}
-
-/// Strategic merge patch for built-ins: a JSON merge patch in which lists of objects that all
-/// carry `name` are merged by name, `$patch: delete` removes an item, `$retainKeys` and other
-/// directives are ignored.
-fn strategic_merge(doc: &mut Value, patch: &Value) {
-    match (doc.as_object_mut(), patch.as_object()) {
-        (Some(d), Some(p)) => {
-            for (k, pv) in p {
-                if k.starts_with('$') {
-                    continue;
-                }
-                if pv.is_null() {
-                    d.remove(k);
-                    continue;
-                }
-                match d.get_mut(k) {
-                    Some(dv) if dv.is_object() && pv.is_object() => strategic_merge(dv, pv),
-                    Some(dv) if dv.is_array() && pv.is_array() && by_name(dv) && by_name(pv) => {
-                        let da = dv.as_array_mut().expect("array");
-                        for item in pv.as_array().expect("array") {
-                            let n = item.get("name").cloned();
-                            let del = item.get("$patch").and_then(|x| x.as_str()) == Some("delete");
-                            let pos = da.iter().position(|x| x.get("name") == n.as_ref());
-                            match (pos, del) {
-                                (Some(i), true) => {
-                                    da.remove(i);
-                                }
-                                (Some(i), false) => strategic_merge(&mut da[i], item),
-                                (None, false) => {
-                                    let mut it = item.clone();
-                                    strip_directives(&mut it);
-                                    da.push(it)
-                                }
-                                (None, true) => {}
-                            }
-                        }
-                    }
-                    _ => {
-                        let mut v = pv.clone();
-                        strip_directives(&mut v);
-                        d.insert(k.clone(), v);
-                    }
-                }
-            }
-        }
-        _ => *doc = patch.clone(),
-    }
-}
-
-fn by_name(v: &Value) -> bool {
-    v.as_array().is_some_and(|a| {
-        a.iter()
-            .all(|x| x.get("name").is_some_and(|n| n.is_string()))
-    })
-}
-
-fn strip_directives(v: &mut Value) {
-    match v {
-        Value::Object(m) => {
-            m.retain(|k, _| !k.starts_with('$'));
-            m.values_mut().for_each(strip_directives);
-        }
-        Value::Array(a) => a.iter_mut().for_each(strip_directives),
-        _ => {}
-    }
-}
-
-pub(crate) fn list_bytes(
-    rt: &ResourceType,
-    version: &str,
-    rv: u64,
-    cont: Option<&str>,
-    remaining: Option<usize>,
-    items: &[Bytes],
-) -> Bytes {
-    let mut b = BytesMut::with_capacity(items.iter().map(|i| i.len() + 1).sum::<usize>() + 256);
-    let mut meta = json!({"resourceVersion": rv.to_string()});
-    if let Some(c) = cont {
-        meta["continue"] = json!(c);
-    }
-    if let Some(r) = remaining {
-        meta["remainingItemCount"] = json!(r);
-    }
-    b.put_slice(
-        format!(
-            "{{\"kind\":{},\"apiVersion\":{},\"metadata\":{},\"items\":[",
-            Value::String(rt.list_kind.clone()),
-            Value::String(rt.api_version(version)),
-            meta
-        )
-        .as_bytes(),
-    );
-    for (i, it) in items.iter().enumerate() {
-        if i > 0 {
-            b.put_u8(b',');
-        }
-        b.put_slice(it);
-    }
-    b.put_slice(b"]}");
-    b.freeze()
-}
-
-fn encode_continue(id: u64, off: usize, rv: u64) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .encode(json!({"id": id, "off": off, "rv": rv}).to_string())
-}
-
-fn decode_continue(s: &str) -> ApiResult<(u64, usize, u64)> {
-    use base64::Engine;
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(s.trim_end_matches('='))
-        .map_err(|e| ApiError::bad_request(format!("continue key is not valid: {e}")))?;
-    let v: Value = serde_json::from_slice(&raw)
-        .map_err(|e| ApiError::bad_request(format!("continue key is not valid: {e}")))?;
-    match (v["id"].as_u64(), v["off"].as_u64(), v["rv"].as_u64()) {
-        (Some(i), Some(o), Some(r)) => Ok((i, o as usize, r)),
-        _ => Err(ApiError::bad_request(
-            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
-        )),
-    }
-}
-
-fn list(
-    _inner: &Arc<Inner>,
-    st: &mut State,
-    rt: &Arc<ResourceType>,
-    rp: &ResPath,
-    q: &HashMap<String, String>,
-    table: Option<TableCtx>,
-    partial: bool,
-) -> ApiResult<Response<HubBody>> {
-    let label = LabelSelector::parse(q.get("labelSelector").map(|s| s.as_str()).unwrap_or(""))
-        .map_err(ApiError::bad_request)?;
-    let field = FieldSelector::parse(q.get("fieldSelector").map(|s| s.as_str()).unwrap_or(""))
-        .map_err(ApiError::bad_request)?;
-    let limit = match q.get("limit").map(|s| s.as_str()) {
-        None | Some("") => 0usize,
-        Some(s) => s
-            .parse::<i64>()
-            .map_err(|_| ApiError::bad_request(format!("limit: Invalid value: {s:?}")))?
-            .max(0) as usize,
-    };
-    let version = rp.version.as_str();
-    if let Some(m) = q.get("resourceVersionMatch").map(|s| s.as_str()) {
-        let rv = q.get("resourceVersion").map(|s| s.as_str()).unwrap_or("");
-        match m {
-            "" => {}
-            "NotOlderThan" | "Exact" if rv.is_empty() => {
-                return Err(ApiError::invalid(
-                    "ListOptions",
-                    "meta.k8s.io",
-                    "",
-                    "resourceVersionMatch",
-                    "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
-                ));
-            }
-            "NotOlderThan" => {}
-            "Exact" => {
-                if rv.parse::<u64>().ok() != Some(st.rv) {
-                    return Err(ApiError::gone(format!(
-                        "too old resource version: {rv} ({})",
-                        st.rv
-                    )));
-                }
-            }
-            other => {
-                return Err(ApiError::bad_request(format!(
-                    "resourceVersionMatch: Unsupported value: {other:?}"
-                )));
-            }
-        }
-    }
-    let (items, rv, next, remaining): (Vec<Arc<Obj>>, u64, Option<String>, Option<usize>) =
-        if let Some(c) = q.get("continue").filter(|s| !s.is_empty()) {
-            let (id, off, rv) = decode_continue(c)?;
-            let snap = st.snapshots.iter().find(|s| s.id == id).ok_or_else(|| {
-                ApiError::gone("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
-            })?;
-            if snap.rv != rv || off > snap.items.len() {
-                return Err(ApiError::bad_request(
-                    "continue key is not valid: inconsistent continue token",
-                ));
-            }
-            let all = snap.items.clone();
-            let end = if limit == 0 {
-                all.len()
-            } else {
-                (off + limit).min(all.len())
-            };
-            let next = (end < all.len()).then(|| encode_continue(id, end, rv));
-            let remaining = next.as_ref().map(|_| all.len() - end);
-            (all[off..end].to_vec(), rv, next, remaining)
-        } else {
-            let store = st.store(&rt.key()).ok_or_else(ApiError::no_resource)?;
-            let name = field.exact_name().map(String::from);
-            let all: Vec<Arc<Obj>> = match (&name, &rp.ns) {
-                (Some(n), Some(ns)) => store
-                    .objects
-                    .get(&(ns.clone(), n.clone()))
-                    .filter(|o| label.matches(&o.labels))
-                    .cloned()
-                    .into_iter()
-                    .collect(),
-                _ => store
-                    .iter_ns(rp.ns.as_deref())
-                    .filter(|((ns, n), o)| field.matches(ns, n) && label.matches(&o.labels))
-                    .map(|(_, o)| o.clone())
-                    .collect(),
-            };
-            let rv = st.rv;
-            if limit > 0 && all.len() > limit {
-                st.snapshot_seq += 1;
-                let id = st.snapshot_seq;
-                let first = all[..limit].to_vec();
-                let remaining = all.len() - limit;
-                st.snapshots.push_back(Snapshot {
-                    id,
-                    rv,
-                    items: Arc::new(all),
-                });
-                while st.snapshots.len() > st.snapshot_cap {
-                    st.snapshots.pop_front();
-                }
-                (
-                    first,
-                    rv,
-                    Some(encode_continue(id, limit, rv)),
-                    Some(remaining),
-                )
-            } else {
-                (all, rv, None, None)
-            }
-        };
-    let remaining = if label.is_empty() && field.is_empty() {
-        remaining
-    } else {
-        None
-    };
-    if let Some(t) = table {
-        let vals: Vec<Value> = items.iter().map(|o| o.value()).collect();
-        return Ok(json_response(
-            200,
-            &t.table_for(rt, &vals, Some(rv), next, true),
-        ));
-    }
-    let bytes: Vec<Bytes> = items
-        .iter()
-        .map(|o| {
-            if partial {
-                to_partial(&o.json.bytes())
-            } else {
-                convert_version(rt, version, &o.json.bytes())
-            }
-        })
-        .collect();
-    let mut body = list_bytes(rt, version, rv, next.as_deref(), remaining, &bytes);
-    if partial {
-        // Same layout, generic list kind.
-        let head = format!(
-            "{{\"kind\":{},\"apiVersion\":{},",
-            Value::String(rt.list_kind.clone()),
-            Value::String(rt.api_version(version))
-        );
-        let rest = body.slice(head.len()..);
-        let mut b = BytesMut::new();
-        b.put_slice(b"{\"kind\":\"PartialObjectMetadataList\",\"apiVersion\":\"meta.k8s.io/v1\",");
-        b.put_slice(&rest);
-        body = b.freeze();
-    }
-    Ok(respond(200, "application/json", body))
 }

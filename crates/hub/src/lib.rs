@@ -7,9 +7,13 @@
 
 mod apply;
 mod crdcache;
+mod discovery;
 mod error;
 mod handler;
+mod list;
+mod patch;
 mod registry;
+mod response;
 mod selector;
 mod server;
 mod store;

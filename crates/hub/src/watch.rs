@@ -13,8 +13,8 @@ use http_body_util::{BodyExt, StreamBody};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::handler::HubBody;
 use crate::registry::ResourceType;
+use crate::response::HubBody;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{EvType, Event, History, State};
 use crate::table::TableCtx;
@@ -76,9 +76,9 @@ impl Watcher {
             return Bytes::from(t.table_for(&self.rt, &[v], None, None, true).to_string());
         }
         if self.p.partial {
-            return crate::handler::to_partial(json);
+            return crate::response::to_partial(json);
         }
-        crate::handler::convert_version(&self.rt, &self.p.version, json)
+        crate::response::convert_version(&self.rt, &self.p.version, json)
     }
 
     fn render(&mut self, ev: &Event, buf: &mut BytesMut) {
