@@ -99,7 +99,8 @@ fn e2e_wraps_the_real_env_script() {
 }
 
 /// Every bench target as the crates lay them out: `[[bench]] name = ...` in crates/*/Cargo.toml
-/// and every file directly under crates/*/benches (cargo's auto-discovery), as `crate/name`.
+/// and, unless `autobenches = false`, what cargo discovers on its own (`benches/<name>.rs`,
+/// `benches/<name>/main.rs`), as `crate/name`.
 fn benches_on_disk() -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     for krate in std::fs::read_dir(root().join("crates")).unwrap() {
@@ -117,10 +118,15 @@ fn benches_on_disk() -> BTreeSet<String> {
                 found.insert(format!("{short}/{}", name.trim_matches('"')));
             }
         }
+        if manifest.contains("autobenches = false") {
+            continue;
+        }
         if let Ok(files) = std::fs::read_dir(dir.join("benches")) {
             for f in files {
                 let p = f.unwrap().path();
-                if p.extension().is_some_and(|e| e == "rs") {
+                let discovered = p.extension().is_some_and(|e| e == "rs")
+                    || (p.is_dir() && p.join("main.rs").is_file());
+                if discovered {
                     let stem = p.file_stem().unwrap().to_string_lossy().into_owned();
                     found.insert(format!("{short}/{stem}"));
                 }
