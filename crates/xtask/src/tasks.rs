@@ -141,7 +141,15 @@ pub fn image(
             if let Some(i) = image {
                 s = s.env("IMAGE", i);
             }
-            s.arg(out.to_string_lossy())
+            let build = s.arg(out.to_string_lossy());
+            // buildah writes the archive but does not create its directory
+            return Ok(match out.parent().filter(|d| !d.as_os_str().is_empty()) {
+                Some(dir) => plan([
+                    Step::new("mkdir").args(["-p".into(), dir.to_string_lossy().into_owned()]),
+                    build,
+                ]),
+                None => plan([build]),
+            });
         }
         Engine::Docker | Engine::Podman => {
             if target.is_some() || out.is_some() {

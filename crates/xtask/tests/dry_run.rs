@@ -216,7 +216,9 @@ fn image_wraps_the_buildah_script_or_the_containerfile() {
     let v = workspace_version();
     assert_eq!(
         xtask(&["--dry-run", "image"], &[]),
-        format!("+ hack/image.sh target/image/argocd-pull-{v}-linux-amd64.tar\n")
+        format!(
+            "+ mkdir -p target/image\n+ hack/image.sh target/image/argocd-pull-{v}-linux-amd64.tar\n"
+        )
     );
     assert_eq!(
         xtask(
@@ -229,7 +231,11 @@ fn image_wraps_the_buildah_script_or_the_containerfile() {
             ],
             &[]
         ),
-        "+ TARGET=aarch64-unknown-linux-musl hack/image.sh /tmp/x.tar\n"
+        "+ mkdir -p /tmp\n+ TARGET=aarch64-unknown-linux-musl hack/image.sh /tmp/x.tar\n"
+    );
+    assert_eq!(
+        xtask(&["--dry-run", "image", "x.tar"], &[]),
+        "+ hack/image.sh x.tar\n"
     );
     assert_executable("hack/image.sh");
     let docker = xtask(&["--dry-run", "image", "--engine", "docker"], &[]);
