@@ -10,7 +10,7 @@
 #   NOWAIT=1 hack/perf-cpu-split.sh ctl …    the same without waiting for works (a CMD that writes
 #                                           none, e.g. `sleep 1000`: the Applications' own cost)
 # Prints the wall seconds of the phase and `name=cpu_seconds` per process (docs/performance.md,
-# issue 15, fourth pass).
+# "Basic pull model on a real API server").
 set -uo pipefail
 : "${REALK8S:?set REALK8S to the real env (../shared/realenv/README.md)}"
 export KUBECONFIG=$REALK8S/hub.kubeconfig

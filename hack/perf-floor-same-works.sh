@@ -12,7 +12,7 @@
 # The load generator is perfload (`$REALK8S/src/ocm/cmd/perfload/main.go`, built by the real env's
 # build.sh) with its manifestWork() replaced; it is built beside it as
 # `$REALK8S/peer/bin/perfload-same-works` with the real env's Go toolchain and OCM's vendored
-# client-go (offline). docs/performance.md, issue 15, seventh pass.
+# client-go (offline). docs/performance.md, "Method" (floor) and "Basic pull model on a real API server".
 set -euo pipefail
 : "${REALK8S:?set REALK8S to the real env (../shared/realenv/README.md)}"
 export KUBECONFIG=$REALK8S/hub.kubeconfig

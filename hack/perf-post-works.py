@@ -14,7 +14,7 @@ KIND is the work's content, all for the same Application:
 The same client (HTTP/1.1 keep-alive, one connection per thread, as kube-rs) sends every kind, so
 the difference in the API server's CPU is the content's. Needs the perf namespaces
 (`$REALK8S/peer/bin/perfload clusters -count 20`); the works carry the label `pw=x`, removed with
-`kubectl delete manifestworks -A -l pw=x`. docs/performance.md, issue 15, fourth pass.
+`kubectl delete manifestworks -A -l pw=x`. docs/performance.md, "Basic pull model on a real API server".
 """
 import base64, copy, json, os, ssl, subprocess, sys, tempfile, threading, time, http.client
 

@@ -58,7 +58,8 @@ pub async fn run_until(args: HubControllerArgs, token: CancellationToken) -> any
     // Watches: kube's HTTP/1.1 client, each watch on a connection of its own. The reconciles'
     // requests: one multiplexed HTTP/2 connection (`argocd_pull_ops::client`), as client-go
     // makes them — kube's client opened a TCP + TLS connection per concurrent request, i.e. up
-    // to `--concurrency` handshakes in a burst (docs/performance.md, issue 32).
+    // to `--concurrency` handshakes in a burst (issue 32; docs/performance.md, "Basic pull
+    // model on a real API server").
     let client = kube::Client::try_default()
         .await
         .context("no Kubernetes cluster found: set KUBECONFIG or run inside a cluster")?;

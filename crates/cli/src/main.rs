@@ -9,7 +9,7 @@ mod crds;
 
 /// mimalloc instead of the C library's allocator: on the static musl build, musl's allocator was
 /// a quarter of the controller's CPU and more than half of `cmp generate`'s time
-/// (docs/performance.md, issue 15's sixth and seventh passes). Built with arena eager commit off
+/// (docs/performance.md, "Allocator of the binary"). Built with arena eager commit off
 /// and 32 MiB arenas (`.cargo/config.toml`), which keep the peak RSS near the system allocator's.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

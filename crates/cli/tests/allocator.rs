@@ -1,5 +1,5 @@
 //! The binary's allocator is mimalloc with the two defaults `.cargo/config.toml` compiles in
-//! (docs/performance.md, issue 15's seventh pass). Without them the controller's peak RSS at
+//! (docs/performance.md, "Allocator of the binary"). Without them the controller's peak RSS at
 //! 1,000 Applications rises from ~27 MiB to 40-45 MiB and `cmp generate`'s from ~52 to ~63 MiB,
 //! and nothing else would say so: a build whose CFLAGS lost the defines fails here.
 

@@ -24,7 +24,7 @@ pub struct ControllerConfig {
     pub sweep_interval: Duration,
     /// Concurrent reconciles per controller. 32: on the real API server the time until 1,000
     /// works exist fell from 7.8–9.1 s at 8 to 5.4 s at 32 at the same CPU per Application and
-    /// < 30 MiB (docs/performance.md, "Real API server").
+    /// < 30 MiB (docs/performance.md, "Basic pull model on a real API server").
     pub concurrency: u16,
     /// Field manager of every write.
     pub field_manager: String,

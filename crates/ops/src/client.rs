@@ -11,9 +11,11 @@
 //! as before. The HTTP/2 connection is checked like client-go does (a PING after 30 s without a
 //! frame, dropped when unanswered for 15 s), so a silently dead API server is noticed by watches.
 //!
-//! Measured on a real kube-apiserver 1.24 (docs/performance.md, issue 15): one multiplexed
-//! connection costs the hub controller less CPU per Application but takes longer until all works
-//! exist than kube's one connection per concurrent request, so the controller keeps kube's client.
+//! Measured on a real kube-apiserver 1.24 (issue 15): one multiplexed connection for everything,
+//! watches included, cost the hub controller less CPU per Application but took longer until all
+//! works existed than kube's one connection per concurrent request; the hub controller sends its
+//! reconciles' requests over it and keeps its watches on kube's client
+//! (crates/cli/src/controller.rs).
 //!
 //! A kubeconfig with a proxy, an exec credential plugin or a `tls-server-name` gets kube's own
 //! client unchanged (the proxy connectors, the expiry of exec-issued certificates and the fixed
