@@ -304,6 +304,27 @@ async fn addon_sets_up_the_fleet_converges_and_cleans_up() {
         deploy["spec"]["template"]["spec"]["containers"][0]["image"],
         "example.invalid/argocd-pull:test"
     );
+    // Available follows the agent's stream: OCM's addon manager probes the Deployment's
+    // readiness, and the readiness probe is the agent's stream-gated /healthz.
+    let container = &deploy["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["readinessProbe"]["httpGet"],
+        json!({"path": "/healthz", "port": "healthz"})
+    );
+    let healthz = container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "healthz")
+        .unwrap();
+    assert!(
+        container["env"].as_array().unwrap().iter().any(|e| {
+            e["name"] == "ARGOCD_AGENT_HEALTH_CHECK_PORT"
+                && e["value"] == healthz["containerPort"].to_string()
+        }),
+        "the agent serves /healthz on the probed port: {container}"
+    );
+    assert_eq!(deploy["spec"]["strategy"], json!({"type": "Recreate"}));
     let placement = env
         .get(
             "cluster.open-cluster-management.io/v1beta1",
