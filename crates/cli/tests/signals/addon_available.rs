@@ -11,7 +11,8 @@
 //! Deployment's own readiness probe (path, port, period, thresholds) against the agent process and
 //! writes the agent pod's `Ready` condition. Everything after it is real: the ReplicaSet and
 //! Deployment controllers count the ready replica, the work agent feeds the Deployment's status
-//! back, and OCM's addon manager sets `Available`.
+//! back, and OCM's addon manager sets `Available`; the controller adds `AgentConnected`, the
+//! same in words that say where to look.
 //!
 //! Hub namespace `addon-available`, spoke namespace `addon-available-agent`: deleted at the end,
 //! also when the test fails (the GitOpsCluster first, whose finalizer removes the addon).
@@ -142,6 +143,27 @@ async fn available(hub: &kube::Client, cluster: &str) -> Option<(String, String,
         .as_array()?
         .iter()
         .find(|c| c["type"] == "Available")?
+        .clone();
+    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    Some((s("status"), s("reason"), s("message")))
+}
+
+/// The addon's `AgentConnected` condition (argocd-pull's words for the same): `(status, reason,
+/// message)`.
+async fn agent_connected(hub: &kube::Client, cluster: &str) -> Option<(String, String, String)> {
+    let mca = get(
+        hub,
+        "addon.open-cluster-management.io/v1alpha1",
+        "ManagedClusterAddOn",
+        "managedclusteraddons",
+        Some(cluster),
+        ADDON,
+    )
+    .await?;
+    let c = mca["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "AgentConnected")?
         .clone();
     let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
     Some((s("status"), s("reason"), s("message")))
@@ -458,6 +480,12 @@ async fn round_trip(
     .await;
     eprintln!("addon-available: before the agent runs: {before:?}");
     assert_ne!(before.0, "True", "no agent runs yet: {before:?}");
+    let words = wait("AgentConnected before the agent runs", 60, || async {
+        agent_connected(&hub, &cluster).await
+    })
+    .await;
+    eprintln!("addon-available: AgentConnected before the agent runs: {words:?}");
+    assert_ne!(words.0, "True", "{words:?}");
 
     // The agent, with the Deployment's environment; files and ports are the host's.
     let healthz_port = free_port();
@@ -540,6 +568,17 @@ async fn round_trip(
         t0.elapsed().as_secs_f64()
     );
     assert_eq!(up.1, "ProbeAvailable", "{up:?}");
+    let words = wait("AgentConnected True", 60, || async {
+        agent_connected(&hub, &cluster)
+            .await
+            .filter(|c| c.0 == "True")
+    })
+    .await;
+    eprintln!("addon-available: {words:?}");
+    assert!(
+        words.2.contains(&format!("127.0.0.1:{grpc_port}")),
+        "{words:?}"
+    );
     if let Some(table) = kubectl_get_addons(&hub_path) {
         eprintln!("{table}");
         assert_eq!(addon_row(&table, &cluster)[2], "True", "{table}");
@@ -558,6 +597,22 @@ async fn round_trip(
         t0.elapsed().as_secs_f64()
     );
     assert_eq!(down.1, "ProbeUnavailable", "{down:?}");
+    let words = wait("AgentConnected False, saying where to look", 60, || async {
+        agent_connected(&hub, &cluster)
+            .await
+            .filter(|c| c.0 == "False")
+    })
+    .await;
+    eprintln!("addon-available: {words:?}");
+    assert_eq!(words.1, "NotConnected", "{words:?}");
+    for want in [
+        format!(
+            "The argocd-pull agent on {cluster} has no stream to its principal at 127.0.0.1:{grpc_port}"
+        ),
+        format!("kubectl -n {AGENT_NS} logs deploy/{ADDON}"),
+    ] {
+        assert!(words.2.contains(&want), "{want}: {words:?}");
+    }
     if let Some(table) = kubectl_get_addons(&hub_path) {
         eprintln!("{table}");
         assert_eq!(addon_row(&table, &cluster)[2], "False", "{table}");
