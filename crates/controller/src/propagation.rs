@@ -20,7 +20,7 @@ use crate::context::{Ctx, Retry, WorkRef, app_ref};
 use crate::error::{Error, is_status};
 use crate::metrics::{ControllerLabels, ErrorLabels, OpLabels};
 
-const CONTROLLER: &str = "propagation";
+pub(crate) const CONTROLLER: &str = "propagation";
 /// Immediate retries of a write answered 409 (a write without preconditions can be resent as is).
 const CONFLICT_RETRIES: usize = 5;
 

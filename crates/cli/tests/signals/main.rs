@@ -8,6 +8,7 @@
 mod addon_available;
 mod agent;
 mod controller;
+mod dashboards;
 mod flags;
 mod full_detail;
 mod grpc_metrics;
