@@ -442,6 +442,10 @@ pub struct Metrics {
     pub auth_failures: Family<Labels, Counter>,
     pub tls_handshake_failures: Counter,
     pub connected_agents: Gauge,
+    /// Principal: `argocd_principal_agent_connected{agent_name}`, the agent's open event streams
+    /// (1 while it is connected, 0 once it went away; the fleet dashboard and the
+    /// "agent disconnected" alert read it).
+    pub agent_streams: Family<Labels, Gauge>,
     pub queue_pending: Gauge,
     pub queue_inflight: Gauge,
     pub queue_deferred: Gauge,
@@ -485,6 +489,11 @@ impl Metrics {
         reg.register_collector(Box::new(crate::process_metrics::ProcessCollector));
         if side == Side::Principal {
             m.ha.register(&mut reg);
+            reg.register(
+                "argocd_principal_agent_connected",
+                "Open event streams of an agent (1 while it is connected, 0 after it disconnected)",
+                m.agent_streams.clone(),
+            );
         }
         // `/healthz` as the peer's: the agent's is 503 unless it is connected to its principal
         // (agent/agent.go `healthzHandler`); the principal's answers once it serves (the peer
@@ -522,6 +531,7 @@ impl Metrics {
             auth_failures: Default::default(),
             tls_handshake_failures: Default::default(),
             connected_agents: Default::default(),
+            agent_streams: Default::default(),
             queue_pending: Default::default(),
             queue_inflight: Default::default(),
             queue_deferred: Default::default(),
@@ -747,6 +757,9 @@ impl Metrics {
 
     pub fn agent_connected(&self, agent: &str) {
         self.connected_agents.inc();
+        self.agent_streams
+            .get_or_create(&l("agent_name", agent))
+            .inc();
         self.peer
             .agent_connections
             .get_or_create(&l("agent_name", agent))
@@ -762,6 +775,9 @@ impl Metrics {
     /// Principal: `agent`'s event stream ended.
     pub fn agent_disconnected(&self, agent: &str) {
         self.connected_agents.dec();
+        self.agent_streams
+            .get_or_create(&l("agent_name", agent))
+            .dec();
         self.peer
             .avg_connection_time
             .0
@@ -1010,8 +1026,14 @@ mod tests {
         );
         // our own metrics stay, as additions
         assert!(body.contains("argocd_principal_events_sent_total{type=\"create\"} 1\n"));
+        assert!(body.contains("argocd_principal_agent_connected{agent_name=\"agent-a\"} 1\n"));
         m.agent_disconnected("agent-a");
         assert!(m.encode().contains("argocd_principal_connected_agents 0\n"));
+        assert!(
+            m.encode()
+                .contains("argocd_principal_agent_connected{agent_name=\"agent-a\"} 0\n"),
+            "a disconnected agent stays, at 0"
+        );
         // agent-only metrics are not exported by the principal
         assert!(sample(&body, "agent_events_sent").is_none());
     }

@@ -16,6 +16,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every value of [`Error::reason`].
+    pub const REASONS: [&'static str; 6] = [
+        "conflict",
+        "api",
+        "transport",
+        "invalid_application",
+        "cluster_missing",
+        "namespace_missing",
+    ];
+
     /// A short label for the `reconcile_errors_total{reason}` metric.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -32,4 +42,31 @@ impl Error {
 
 pub(crate) fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(ae) if ae.code == code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_is_listed() {
+        let api = |code| {
+            kube::Error::Api(Box::new(
+                kube::core::Status::failure("x", "y").with_code(code),
+            ))
+        };
+        for e in [
+            Error::Kube(api(409)),
+            Error::Kube(api(500)),
+            Error::Kube(kube::Error::SerdeError(
+                serde_json::from_str::<u8>("x").unwrap_err(),
+            )),
+            Error::ClusterMissing("c".into()),
+            Error::NamespaceMissing("c".into()),
+            Error::Conflict("x".into()),
+        ] {
+            assert!(Error::REASONS.contains(&e.reason()), "{}", e.reason());
+        }
+        assert!(Error::REASONS.contains(&"invalid_application"));
+    }
 }

@@ -76,6 +76,26 @@ impl Metrics {
             self.app_patches.clone(),
         );
         registry.register("sweeps", "Cleanup sweeps", self.sweeps.clone());
+        self.init_series();
+    }
+
+    /// Every labelled series the charts' dashboards and alerts read, at zero from the start: a
+    /// counter whose series appears with its first increment loses that increment to `rate()`
+    /// and `increase()` (and the alert on reconcile errors would miss the first one).
+    fn init_series(&self) {
+        for controller in [crate::propagation::CONTROLLER, crate::status::CONTROLLER] {
+            for reason in crate::error::Error::REASONS {
+                let _ = self
+                    .reconcile_errors
+                    .get_or_create(&ErrorLabels { controller, reason });
+            }
+        }
+        for op in ["create", "update"] {
+            let _ = self.works_written.get_or_create(&OpLabels { op });
+        }
+        for op in ["strip_operation", "remove_finalizer"] {
+            let _ = self.app_patches.get_or_create(&OpLabels { op });
+        }
     }
 
     pub(crate) fn queue(&self, controller: &'static str) -> Gauge {

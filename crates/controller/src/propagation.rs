@@ -21,7 +21,7 @@ use crate::error::{Error, is_status};
 use crate::metrics::{ControllerLabels, ErrorLabels, OpLabels};
 use crate::write::patch_with_retry;
 
-const CONTROLLER: &str = "propagation";
+pub(crate) const CONTROLLER: &str = "propagation";
 
 /// Reconciles one selected Application (steps 2–6 of the spec; step 1, a deleted Application, is
 /// the sweep's: the object is no longer in the cache).

@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::metrics::{ControllerLabels, ErrorLabels};
 use crate::write::patch_with_retry;
 
-const CONTROLLER: &str = "status";
+pub(crate) const CONTROLLER: &str = "status";
 
 fn now() -> String {
     jiff::Timestamp::now()

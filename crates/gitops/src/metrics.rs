@@ -97,8 +97,11 @@ impl Metrics {
         };
         self.reconciles.get_or_create(&l).inc();
         self.reconcile_seconds.get_or_create(&l).observe(seconds);
+        // the failure series starts at 0 with the first reconcile, so that `rate()` and the
+        // chart's alert see the first failure too
+        let failures = self.failures.get_or_create(&l);
         if !ok {
-            self.failures.get_or_create(&l).inc();
+            failures.inc();
         }
     }
 }

@@ -5,8 +5,10 @@
 //! The Kubernetes API is `argocd-pull demo --keep-running` (an embedded hub served over HTTP with
 //! a kubeconfig); the PKI comes from `argocd-pull pki`.
 
+mod addon_available;
 mod agent;
 mod controller;
+mod dashboards;
 mod flags;
 mod full_detail;
 mod grpc_metrics;

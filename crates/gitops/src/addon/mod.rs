@@ -7,11 +7,15 @@
 //! * [`reconcile`] — reads, applies the plan writing only what differs, cleans up.
 //! * [`apply`], [`write`] — the writes: server-side apply where something differs; key material
 //!   and copies of the CA created only if absent and changed only from the version read.
+//! * [`health`] — the agent's stream on its ManagedClusterAddOn: OCM's `Available` follows the
+//!   agent's readiness ([`template::readiness_probe`]); condition `AgentConnected` says it in
+//!   words a person can act on.
 
 pub mod apply;
 pub mod conditions;
 pub mod desired;
 pub mod discovery;
+pub mod health;
 pub mod pki;
 pub mod reconcile;
 pub mod template;

@@ -14,6 +14,23 @@ use super::*;
 /// when OCM renews the certificate or the CA work ships a new bundle).
 const TLS_DIR: &str = "/app/config/tls";
 const CA_DIR: &str = "/app/config/ca";
+/// The agent's admin ports (its defaults, `--metrics-port`, `--healthz-port`).
+pub const METRICS_PORT: u16 = 8181;
+pub const HEALTHZ_PORT: u16 = 8001;
+
+/// The agent's readiness probe, which is what makes the ManagedClusterAddOn's `Available` follow
+/// the agent's stream to the principal. OCM's addon manager health-checks every AddOnTemplate
+/// addon with `WorkloadAvailability` (ocm `pkg/addon/templateagent/template_agent.go`): the deploy
+/// ManifestWork feeds back the Deployment's `readyReplicas`, and `Available` is True only while
+/// one replica is ready (addon-framework `utils.WorkloadAvailabilityHealthChecker`; Lease mode is
+/// not offered for template addons). The agent's `/healthz` answers 200 only while its stream to
+/// the principal is up (503 "not connected to the principal" otherwise, as argocd-agent's
+/// `healthzHandler`), so the pod is ready exactly while the agent is connected. Detection: at
+/// most `period × failureThreshold` = 10 s on the kubelet, plus the work agent's status sync.
+pub fn readiness_probe() -> Value {
+    json!({"httpGet": {"path": "/healthz", "port": "healthz"},
+        "periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 2, "successThreshold": 1})
+}
 
 pub fn addon_template(name: &str, inp: &Inputs, labels: Value) -> Value {
     let sa = ADDON_NAME;
@@ -33,7 +50,9 @@ pub fn addon_template(name: &str, inp: &Inputs, labels: Value) -> Value {
                 {"apiVersion": "apps/v1", "kind": "Deployment",
                  "metadata": {"name": ADDON_NAME, "namespace": DEFAULT_INSTALL_NAMESPACE,
                               "labels": {"app": ADDON_NAME}},
-                 "spec": {"replicas": 1,
+                 // One agent per cluster: a rolling update would run two pods with one identity,
+                 // each replacing the other's stream at the principal.
+                 "spec": {"replicas": 1, "strategy": {"type": "Recreate"},
                     "selector": {"matchLabels": {"app": ADDON_NAME}},
                     "template": {"metadata": {"labels": {"app": ADDON_NAME}},
                       "spec": {"serviceAccountName": sa,
@@ -47,7 +66,13 @@ pub fn addon_template(name: &str, inp: &Inputs, labels: Value) -> Value {
                             env("ARGOCD_AGENT_TLS_CLIENT_CERT_PATH", &format!("{TLS_DIR}/tls.crt")),
                             env("ARGOCD_AGENT_TLS_CLIENT_KEY_PATH", &format!("{TLS_DIR}/tls.key")),
                             env("ARGOCD_AGENT_TLS_ROOT_CA_PATH", &format!("{CA_DIR}/ca.crt")),
+                            env("ARGOCD_AGENT_METRICS_PORT", &METRICS_PORT.to_string()),
+                            env("ARGOCD_AGENT_HEALTH_CHECK_PORT", &HEALTHZ_PORT.to_string()),
                           ],
+                          "ports": [
+                            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+                            {"name": "healthz", "containerPort": HEALTHZ_PORT, "protocol": "TCP"}],
+                          "readinessProbe": readiness_probe(),
                           "securityContext": {"readOnlyRootFilesystem": true,
                             "allowPrivilegeEscalation": false, "runAsNonRoot": true,
                             "capabilities": {"drop": ["ALL"]}},

@@ -12,13 +12,13 @@ use crate::util::{Env, eventually, eventually_within, secret_value};
 
 /// The first pass generates an RSA-4096 JWT key: seconds, a minute when the tests of this binary
 /// generate theirs at once on a busy 2-core machine.
-const FIRST_PASS: std::time::Duration = std::time::Duration::from_secs(120);
+pub(crate) const FIRST_PASS: std::time::Duration = std::time::Duration::from_secs(120);
 
 const ALPHA: &str = "apps.open-cluster-management.io/v1alpha1";
 const BETA: &str = "apps.open-cluster-management.io/v1beta1";
 const ADDON: &str = "argocd-agent-addon";
 
-fn addon_only() -> GitOpsConfig {
+pub(crate) fn addon_only() -> GitOpsConfig {
     GitOpsConfig {
         gitopscluster: false,
         report: false,
@@ -45,7 +45,7 @@ async fn decide(env: &Env, clusters: &[&str]) {
 
 /// Namespace `argocd` with Placement `placement` deciding c1, c2, and (optionally) the
 /// principal Service as a LoadBalancer with ingress 203.0.113.10.
-async fn fleet(env: &Env, lb: bool) {
+pub(crate) async fn fleet(env: &Env, lb: bool) {
     for ns in ["argocd", "c1", "c2"] {
         env.namespace(ns, &[]).await;
     }
@@ -76,7 +76,7 @@ async fn fleet(env: &Env, lb: bool) {
     decide(env, &["c1", "c2"]).await;
 }
 
-async fn gitopscluster(env: &Env, kind: &str, addon: Value) {
+pub(crate) async fn gitopscluster(env: &Env, kind: &str, addon: Value) {
     env.create(json!({"apiVersion": ALPHA, "kind": "GitOpsCluster",
         "metadata": {"name": "gc", "namespace": "argocd"},
         "spec": {"placementRef": {"kind": kind, "name": "placement"}, "argoCDAgentAddon": addon}}))
@@ -304,6 +304,27 @@ async fn addon_sets_up_the_fleet_converges_and_cleans_up() {
         deploy["spec"]["template"]["spec"]["containers"][0]["image"],
         "example.invalid/argocd-pull:test"
     );
+    // Available follows the agent's stream: OCM's addon manager probes the Deployment's
+    // readiness, and the readiness probe is the agent's stream-gated /healthz.
+    let container = &deploy["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["readinessProbe"]["httpGet"],
+        json!({"path": "/healthz", "port": "healthz"})
+    );
+    let healthz = container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "healthz")
+        .unwrap();
+    assert!(
+        container["env"].as_array().unwrap().iter().any(|e| {
+            e["name"] == "ARGOCD_AGENT_HEALTH_CHECK_PORT"
+                && e["value"].as_str() == Some(healthz["containerPort"].to_string().as_str())
+        }),
+        "the agent serves /healthz on the probed port: {container}"
+    );
+    assert_eq!(deploy["spec"]["strategy"], json!({"type": "Recreate"}));
     let placement = env
         .get(
             "cluster.open-cluster-management.io/v1beta1",

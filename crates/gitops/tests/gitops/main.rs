@@ -3,6 +3,7 @@
 mod addon;
 mod addon_concurrent;
 mod addon_e2e;
+mod addon_health;
 mod e2e;
 mod gitopscluster;
 mod report;

@@ -8,4 +8,5 @@ mod deploy;
 mod dry_run;
 mod helm;
 mod image;
+mod observability;
 mod principal_chart;
