@@ -5,7 +5,8 @@
 //! Events are written by a pool of workers; all events of one object go to the same worker, so
 //! each object's changes land in order while different objects are written in parallel (a real
 //! API server takes a few milliseconds per write; one at a time would cap replication far below
-//! 1,000 changes/s). The acknowledged sequence is the highest one below which everything is
+//! 1,000 changes/s). A worker that falls behind collapses the queued changes of one object into
+//! the newest ([`coalesce`]). The acknowledged sequence is the highest one below which everything is
 //! written. A sequence gap (the primary dropped events for a slow replica) or a write given up
 //! makes the replica fetch a new snapshot at once (the peer waits for its next minute tick).
 
@@ -233,14 +234,24 @@ impl Pool {
                 shared.clone(),
             );
             tasks.push(tokio::spawn(async move {
-                while let Some(job) = rx.recv().await {
+                while let Some(first) = rx.recv().await {
+                    // what queued up behind it while the last write ran: changes of one object
+                    // that follow each other collapse into the newest
+                    let mut batch = vec![first];
+                    while batch.len() < COALESCE_BATCH
+                        && let Ok(j) = rx.try_recv()
+                    {
+                        batch.push(j);
+                    }
+                    for (job, superseded) in coalesce(batch) {
                     let m = &shared.metrics.ha;
                     let mut attempt = 0;
                     loop {
                         match w.apply(&job.write).await {
                             Ok(()) => {
-                                m.client.events_processed.inc();
-                                m.replication_events.inc();
+                                let n = 1 + superseded.len() as u64;
+                                m.client.events_processed.inc_by(n);
+                                m.replication_events.inc_by(n);
                                 break;
                             }
                             Err(e) if attempt < WRITE_RETRIES && e.is_retryable() => {
@@ -262,8 +273,12 @@ impl Pool {
                         m.client.lag_seconds.set(lag);
                         m.replication_lag.set(lag);
                     }
+                    for seq in superseded {
+                        mark.done(seq);
+                    }
                     mark.done(job.seq);
                     progress.send_modify(|n| *n += 1);
+                    }
                 }
             }));
         }
@@ -278,23 +293,7 @@ impl Pool {
 
     fn key_slot(&self, w: &Write) -> usize {
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        match w {
-            Write::Upsert { kind, obj, .. } => (
-                kind.store_kind(),
-                crate::objects::namespace(obj),
-                crate::objects::name(obj),
-            )
-                .hash(&mut h),
-            Write::Status {
-                namespace, name, ..
-            } => (RKind::Application.store_kind(), namespace, name).hash(&mut h),
-            Write::Delete {
-                kind,
-                namespace,
-                name,
-            } => (kind.store_kind(), namespace, name).hash(&mut h),
-            Write::Skip(_) => 0.hash(&mut h),
-        }
+        object_of(w).hash(&mut h);
         (h.finish() as usize) % self.senders.len()
     }
 
@@ -327,6 +326,56 @@ impl Drop for Pool {
             t.abort();
         }
     }
+}
+
+/// Jobs a worker takes at once from its queue (only what is already waiting).
+const COALESCE_BATCH: usize = 256;
+
+/// The object a write is about (`None`: a skip, about nothing).
+fn object_of(w: &Write) -> Option<(crate::store::Kind, &str, &str)> {
+    match w {
+        Write::Upsert { kind, obj, .. } => Some((
+            kind.store_kind(),
+            crate::objects::namespace(obj),
+            crate::objects::name(obj),
+        )),
+        Write::Status {
+            namespace, name, ..
+        } => Some((RKind::Application.store_kind(), namespace, name)),
+        Write::Delete {
+            kind,
+            namespace,
+            name,
+        } => Some((kind.store_kind(), namespace, name)),
+        Write::Skip(_) => None,
+    }
+}
+
+/// The writes of `batch` (in order) with each run of same-kind writes of one object — upserts,
+/// status updates or deletes, with nothing else for that object in between — reduced to its
+/// newest (each carries the object's whole state of that kind); the sequences it supersedes come
+/// with it, written when it is. Writes of other objects may sit between the two: only the order
+/// per object matters.
+fn coalesce(batch: Vec<Job>) -> Vec<(Job, Vec<u64>)> {
+    let mut out: Vec<(Job, Vec<u64>)> = Vec::with_capacity(batch.len());
+    let mut last: std::collections::HashMap<(crate::store::Kind, String, String), usize> =
+        std::collections::HashMap::new();
+    for job in batch {
+        let key = object_of(&job.write).map(|(k, ns, n)| (k, ns.to_string(), n.to_string()));
+        if let Some(key) = &key
+            && let Some(&i) = last.get(key)
+            && std::mem::discriminant(&out[i].0.write) == std::mem::discriminant(&job.write)
+        {
+            let old = std::mem::replace(&mut out[i].0, job);
+            out[i].1.push(old.seq);
+            continue;
+        }
+        if let Some(key) = key {
+            last.insert(key, out.len());
+        }
+        out.push((job, Vec::new()));
+    }
+    out
 }
 
 /// Decodes a replicated event into the write it asks for.
@@ -765,5 +814,57 @@ mod tests {
         w.done(14);
         assert_eq!(w.written(10), 15);
         assert!(w.idle());
+    }
+
+    fn job(seq: u64, write: Write) -> Job {
+        Job {
+            seq,
+            write,
+            processed_at: 0,
+        }
+    }
+
+    fn up(name: &str, v: u64) -> Write {
+        apply::for_resource(
+            RKind::Application,
+            &serde_json::json!({"metadata": {"name": name, "namespace": "edge"}, "spec": {"v": v}}),
+        )
+    }
+
+    #[test]
+    fn changes_queued_for_one_object_collapse_into_the_newest_in_order() {
+        let del = |name: &str| Write::Delete {
+            kind: RKind::Application,
+            namespace: "edge".into(),
+            name: name.into(),
+        };
+        let batch = vec![
+            job(1, up("a", 1)),
+            job(2, up("b", 1)),
+            job(3, up("a", 2)),
+            job(4, up("a", 3)),
+            job(5, del("a")),
+            job(6, up("a", 4)),
+            job(7, up("b", 2)),
+            job(8, Write::Skip("x")),
+            job(9, Write::Skip("y")),
+        ];
+        let out: Vec<(u64, Vec<u64>)> = coalesce(batch)
+            .into_iter()
+            .map(|(j, s)| (j.seq, s))
+            .collect();
+        // a's three upserts become the newest; the delete and the upsert after it keep their
+        // order; b's two upserts collapse; skips are about nothing and stay
+        assert_eq!(
+            out,
+            vec![
+                (4, vec![1, 3]),
+                (7, vec![2]),
+                (5, vec![]),
+                (6, vec![]),
+                (8, vec![]),
+                (9, vec![])
+            ]
+        );
     }
 }
