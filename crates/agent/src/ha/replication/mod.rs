@@ -78,6 +78,7 @@
 
 mod apply;
 mod client;
+mod pool;
 mod server;
 mod source;
 mod standby;
