@@ -141,7 +141,7 @@ fn merge_keeps_the_operation_only_when_asked_and_drops_owner_references() {
 fn hub_writer() -> (argocd_pull_hub::Hub, Writer) {
     let h = argocd_pull_hub::Hub::new();
     h.install_crds_yaml(include_str!(
-        "../../../../api/crds/argocd/application-crd.yaml"
+        "../../../../../api/crds/argocd/application-crd.yaml"
     ))
     .unwrap();
     let store: Arc<dyn Store> = Arc::new(crate::store::KubeStore::new(h.client()));
