@@ -211,7 +211,7 @@ pub async fn kube_client(
         None if context.is_some() => kube::Config::from_kubeconfig(&opts).await?,
         None => kube::Config::infer().await?,
     };
-    kube::Client::try_from(config).context("creating the Kubernetes client")
+    crate::kube_client::build(config)
 }
 
 /// Reads Secret `namespace/name`; a clear error when it is missing.
