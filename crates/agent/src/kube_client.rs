@@ -37,14 +37,8 @@ use tower::{BoxError, Layer, Service, ServiceExt};
 use crate::env_tuning::KubeLimits;
 use crate::rest_metrics::{RestClientMetrics, global};
 
-/// A client for `config` with the limits of the environment.
-pub fn build(config: kube::Config) -> anyhow::Result<kube::Client> {
-    let limits = crate::env_tuning::kube_limits()?;
-    with_limits(config, limits).context("creating the Kubernetes client")
-}
-
 /// A client for the cluster found the usual way (`KUBECONFIG` / `~/.kube/config`, then the
-/// in-cluster service account), as [`build`] makes it.
+/// in-cluster service account), with the limits of the environment.
 pub async fn infer() -> anyhow::Result<kube::Client> {
     let limits = crate::env_tuning::kube_limits()?;
     let config = kube::Config::infer().await?;

@@ -437,6 +437,11 @@ async fn run(
     // bad input is reported before anything is loaded or connected
     let selector = super::label_selector(&args.label_selector)?;
     crate::env_tuning::check()?;
+    let queue_capacity = crate::env_tuning::send_queue_capacity(
+        args.queue_capacity,
+        "--queue-capacity (ARGOCD_AGENT_QUEUE_CAPACITY)",
+        crate::DEFAULT_QUEUE_CAPACITY,
+    )?;
     if args.namespace.is_empty() {
         bail!("namespace value is empty and must be specified");
     }
@@ -480,11 +485,7 @@ async fn run(
         .map_err(|e| anyhow::anyhow!("--tls-ciphersuites: {e}"))?;
     cfg.namespace = args.namespace.clone();
     cfg.max_event_size = max_event_size;
-    cfg.queue_capacity = crate::env_tuning::send_queue_capacity(
-        args.queue_capacity,
-        "--queue-capacity (ARGOCD_AGENT_QUEUE_CAPACITY)",
-        crate::DEFAULT_QUEUE_CAPACITY,
-    )?;
+    cfg.queue_capacity = queue_capacity;
     cfg.recv_queue_size = crate::env_tuning::recv_queue_size()?;
     cfg.version = args.report_version.clone();
     cfg.compression = args.compression;

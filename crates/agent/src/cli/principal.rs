@@ -703,6 +703,11 @@ async fn run(
         bail!("--grpc-max-message-size must be greater than 0");
     }
     crate::env_tuning::check()?;
+    let queue_capacity = crate::env_tuning::send_queue_capacity(
+        args.queue_capacity,
+        "--queue-capacity (ARGOCD_PRINCIPAL_QUEUE_CAPACITY)",
+        crate::DEFAULT_QUEUE_CAPACITY,
+    )?;
     // the peer's ValidateTLSConfig: every suite supports the minimum version (default tls1.3)
     let cipher_suites = crate::ciphers::parse(&args.tls_ciphersuites, Some(!allow_tls12))
         .map_err(|e| anyhow::anyhow!("--tls-ciphersuites: {e}"))?;
@@ -731,11 +736,7 @@ async fn run(
     cfg.enable_websocket = args.enable_websocket;
     cfg.namespace = m.namespace;
     cfg.max_event_size = max_event_size;
-    cfg.queue_capacity = crate::env_tuning::send_queue_capacity(
-        args.queue_capacity,
-        "--queue-capacity (ARGOCD_PRINCIPAL_QUEUE_CAPACITY)",
-        crate::DEFAULT_QUEUE_CAPACITY,
-    )?;
+    cfg.queue_capacity = queue_capacity;
     cfg.recv_queue_size = crate::env_tuning::recv_queue_size()?;
     cfg.version = args.report_version.clone();
     cfg.concurrency = args.event_processors.unwrap_or(args.concurrency).max(1);
