@@ -29,6 +29,18 @@ pub fn channel<T>(size: usize, wq: Workqueue) -> (RecvQueue<T>, RecvQueueRx<T>) 
 }
 
 impl<T> RecvQueue<T> {
+    /// Whether nothing waits (nor is being put in).
+    pub fn is_empty(&self) -> bool {
+        self.tx.capacity() == self.tx.max_capacity()
+    }
+
+    /// Counts an event handed to a free handler at once, without waiting here: put and taken
+    /// in the same instant.
+    pub fn passed_through(&self) {
+        self.wq.add();
+        self.wq.taken(0.0);
+    }
+
     /// Puts `item` in, waiting for room. `Err(item)`: the taking side is gone.
     pub async fn put(&self, item: T) -> Result<(), T> {
         let Ok(slot) = self.tx.reserve().await else {
@@ -70,7 +82,9 @@ mod tests {
     async fn holds_at_most_its_size_in_order_and_counts() {
         let wq = Workqueue::default();
         let (tx, mut rx) = channel::<u32>(2, wq.clone());
+        assert!(tx.is_empty());
         tx.put(1).await.unwrap();
+        assert!(!tx.is_empty());
         tx.put(2).await.unwrap();
         assert_eq!(wq.depth(), 2);
         // the third waits for room
@@ -83,7 +97,10 @@ mod tests {
         assert_eq!(rx.take().await, Some(2));
         assert_eq!(rx.take().await, Some(3));
         assert_eq!(wq.depth(), 0);
+        assert!(tx.is_empty());
         assert_eq!(wq.adds(), 3);
+        tx.passed_through();
+        assert_eq!((wq.adds(), wq.depth()), (4, 0));
         tx.put(4).await.unwrap();
         drop(rx);
         assert_eq!(wq.depth(), 0, "dropped with the stream");

@@ -1,7 +1,8 @@
 //! One live event stream, the same on both sides: sends the queue (one in flight per resource,
-//! resend with backoff), ACKs, error replies and requests; receives, dispatches resource events to
-//! concurrent handlers (different resources in parallel; one resource is never in flight twice
-//! because the peer's queue holds it back until the ACK) and matches ACKs.
+//! resend with backoff), ACKs, error replies and requests; receives, matches ACKs, and puts
+//! resource events in the receive queue ([`crate::recv_queue`]) from which concurrent handlers
+//! take them (different resources in parallel; one resource is never in flight twice because the
+//! peer's queue holds it back until the ACK).
 
 use std::sync::Arc;
 
@@ -271,9 +272,9 @@ where
     // read on meanwhile (ACKs of what we sent never wait behind a busy handler)
     let (recv_q, mut recv_rx) =
         crate::recv_queue::channel::<Received>(ctx.recv_queue_size, ctx.recv_workqueue.clone());
+    let sem = Arc::new(Semaphore::new(ctx.concurrency.max(1)));
     let dispatch = {
-        let (ctx, handler, out) = (ctx.clone(), handler.clone(), out.clone());
-        let sem = Arc::new(Semaphore::new(ctx.concurrency.max(1)));
+        let (ctx, handler, out, sem) = (ctx.clone(), handler.clone(), out.clone(), sem.clone());
         tokio::spawn(async move {
             loop {
                 // a handler first: the event waits in the queue (counted) until one is free
@@ -392,6 +393,20 @@ where
                 continue;
             }
         };
+        // a free handler and nothing waiting: straight to it, without the hop through the queue
+        // (events are handed out as they arrive, as before there was one)
+        if recv_q.is_empty()
+            && let Ok(permit) = sem.clone().try_acquire_owned()
+        {
+            recv_q.passed_through();
+            let work = ctx.recv_workqueue.start();
+            let (ctx, h, out) = (ctx.clone(), handler.clone(), out.clone());
+            tokio::spawn(async move {
+                let _done = (permit, busy_guard, work);
+                handle(ctx, h, out, ev).await;
+            });
+            continue;
+        }
         if recv_q
             .put(Received {
                 ev,
