@@ -6,21 +6,26 @@ pub mod blocklist;
 pub mod checksum;
 pub mod ciphers;
 pub mod container;
+pub mod env_tuning;
 pub mod event;
 pub mod full_detail;
 pub mod grpc_metrics;
 pub mod insecure;
+pub mod kube_client;
 pub mod metrics;
 pub mod otel;
 pub mod process_metrics;
 pub mod proto;
 pub mod queue;
+pub mod recv_queue;
 pub mod redis_wire;
 pub mod resource;
+pub mod rest_metrics;
 pub mod session;
 pub mod store;
 pub mod tls;
 pub mod validate;
+pub mod workqueue_metrics;
 pub mod ws;
 
 /// Agent mode of operation.

@@ -458,6 +458,8 @@ pub struct Metrics {
     pub ha: crate::ha::HaMetrics,
     /// `grpc_server_*` (principal) or `grpc_client_*` (agent), as go-grpc-middleware's
     pub grpc: crate::grpc_metrics::GrpcMetrics,
+    /// `<prefix>_workqueue_*{queue}` of the send and receive queues.
+    pub workqueues: crate::workqueue_metrics::Workqueues,
 }
 
 /// `reason`s of `argocd_agent_auth_failures_total`: the principal refused the login (`rejected`)
@@ -485,6 +487,9 @@ impl Metrics {
             Side::Principal => crate::grpc_metrics::GrpcMetrics::server(&mut reg),
             Side::Agent => crate::grpc_metrics::GrpcMetrics::client(&mut reg),
         };
+        m.workqueues = crate::workqueue_metrics::Workqueues::register(&mut reg, prefix);
+        // `rest_client_*` of every Kubernetes client (crate::kube_client)
+        crate::rest_metrics::register(&mut reg);
         // `process_*` of the Go client's process collector, read when scraped
         reg.register_collector(Box::new(crate::process_metrics::ProcessCollector));
         if side == Side::Principal {
@@ -540,6 +545,7 @@ impl Metrics {
             peer: PeerMetrics::new(side),
             ha: Default::default(),
             grpc: crate::grpc_metrics::GrpcMetrics::unregistered(),
+            workqueues: Default::default(),
         }
     }
 
@@ -918,6 +924,8 @@ mod tests {
         ("process_cpu_seconds_total", &[]),
         ("process_resident_memory_bytes", &[]),
         ("process_open_fds", &[]),
+        ("rest_client_requests_total", &["code"]),
+        ("rest_client_request_duration_seconds_bucket", &["le"]),
     ];
     const AGENT_DASHBOARD: &[(&str, &[&str])] = &[
         ("argocd_agent_build_info", &[]),
@@ -950,6 +958,8 @@ mod tests {
         ("process_cpu_seconds_total", &[]),
         ("process_resident_memory_bytes", &[]),
         ("process_open_fds", &[]),
+        ("rest_client_requests_total", &["code"]),
+        ("rest_client_request_duration_seconds_bucket", &["le"]),
     ];
 
     fn sample<'a>(body: &'a str, name: &str) -> Option<&'a str> {
@@ -972,9 +982,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn principal_exports_every_metric_of_the_peers_dashboard_with_its_labels() {
+    #[tokio::test]
+    async fn principal_exports_every_metric_of_the_peers_dashboard_with_its_labels() {
         let m = Metrics::new("argocd_principal");
+        crate::kube_client::one_request().await;
         m.agent_connected("agent-a");
         m.sent("create");
         m.received("status-update");
@@ -1041,6 +1052,7 @@ mod tests {
     #[tokio::test]
     async fn agent_exports_every_metric_of_the_peers_dashboard_with_its_labels() {
         let m = Metrics::new("argocd_agent");
+        crate::kube_client::one_request().await;
         // one call through the metered channel (agent::connect)
         {
             use tower::ServiceExt;

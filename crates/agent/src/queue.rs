@@ -21,6 +21,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::event::{Event, EventType};
+use crate::workqueue_metrics::Workqueue;
 
 /// Events sent and not yet ACKed at most (the window): what waits beyond it stays compact in
 /// the queue instead of encoded in the stream's buffers (with 1,000 agents receiving 100 events
@@ -83,7 +84,7 @@ pub type Regenerate = Arc<dyn Fn(&str) -> Vec<Event> + Send + Sync>;
 #[derive(Default)]
 struct Slot {
     inflight: Option<Box<InFlight>>,
-    pending: VecDeque<Event>,
+    pending: VecDeque<Queued>,
     recent_ids: VecDeque<String>,
 }
 
@@ -93,7 +94,30 @@ impl Slot {
             // `push_back` alone would allocate room for four
             self.pending.reserve_exact(1);
         }
-        self.pending.push_back(ev);
+        self.pending.push_back(Queued {
+            ev,
+            at: Instant::now(),
+        });
+    }
+}
+
+/// A queued event and when it was queued (an event merged into it keeps that time, as
+/// client-go's workqueue keeps the first add of an item already queued).
+struct Queued {
+    ev: Event,
+    at: Instant,
+}
+
+impl std::ops::Deref for Queued {
+    type Target = Event;
+    fn deref(&self) -> &Event {
+        &self.ev
+    }
+}
+
+impl std::ops::DerefMut for Queued {
+    fn deref_mut(&mut self) -> &mut Event {
+        &mut self.ev
     }
 }
 
@@ -225,6 +249,8 @@ pub struct SendQueue {
     backoff: Backoff,
     regenerate: Mutex<Option<Regenerate>>,
     notify: Notify,
+    /// `<prefix>_workqueue_*{queue="<name>-send"}`
+    wq: Workqueue,
 }
 
 impl SendQueue {
@@ -236,7 +262,21 @@ impl SendQueue {
             backoff,
             regenerate: Mutex::new(None),
             notify: Notify::new(),
+            wq: Workqueue::default(),
         }
+    }
+
+    /// Counts the queue in `wq` (depth: events queued, not sent; adds: events queued, merged
+    /// ones not counted; queue duration: queued to first sent; retries: resends for want of an
+    /// ACK, each also an add).
+    pub fn with_workqueue(mut self, wq: Workqueue) -> Self {
+        self.wq = wq;
+        self
+    }
+
+    /// The queue's workqueue metrics.
+    pub fn workqueue(&self) -> &Workqueue {
+        &self.wq
     }
 
     /// Sets the window: events sent and not yet ACKed at most (resends do not count twice).
@@ -279,7 +319,12 @@ impl SendQueue {
         ev.compact();
         let r = {
             let mut s = self.state.lock().expect("poisoned");
-            Self::push_locked(&mut s, self.capacity, key, ev)
+            let r = Self::push_locked(&mut s, self.capacity, key, ev);
+            if r == Pushed::Queued {
+                self.wq.add();
+            }
+            self.wq.set_depth(s.pending);
+            r
         };
         self.notify.notify_one();
         r
@@ -296,8 +341,8 @@ impl SendQueue {
             let mut s = self.state.lock().expect("poisoned");
             s.seq += 1;
             let (key, slot) = s.slot(&format!("{REQUEST_KEY_PREFIX}{key}"));
-            if let Some(q) = slot.pending.back_mut() {
-                *q = ev;
+            let r = if let Some(q) = slot.pending.back_mut() {
+                q.ev = ev;
                 Pushed::Coalesced
             } else {
                 slot.enqueue(ev);
@@ -306,8 +351,11 @@ impl SendQueue {
                 if idle {
                     s.mark_ready(&key);
                 }
+                self.wq.add();
                 Pushed::Queued
-            }
+            };
+            self.wq.set_depth(s.pending);
+            r
         };
         self.notify.notify_one();
         r
@@ -330,7 +378,7 @@ impl SendQueue {
             EventType::SpecUpdate | EventType::StatusUpdate => {
                 if let Some(q) = slot.pending.iter_mut().rev().find(|q| q.ty == ev.ty) {
                     ev.id = q.id.clone();
-                    *q = ev;
+                    q.ev = ev;
                     return Pushed::Coalesced;
                 }
                 if ev.ty == EventType::SpecUpdate
@@ -388,6 +436,11 @@ impl SendQueue {
                 if left_window {
                     s.window -= 1;
                 }
+                // client-go's AddRateLimited: a retry, put back and taken once due
+                self.wq.retry();
+                self.wq.add();
+                self.wq
+                    .taken(now.saturating_duration_since(d).as_secs_f64());
                 s.schedule(&k, now + self.backoff.delay(attempts));
                 return Ok(Outgoing {
                     key: k.to_string(),
@@ -407,9 +460,11 @@ impl SendQueue {
             if slot.inflight.is_some() {
                 continue;
             }
-            let Some(mut ev) = slot.pending.pop_front() else {
+            let Some(Queued { mut ev, at }) = slot.pending.pop_front() else {
                 continue;
             };
+            self.wq
+                .taken(now.saturating_duration_since(at).as_secs_f64());
             if slot.recent_ids.contains(&ev.event_id) || s.by_event.contains_key(&ev.event_id) {
                 // keep ACK matching unambiguous for a later event of the same object version
                 // (or an event of another key that happens to carry the same id)
@@ -426,6 +481,7 @@ impl SendQueue {
                 token: 0,
             }));
             s.pending -= 1;
+            self.wq.set_depth(s.pending);
             s.inflight += 1;
             s.window += 1;
             s.by_event.insert(ev.event_id.clone(), k.clone());
@@ -533,7 +589,9 @@ impl SendQueue {
                 if idle {
                     s.mark_ready(&k);
                 }
+                self.wq.add();
             }
+            self.wq.set_depth(s.pending);
         }
     }
 }

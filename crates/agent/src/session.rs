@@ -1,7 +1,8 @@
 //! One live event stream, the same on both sides: sends the queue (one in flight per resource,
-//! resend with backoff), ACKs, error replies and requests; receives, dispatches resource events to
-//! concurrent handlers (different resources in parallel; one resource is never in flight twice
-//! because the peer's queue holds it back until the ACK) and matches ACKs.
+//! resend with backoff), ACKs, error replies and requests; receives, matches ACKs, and puts
+//! resource events in the receive queue ([`crate::recv_queue`]) from which concurrent handlers
+//! take them (different resources in parallel; one resource is never in flight twice because the
+//! peer's queue holds it back until the ACK).
 
 use std::sync::Arc;
 
@@ -101,6 +102,11 @@ pub struct SessionCtx {
     pub max_event_size: usize,
     /// Received events processed concurrently.
     pub concurrency: usize,
+    /// Received events waiting for a handler at most (`ARGOCD_AGENT_RECV_QUEUE_SIZE`).
+    pub recv_queue_size: usize,
+    /// The receive queue's workqueue metrics (`<agent>-recv` on the principal, `default-recv`
+    /// on the agent).
+    pub recv_workqueue: crate::workqueue_metrics::Workqueue,
     /// The other side in metric labels: the agent name on the principal (`agent_name`), the
     /// agent mode on the agent (`agent_mode`).
     pub peer_label: String,
@@ -200,6 +206,8 @@ where
             let notified = ctx.queue.notified();
             match ctx.queue.next(tokio::time::Instant::now()) {
                 Ok(o) => {
+                    // the send queue's work: an event taken until the stream has it
+                    let _work = ctx.queue.workqueue().start();
                     match to_wire_checked(&ctx, &o.event) {
                         Ok(w) => {
                             if wire.send(Box::new(w)).await.is_err() {
@@ -260,9 +268,34 @@ where
         AbortOnDrop(connect.abort_handle()),
     );
 
+    // received events wait in the receive queue for one of `concurrency` handlers; the stream is
+    // read on meanwhile (ACKs of what we sent never wait behind a busy handler)
+    let (recv_q, mut recv_rx) =
+        crate::recv_queue::channel::<Received>(ctx.recv_queue_size, ctx.recv_workqueue.clone());
     let sem = Arc::new(Semaphore::new(ctx.concurrency.max(1)));
+    let dispatch = {
+        let (ctx, handler, out, sem) = (ctx.clone(), handler.clone(), out.clone(), sem.clone());
+        tokio::spawn(async move {
+            loop {
+                // a handler first: the event waits in the queue (counted) until one is free
+                let Ok(permit) = sem.clone().acquire_owned().await else {
+                    return;
+                };
+                let Some(r) = recv_rx.take().await else {
+                    return;
+                };
+                let work = ctx.recv_workqueue.start();
+                let (ctx, h, out) = (ctx.clone(), handler.clone(), out.clone());
+                tokio::spawn(async move {
+                    let _done = (permit, r.busy, work);
+                    handle(ctx, h, out, r.ev).await;
+                });
+            }
+        })
+    };
+    let _dispatch = AbortOnDrop(dispatch.abort_handle());
     // events being handled (type + event id): a resend that arrives while the first copy is
-    // still being handled is dropped, the first one's ACK answers both
+    // still waiting or being handled is dropped, the first one's ACK answers both
     let busy: Arc<std::sync::Mutex<std::collections::HashSet<String>>> = Arc::default();
     loop {
         let msg = match inbound.next().await {
@@ -356,97 +389,120 @@ where
         let busy_guard = match Busy::enter(&busy, &ev) {
             Some(g) => g,
             None => {
-                tracing::debug!(r#type = ev.ty.short(), event = %ev.event_id, "resend of an event still being handled; dropped");
+                tracing::debug!(r#type = ev.ty.short(), event = %ev.event_id, "resend of an event still waiting or being handled; dropped");
                 continue;
             }
         };
-        let permit = match sem.clone().acquire_owned().await {
-            Ok(p) => p,
-            Err(_) => break SessionEnd::Closed,
-        };
-        let h = handler.clone();
-        let out = out.clone();
-        let ctx2 = ctx.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let _busy = busy_guard;
-            // resync requests are ACKed like changes: the peer's event writer resends every
-            // non-ACK, non-heartbeat event until its ACK arrives (internal/event/event_writer.go)
-            // resource requests/responses and cache info are ACKed too (the peer ACKs every
-            // processed event; its event writer resends them otherwise)
-            let is_change = ev.ty.is_resource_change()
-                || matches!(
-                    ev.target,
-                    crate::event::Target::ResourceResync
-                        | crate::event::Target::Resource
-                        | crate::event::Target::Redis
-                        | crate::event::Target::ClusterCacheInfoUpdate
-                        | crate::event::Target::ContainerLog
-                        | crate::event::Target::Terminal
-                );
-            let (rid, eid, ty) = (ev.resource_id.clone(), ev.event_id.clone(), ev.ty);
-            let target = ev.target;
-            // `<target>.<type>`, continuing the sender's trace (no-op with tracing off)
-            let span = crate::otel::event_span(&ctx2.trace, &ev);
-            let t0 = std::time::Instant::now();
-            let processed = |status: &str| {
-                ctx2.metrics.processed(
-                    status,
-                    &ctx2.peer_label,
-                    target.as_str(),
-                    t0.elapsed().as_secs_f64(),
-                )
-            };
-            if crate::validate::applies(&ev)
-                && let Err(e) = crate::validate::check(&ev)
-            {
-                // refused before any handler runs: nothing is written
-                tracing::warn!(r#type = ty.short(), target = target.as_str(), resource = %rid, error = %e, "invalid payload refused");
-                crate::otel::record_result(&span, &Err(&e));
-                ctx2.metrics.error_reply("invalid");
-                processed("failure");
-                out.send(Event::error_reply_for(
-                    &ctx2.source,
-                    &rid,
-                    &eid,
-                    &ev.subject,
-                    "invalid",
-                    &e,
-                ))
+        // a free handler and nothing waiting: straight to it, without the hop through the queue
+        // (events are handed out as they arrive, as before there was one)
+        if recv_q.is_empty()
+            && let Ok(permit) = sem.clone().try_acquire_owned()
+        {
+            recv_q.passed_through();
+            let work = ctx.recv_workqueue.start();
+            let (ctx, h, out) = (ctx.clone(), handler.clone(), out.clone());
+            tokio::spawn(async move {
+                let _done = (permit, busy_guard, work);
+                handle(ctx, h, out, ev).await;
+            });
+            continue;
+        }
+        if recv_q
+            .put(Received {
+                ev,
+                busy: busy_guard,
+            })
+            .await
+            .is_err()
+        {
+            break SessionEnd::Closed;
+        }
+    }
+}
+
+/// A received event waiting for a handler, marked busy meanwhile.
+struct Received {
+    ev: Event,
+    busy: Busy,
+}
+
+/// Handles one received event: validation, the handler, the ACK or error answer, the metrics.
+async fn handle(ctx: SessionCtx, h: Arc<dyn Handler>, out: Outbox, ev: Event) {
+    // resync requests are ACKed like changes: the peer's event writer resends every
+    // non-ACK, non-heartbeat event until its ACK arrives (internal/event/event_writer.go)
+    // resource requests/responses and cache info are ACKed too (the peer ACKs every
+    // processed event; its event writer resends them otherwise)
+    let is_change = ev.ty.is_resource_change()
+        || matches!(
+            ev.target,
+            crate::event::Target::ResourceResync
+                | crate::event::Target::Resource
+                | crate::event::Target::Redis
+                | crate::event::Target::ClusterCacheInfoUpdate
+                | crate::event::Target::ContainerLog
+                | crate::event::Target::Terminal
+        );
+    let (rid, eid, ty) = (ev.resource_id.clone(), ev.event_id.clone(), ev.ty);
+    let target = ev.target;
+    // `<target>.<type>`, continuing the sender's trace (no-op with tracing off)
+    let span = crate::otel::event_span(&ctx.trace, &ev);
+    let t0 = std::time::Instant::now();
+    let processed = |status: &str| {
+        ctx.metrics.processed(
+            status,
+            &ctx.peer_label,
+            target.as_str(),
+            t0.elapsed().as_secs_f64(),
+        )
+    };
+    if crate::validate::applies(&ev)
+        && let Err(e) = crate::validate::check(&ev)
+    {
+        // refused before any handler runs: nothing is written
+        tracing::warn!(r#type = ty.short(), target = target.as_str(), resource = %rid, error = %e, "invalid payload refused");
+        crate::otel::record_result(&span, &Err(&e));
+        ctx.metrics.error_reply("invalid");
+        processed("failure");
+        out.send(Event::error_reply_for(
+            &ctx.source,
+            &rid,
+            &eid,
+            &ev.subject,
+            "invalid",
+            &e,
+        ))
+        .await;
+        return;
+    }
+    // the peer ACKs every event it processed; an `error` event is processed like an object
+    let ack = if is_change || ty == EventType::Error {
+        Some(ev.ack(&ctx.source))
+    } else {
+        None
+    };
+    let r = h.handle(ev, &out).instrument(span.clone()).await;
+    crate::otel::record_result(&span, &r);
+    drop(span);
+    match r {
+        Ok(()) => {
+            processed("success");
+            if let Some(a) = ack {
+                ctx.metrics.events_processed.inc();
+                out.send(a).await;
+            }
+        }
+        Err(HandleError::Retryable(e)) => {
+            tracing::warn!(r#type = ty.short(), resource = %rid, error = %e, "event not applied yet; the peer will resend");
+            ctx.metrics.events_retry_later.inc();
+            processed("failure");
+        }
+        Err(HandleError::Permanent(e)) => {
+            tracing::warn!(r#type = ty.short(), resource = %rid, error = %e, "event rejected");
+            ctx.metrics.error_reply("rejected");
+            processed("not-allowed");
+            out.send(Event::error_reply(&ctx.source, &rid, &eid, "rejected", &e))
                 .await;
-                return;
-            }
-            // the peer ACKs every event it processed; an `error` event is processed like an object
-            let ack = if is_change || ty == EventType::Error {
-                Some(ev.ack(&ctx2.source))
-            } else {
-                None
-            };
-            let r = h.handle(ev, &out).instrument(span.clone()).await;
-            crate::otel::record_result(&span, &r);
-            drop(span);
-            match r {
-                Ok(()) => {
-                    processed("success");
-                    if let Some(a) = ack {
-                        ctx2.metrics.events_processed.inc();
-                        out.send(a).await;
-                    }
-                }
-                Err(HandleError::Retryable(e)) => {
-                    tracing::warn!(r#type = ty.short(), resource = %rid, error = %e, "event not applied yet; the peer will resend");
-                    ctx2.metrics.events_retry_later.inc();
-                    processed("failure");
-                }
-                Err(HandleError::Permanent(e)) => {
-                    tracing::warn!(r#type = ty.short(), resource = %rid, error = %e, "event rejected");
-                    ctx2.metrics.error_reply("rejected");
-                    processed("not-allowed");
-                    out.send(Event::error_reply(&ctx2.source, &rid, &eid, "rejected", &e))
-                        .await;
-                }
-            }
-        });
+        }
     }
 }
 

@@ -184,6 +184,8 @@ impl Inner {
             metrics: self.metrics.clone(),
             max_event_size: self.cfg.max_event_size,
             concurrency: self.cfg.concurrency,
+            recv_queue_size: self.cfg.recv_queue_size,
+            recv_workqueue: self.metrics.workqueues.queue(super::RECV_QUEUE),
             peer_label: self.cfg.mode.as_str().to_string(),
             trace: crate::otel::StreamAttrs {
                 component: crate::otel::Component::Agent,

@@ -41,6 +41,10 @@ use crate::session::{HandleError, Handler, Outbox};
 use crate::store::{Kind, Store};
 use crate::tls::{self, TlsMaterial};
 
+/// The agent's queues in `<prefix>_workqueue_*{queue}`: the peer's queue pair `default`.
+pub const SEND_QUEUE: &str = "default-send";
+pub const RECV_QUEUE: &str = "default-recv";
+
 /// Agent settings.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
@@ -60,6 +64,8 @@ pub struct AgentConfig {
     pub version: String,
     pub max_event_size: usize,
     pub queue_capacity: usize,
+    /// Received events waiting for a handler at most (`ARGOCD_AGENT_RECV_QUEUE_SIZE`).
+    pub recv_queue_size: usize,
     pub concurrency: usize,
     pub compression: bool,
     pub keepalive_interval: Duration,
@@ -125,6 +131,7 @@ impl AgentConfig {
             version: crate::VERSION.into(),
             max_event_size: crate::DEFAULT_MAX_EVENT_SIZE,
             queue_capacity: crate::DEFAULT_QUEUE_CAPACITY,
+            recv_queue_size: crate::env_tuning::DEFAULT_RECV_QUEUE_SIZE,
             concurrency: crate::DEFAULT_CONCURRENCY,
             compression: false,
             keepalive_interval: Duration::from_secs(30),
@@ -231,7 +238,12 @@ impl Agent {
             )?)),
         };
         let client_tls = Arc::new(Mutex::new(client_tls));
-        let queue = Arc::new(SendQueue::new(cfg.queue_capacity, cfg.backoff));
+        // the peer's queue pair `default` (agent/agent.go `defaultQueueName`)
+        let queue = Arc::new(
+            SendQueue::new(cfg.queue_capacity, cfg.backoff)
+                .with_workqueue(metrics.workqueues.queue(SEND_QUEUE)),
+        );
+        metrics.workqueues.queue(RECV_QUEUE);
         let inner = Arc::new(Inner {
             cfg: cfg.clone(),
             store,

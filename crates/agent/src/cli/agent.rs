@@ -155,8 +155,10 @@ pub struct AgentArgs {
     /// Timeout to wait for Application/AppProject/Repository/GPG informers to sync at startup.
     #[arg(long = "informer-sync-timeout", env = "ARGOCD_AGENT_INFORMER_SYNC_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub informer_sync_timeout: Duration,
-    #[arg(long = "queue-capacity", env = "ARGOCD_AGENT_QUEUE_CAPACITY", default_value_t = crate::DEFAULT_QUEUE_CAPACITY)]
-    pub queue_capacity: usize,
+    /// Send queue capacity (events); beyond it resources are deferred, never dropped.
+    /// Default 10000, or the peer's ARGOCD_AGENT_SEND_QUEUE_SIZE.
+    #[arg(long = "queue-capacity", env = "ARGOCD_AGENT_QUEUE_CAPACITY")]
+    pub queue_capacity: Option<usize>,
     /// Version string sent at login; the principal demands it equal to its own (the peer's rule).
     /// Set it to the argocd-agent release of a mixed fleet (e.g. `0.5.0`) to join a peer principal.
     #[arg(long = "report-version", env = "ARGOCD_AGENT_REPORT_VERSION", default_value = crate::VERSION)]
@@ -434,6 +436,12 @@ async fn run(
     }
     // bad input is reported before anything is loaded or connected
     let selector = super::label_selector(&args.label_selector)?;
+    crate::env_tuning::check()?;
+    let queue_capacity = crate::env_tuning::send_queue_capacity(
+        args.queue_capacity,
+        "--queue-capacity (ARGOCD_AGENT_QUEUE_CAPACITY)",
+        crate::DEFAULT_QUEUE_CAPACITY,
+    )?;
     if args.namespace.is_empty() {
         bail!("namespace value is empty and must be specified");
     }
@@ -477,7 +485,8 @@ async fn run(
         .map_err(|e| anyhow::anyhow!("--tls-ciphersuites: {e}"))?;
     cfg.namespace = args.namespace.clone();
     cfg.max_event_size = max_event_size;
-    cfg.queue_capacity = args.queue_capacity;
+    cfg.queue_capacity = queue_capacity;
+    cfg.recv_queue_size = crate::env_tuning::recv_queue_size()?;
     cfg.version = args.report_version.clone();
     cfg.compression = args.compression;
     cfg.heartbeat_interval = args.heartbeat_interval;
@@ -533,7 +542,7 @@ async fn run(
         (Some(c), _) => Some(c),
         (None, None) => {
             let Some(c) = super::or_shutdown(&shutdown, async {
-                kube::Client::try_default()
+                crate::kube_client::infer()
                     .await
                     .context("connecting to the local cluster")
             })

@@ -198,6 +198,8 @@ pub async fn kube_client(
     kubeconfig: Option<&PathBuf>,
     context: Option<&str>,
 ) -> anyhow::Result<kube::Client> {
+    // a bad ARGOCD_AGENT_KUBE_QPS / _BURST is reported before the kubeconfig is looked for
+    let limits = crate::env_tuning::kube_limits()?;
     let opts = kube::config::KubeConfigOptions {
         context: context.map(str::to_string),
         ..Default::default()
@@ -211,7 +213,7 @@ pub async fn kube_client(
         None if context.is_some() => kube::Config::from_kubeconfig(&opts).await?,
         None => kube::Config::infer().await?,
     };
-    kube::Client::try_from(config).context("creating the Kubernetes client")
+    crate::kube_client::with_limits(config, limits).context("creating the Kubernetes client")
 }
 
 /// Reads Secret `namespace/name`; a clear error when it is missing.

@@ -66,7 +66,7 @@ async fn store_or(
     }
     let client = match client {
         Some(c) => c,
-        None => kube::Client::try_default()
+        None => crate::kube_client::infer()
             .await
             .with_context(|| format!("connecting to the {which} cluster"))?,
     };

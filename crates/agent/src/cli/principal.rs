@@ -161,8 +161,9 @@ pub struct PrincipalArgs {
     #[arg(long, env = "ARGOCD_PRINCIPAL_CONCURRENCY", default_value_t = crate::DEFAULT_CONCURRENCY)]
     pub concurrency: usize,
     /// Per-agent send queue capacity (events); beyond it resources are deferred, never dropped.
-    #[arg(long = "queue-capacity", env = "ARGOCD_PRINCIPAL_QUEUE_CAPACITY", default_value_t = crate::DEFAULT_QUEUE_CAPACITY)]
-    pub queue_capacity: usize,
+    /// Default 10000, or the peer's ARGOCD_AGENT_SEND_QUEUE_SIZE.
+    #[arg(long = "queue-capacity", env = "ARGOCD_PRINCIPAL_QUEUE_CAPACITY")]
+    pub queue_capacity: Option<usize>,
     /// Version string reported to agents and required of them (the peer's rule: string equality).
     /// Set it to the argocd-agent release of a mixed fleet (e.g. `0.5.0`) so its agents log in.
     #[arg(long = "report-version", env = "ARGOCD_PRINCIPAL_REPORT_VERSION", default_value = crate::VERSION)]
@@ -701,6 +702,12 @@ async fn run(
     if max_event_size == 0 {
         bail!("--grpc-max-message-size must be greater than 0");
     }
+    crate::env_tuning::check()?;
+    let queue_capacity = crate::env_tuning::send_queue_capacity(
+        args.queue_capacity,
+        "--queue-capacity (ARGOCD_PRINCIPAL_QUEUE_CAPACITY)",
+        crate::DEFAULT_QUEUE_CAPACITY,
+    )?;
     // the peer's ValidateTLSConfig: every suite supports the minimum version (default tls1.3)
     let cipher_suites = crate::ciphers::parse(&args.tls_ciphersuites, Some(!allow_tls12))
         .map_err(|e| anyhow::anyhow!("--tls-ciphersuites: {e}"))?;
@@ -729,7 +736,8 @@ async fn run(
     cfg.enable_websocket = args.enable_websocket;
     cfg.namespace = m.namespace;
     cfg.max_event_size = max_event_size;
-    cfg.queue_capacity = args.queue_capacity;
+    cfg.queue_capacity = queue_capacity;
+    cfg.recv_queue_size = crate::env_tuning::recv_queue_size()?;
     cfg.version = args.report_version.clone();
     cfg.concurrency = args.event_processors.unwrap_or(args.concurrency).max(1);
     cfg.compression = args.compression;

@@ -63,7 +63,13 @@ impl Inner {
             }
             return a.clone();
         }
-        let queue = Arc::new(SendQueue::new(self.cfg.queue_capacity, self.cfg.backoff));
+        // the peer's queue pair `<agent>` (internal/queue/queue.go `Create`): both series exist
+        // from now on
+        let queue = Arc::new(
+            SendQueue::new(self.cfg.queue_capacity, self.cfg.backoff)
+                .with_workqueue(self.metrics.workqueues.queue(&format!("{name}-send"))),
+        );
+        self.metrics.workqueues.queue(&format!("{name}-recv"));
         let me = Arc::downgrade(self);
         let agent = name.to_string();
         queue.set_regenerate(Arc::new(move |key: &str| {

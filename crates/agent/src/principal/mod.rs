@@ -77,6 +77,8 @@ pub struct PrincipalConfig {
     pub version: String,
     pub max_event_size: usize,
     pub queue_capacity: usize,
+    /// Received events waiting for a handler at most (`ARGOCD_AGENT_RECV_QUEUE_SIZE`).
+    pub recv_queue_size: usize,
     pub concurrency: usize,
     pub compression: bool,
     pub keepalive_min_interval: Duration,
@@ -155,6 +157,7 @@ impl PrincipalConfig {
             version: crate::VERSION.into(),
             max_event_size: crate::DEFAULT_MAX_EVENT_SIZE,
             queue_capacity: crate::DEFAULT_QUEUE_CAPACITY,
+            recv_queue_size: crate::env_tuning::DEFAULT_RECV_QUEUE_SIZE,
             concurrency: crate::DEFAULT_CONCURRENCY,
             compression: false,
             keepalive_min_interval: Duration::from_secs(10),

@@ -368,6 +368,12 @@ impl EventStream for Svc {
             metrics: self.inner.metrics.clone(),
             max_event_size: self.inner.cfg.max_event_size,
             concurrency: self.inner.cfg.concurrency,
+            recv_queue_size: self.inner.cfg.recv_queue_size,
+            recv_workqueue: self
+                .inner
+                .metrics
+                .workqueues
+                .queue(&format!("{agent}-recv")),
             peer_label: agent.clone(),
             trace: crate::otel::StreamAttrs {
                 component: crate::otel::Component::Principal,

@@ -14,6 +14,7 @@ mod full_detail;
 mod grpc_metrics;
 mod health;
 mod informer_buffer;
+mod kube_tuning;
 mod otlp;
 mod pprof;
 
