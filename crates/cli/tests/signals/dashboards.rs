@@ -32,12 +32,8 @@ const TARGET_LABELS: &[&str] = &[
 ];
 
 /// What the peer's dashboards query and argocd-pull does not expose (docs/compatibility.md §6:
-/// Go's runtime; client-go's `rest_client_*`): those panels stay empty.
-const NOT_EXPOSED: &[&str] = &[
-    "go_goroutines",
-    "rest_client_requests_total",
-    "rest_client_request_duration_seconds_bucket",
-];
+/// Go's runtime): that panel stays empty.
+const NOT_EXPOSED: &[&str] = &["go_goroutines"];
 
 /// Labelled families whose series appear with the first event they count (an error, a discarded
 /// event, a Redis-proxy request) — as in the peer, whose client_golang vectors do the same — so
