@@ -175,6 +175,12 @@ pub struct AgentArgs {
     /// to disable. Useful to keep connections alive through service meshes like Istio.
     #[arg(long = "heartbeat-interval", env = "ARGOCD_AGENT_HEARTBEAT_INTERVAL", default_value = "0", value_parser = parse_duration)]
     pub heartbeat_interval: Duration,
+    /// Interval at which the agent resyncs its resources with the principal while connected, in
+    /// addition to the resync at start (e.g., 10m): recovers from a lost event without a
+    /// reconnect; checksums keep anything already in sync from being sent again. 0 disables it.
+    /// Keep it above the principal's --resync-min-interval.
+    #[arg(long = "resync-interval", env = "ARGOCD_AGENT_RESYNC_INTERVAL", default_value = "0", value_parser = parse_duration)]
+    pub resync_interval: Duration,
 
     /// Port the metrics server listens on (0: off).
     #[arg(
@@ -481,6 +487,7 @@ async fn run(
     cfg.version = args.report_version.clone();
     cfg.compression = args.compression;
     cfg.heartbeat_interval = args.heartbeat_interval;
+    cfg.resync_interval = args.resync_interval;
     cfg.insecure_plaintext = args.insecure_plaintext;
     cfg.enable_websocket = args.enable_websocket;
     cfg.auth_method = match args.creds.split_once(':').map(|x| x.0) {
@@ -546,6 +553,9 @@ async fn run(
         (None, Some(_)) => None,
     };
     cfg.resource_proxy = client.clone().map(crate::agent::ResourceProxyClient);
+    cfg.kube_version = client
+        .clone()
+        .map(crate::agent::KubeVersionSource::from_client);
     if let Some(rp) = cfg.redis_proxy.as_mut() {
         rp.tls = super::redis::agent_tls(&args.redis_tls, client.as_ref(), &args.namespace).await?;
     }
