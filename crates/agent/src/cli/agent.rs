@@ -412,6 +412,27 @@ async fn material(
     ))
 }
 
+/// Where the agent reads its cluster's Kubernetes version: a client of the same cluster without
+/// kube's retries (an API server answering 503 is reported as such, not after minutes of
+/// retrying); a client given by the caller as it is.
+async fn version_source(
+    args: &AgentArgs,
+    given_client: bool,
+    client: Option<&kube::Client>,
+) -> Option<crate::agent::KubeVersionSource> {
+    let client = client?;
+    if !given_client
+        && let Ok(mut c) =
+            common::kube_config(args.kubeconfig.as_ref(), args.kubecontext.as_deref()).await
+    {
+        c.default_retry = false;
+        if let Ok(c) = kube::Client::try_from(c) {
+            return Some(crate::agent::KubeVersionSource::from_client(c));
+        }
+    }
+    Some(crate::agent::KubeVersionSource::from_client(client.clone()))
+}
+
 async fn run(
     args: AgentArgs,
     client: Option<kube::Client>,
@@ -423,6 +444,7 @@ async fn run(
         print!("{}", crate::ciphers::list_text());
         return Ok(());
     }
+    let given_client = client.is_some();
     // as the peer: the profiling server first, a taken port ends the command
     let _pprof = super::serve_pprof(args.pprof_port, &shutdown).await?;
     crate::full_detail::set(crate::full_detail::FullDetail::parse(&args.full_detail));
@@ -553,9 +575,7 @@ async fn run(
         (None, Some(_)) => None,
     };
     cfg.resource_proxy = client.clone().map(crate::agent::ResourceProxyClient);
-    cfg.kube_version = client
-        .clone()
-        .map(crate::agent::KubeVersionSource::from_client);
+    cfg.kube_version = version_source(&args, given_client, client.as_ref()).await;
     if let Some(rp) = cfg.redis_proxy.as_mut() {
         rp.tls = super::redis::agent_tls(&args.redis_tls, client.as_ref(), &args.namespace).await?;
     }

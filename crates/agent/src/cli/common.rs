@@ -198,11 +198,20 @@ pub async fn kube_client(
     kubeconfig: Option<&PathBuf>,
     context: Option<&str>,
 ) -> anyhow::Result<kube::Client> {
+    let config = kube_config(kubeconfig, context).await?;
+    kube::Client::try_from(config).context("creating the Kubernetes client")
+}
+
+/// The configuration [`kube_client`] builds its client from.
+pub async fn kube_config(
+    kubeconfig: Option<&PathBuf>,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Config> {
     let opts = kube::config::KubeConfigOptions {
         context: context.map(str::to_string),
         ..Default::default()
     };
-    let config = match kubeconfig {
+    Ok(match kubeconfig {
         Some(p) => {
             let kc = kube::config::Kubeconfig::read_from(p)
                 .with_context(|| format!("reading kubeconfig {}", p.display()))?;
@@ -210,8 +219,7 @@ pub async fn kube_client(
         }
         None if context.is_some() => kube::Config::from_kubeconfig(&opts).await?,
         None => kube::Config::infer().await?,
-    };
-    kube::Client::try_from(config).context("creating the Kubernetes client")
+    })
 }
 
 /// Reads Secret `namespace/name`; a clear error when it is missing.
