@@ -156,12 +156,11 @@ async fn run() {
     let w_start = hub.counters().writes_to("secrets");
     let t0 = Instant::now();
     let mut agents = Vec::with_capacity(n);
-    for (i, m) in tls.into_iter().enumerate() {
+    for m in tls {
         let mut c = AgentConfig::new(p.local_addr(), m, Mode::Managed);
         c.kube_version = Some(KubeVersionSource::from_fn(|| {
             Box::pin(async { Ok("v1.30.2".to_string()) })
         }));
-        let _ = i;
         agents.push(
             Agent::start(
                 c,
@@ -172,13 +171,27 @@ async fn run() {
             .unwrap(),
         );
     }
-    // the hub's state has no event to await across 1,000 objects here: poll it
+    eprintln!("{n} agents started in {:.1}s", t0.elapsed().as_secs_f64());
+    // the hub's state has no event to await across 1,000 objects here: poll it (every 2 s: a
+    // list of every secret costs the principal's hub too)
+    let mut last = 0;
     loop {
-        if shown(&secrets).await == n {
+        let s = shown(&secrets).await;
+        if s == n {
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(600), "fleet never shown");
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        if s != last {
+            eprintln!(
+                "{s} shown connected after {:.1}s",
+                t0.elapsed().as_secs_f64()
+            );
+            last = s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(900),
+            "fleet never shown: {s}/{n}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
     let connected_s = t0.elapsed().as_secs_f64();
     let w_connect = hub.counters().writes_to("secrets") - w_start;

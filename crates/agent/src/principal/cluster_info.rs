@@ -152,10 +152,19 @@ impl ClusterState {
     /// The state a principal starts from for an agent whose status a principal published on the
     /// hub: its connection since then, its versions and mode.
     pub fn from_published(p: &AgentStatus) -> ClusterState {
+        let connected = p.connection == Connection::Successful;
         ClusterState {
-            connected: p.connection == Connection::Successful,
+            connected,
             modified_at: p.since,
-            reason: String::new(),
+            // the reason of a Failed, as the message carries it
+            reason: match connected {
+                true => String::new(),
+                false => p
+                    .message
+                    .split_once(" with principal: ")
+                    .map(|(_, r)| r.to_string())
+                    .unwrap_or_default(),
+            },
             mode: p.mode,
             mapping: p.mapping,
             agent_version: p.agent_version.clone(),
@@ -411,6 +420,14 @@ mod tests {
         assert_eq!(s.cache.unwrap().resources, 812, "counts kept");
         assert_eq!(s.kubernetes_version, Reported::Known("v1.24.17".into()));
         assert_eq!(s.agent_version, Reported::Known("0.1.0".into()));
+        // a Failed read back from the hub keeps its reason
+        let mut f = s.clone();
+        f.connected = false;
+        f.reason = "the agent closed the stream".into();
+        assert_eq!(
+            ClusterState::from_published(&f.status("c1")).message("c1"),
+            f.message("c1")
+        );
         let failing = AgentInfo::from_json(
             &json!({"agentVersion": "0.1.0", "serverVersionError": "GET /version: 503 Service Unavailable"}),
         )

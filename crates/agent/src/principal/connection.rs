@@ -29,6 +29,19 @@ pub fn keepalive_timeout(heartbeat: Duration) -> Duration {
     (heartbeat / 3).clamp(Duration::from_secs(1), Duration::from_secs(10))
 }
 
+/// Why a stream ended, in a few words for Argo CD's message and the hub (the log line has it all).
+pub fn drop_reason(end: &crate::session::SessionEnd) -> String {
+    use crate::session::SessionEnd;
+    match end {
+        SessionEnd::Closed => "the agent closed the stream".into(),
+        SessionEnd::OutboundClosed => "the stream to the agent closed".into(),
+        SessionEnd::Status(s) if s.message().is_empty() => {
+            format!("the stream failed ({:?})", s.code())
+        }
+        SessionEnd::Status(s) => format!("the stream failed: {}", s.message()),
+    }
+}
+
 impl Inner {
     /// How long a dropped stream may stay down before the agent is shown `Failed`.
     pub(super) fn disconnect_grace(&self) -> Duration {
@@ -63,7 +76,8 @@ impl Inner {
             if let (Some(v), false) = (version, s.agent_version_reported) {
                 s.agent_version = agent_status::agent_version(v);
             }
-            *s != before
+            // before its first stream an agent is not shown (its stream shows it)
+            *s != before && s.stream != Stream::Never
         });
         if changed {
             self.cluster_changed(agent);
@@ -205,6 +219,20 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn drop_reasons_are_short() {
+        use crate::session::SessionEnd;
+        let s = tonic::Status::unknown("h2 protocol error: error reading a body from connection");
+        assert_eq!(
+            drop_reason(&SessionEnd::Status(s)),
+            "the stream failed: h2 protocol error: error reading a body from connection"
+        );
+        assert_eq!(
+            drop_reason(&SessionEnd::Closed),
+            "the agent closed the stream"
+        );
+    }
 
     #[test]
     fn keepalive_timeout_is_a_third_of_the_interval_within_bounds() {

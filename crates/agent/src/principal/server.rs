@@ -402,7 +402,7 @@ impl EventStream for Svc {
                 *s = None;
                 a2.connected.store(false, Ordering::SeqCst);
                 // shown `Failed` unless it is back within the grace period
-                inner.stream_down(&a2.name, end.to_string());
+                inner.stream_down(&a2.name, super::connection::drop_reason(&end));
                 // requests in flight to this agent fail now (502), not at their timeout
                 pending.fail_agent(&a2.name);
                 inner.redis.agent_gone(&a2.name);
