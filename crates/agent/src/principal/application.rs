@@ -241,6 +241,9 @@ impl Inner {
                 Ok(())
             }
             (Mode::Managed, EventType::RequestSyncedResourceList) => {
+                if !self.admit_resync_round(a, ev.ty.short()) {
+                    return Ok(());
+                }
                 self.answer_synced_list(a, &ev, out).await
             }
             (Mode::Managed, EventType::Delete) => {
@@ -290,7 +293,11 @@ impl Inner {
                 Ok(())
             }
             (Mode::Autonomous, EventType::RequestResourceResync) => {
-                self.send_request_updates(a, out).await;
+                // a request-update per hub copy, then the set checksum: the agent also sends what
+                // the hub lacks (a create that never arrived), as on the first stream
+                if self.admit_resync_round(a, ev.ty.short()) {
+                    self.replica_resync(a, out).await;
+                }
                 Ok(())
             }
             (Mode::Managed, EventType::RequestResourceResync) => Ok(()),
