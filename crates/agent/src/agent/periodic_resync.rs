@@ -2,13 +2,13 @@
 //! #1037): while the stream is up, the resync of the agent's start runs again every interval, so a
 //! lost event is recovered without a reconnect. Managed: a `request-update` per copy with its spec
 //! checksum, then `request-synced-resource-list` with the set checksum; autonomous:
-//! `request-resource-resync` (the principal answers with a `request-update` per hub copy and its
-//! set checksum). Both sides compare checksums: when nothing differs nothing is resent. Zero (the
+//! `request-resource-resync` asking for the set checksum too (our principal answers with a
+//! `request-update` per hub copy, then `request-synced-resource-list`; a peer principal sends the
+//! `request-update`s only). Both sides compare checksums: when nothing differs nothing is resent. Zero (the
 //! default): off. The principal may refuse rounds that come sooner than its
 //! `--resync-min-interval`.
 
 use crate::Mode;
-use crate::objects as o;
 use crate::session::Outbox;
 
 use super::Inner;
@@ -28,7 +28,10 @@ impl Inner {
             match self.cfg.mode {
                 Mode::Managed => self.answer_resource_resync(out).await,
                 Mode::Autonomous => {
-                    out.send_reliable(o::request_resource_resync(&self.source()));
+                    // with the principal's set checksum: what the hub lacks is found too
+                    out.send_reliable(crate::checksum::request_resource_resync_with_list(
+                        &self.source(),
+                    ));
                 }
             }
             self.metrics.resync_request("sent");

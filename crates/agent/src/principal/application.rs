@@ -293,10 +293,15 @@ impl Inner {
                 Ok(())
             }
             (Mode::Autonomous, EventType::RequestResourceResync) => {
-                // a request-update per hub copy, then the set checksum: the agent also sends what
-                // the hub lacks (a create that never arrived), as on the first stream
-                if self.admit_resync_round(a, ev.ty.short()) {
+                if !self.admit_resync_round(a, ev.ty.short()) {
+                    return Ok(());
+                }
+                // a request-update per hub copy (the peer's answer); asked by our agent's periodic
+                // round, then the set checksum too: the agent also sends what the hub lacks
+                if ev.data[crate::checksum::WITH_SYNCED_LIST] == true {
                     self.replica_resync(a, out).await;
+                } else {
+                    self.send_request_updates(a, out).await;
                 }
                 Ok(())
             }

@@ -6,9 +6,10 @@
 //!   `request-update` per resource); autonomous → a `request-update` per hub copy (the principal is
 //!   the replica), then `request-synced-resource-list` with the set checksum;
 //! * on a later stream: managed → the current AppProjects only; autonomous → nothing;
-//! * `request-resource-resync` from an autonomous agent → a `request-update` per hub copy, then
-//!   `request-synced-resource-list` (our addition: the agent also sends what the hub lacks; the
-//!   peer's principal sends the request-updates only); subject to `--resync-min-interval`;
+//! * `request-resource-resync` from an autonomous agent → a `request-update` per hub copy; when it
+//!   asks (`includeSyncedResourceList`, our agent's periodic rounds) then
+//!   `request-synced-resource-list` too, so the agent also sends what the hub lacks; subject to
+//!   `--resync-min-interval`;
 //! * `response-synced-resource` from an autonomous agent → `request-update` for that resource
 //!   (peer: `ProcessIncomingSyncedResource`): an Application with the checksum of our copy, none
 //!   when we lack it; an AppProject only when the hub lacks `<agent>-<name>` (the hub form is

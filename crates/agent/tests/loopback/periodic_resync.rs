@@ -252,9 +252,10 @@ async fn autonomous_agent_recovers_an_update_the_hub_lost() {
         })
         .await;
     }
-    // the resync at start is over (the principal's round, then its answer to the agent's)
+    // the resync at start is over: both agents' requests were served (the principal ACKs one
+    // after queueing its answer, the agent's queue is idle once ACKed) and answered
     wait_idle(|| {
-        sent(&p, "request-synced-resource-list") >= 4
+        Metrics::total(&p.metrics().resync_requests, "accepted") >= 2
             && p.agent_idle("u1")
             && p.agent_idle("u0")
             && u1.idle()

@@ -80,10 +80,14 @@ async fn periodic_resync_recovers_a_lost_update_and_the_minimum_is_enforced() {
         )
         .await;
     wait_path(&env.principal_hub, "u1", "web", "p").await;
-    // the resync at start is over: the principal's round and its answer to the agent's request
-    let sent_lists = "argocd_principal_events_sent_total{type=\"request-synced-resource-list\"}";
-    until_metrics(pm, "the start's resync rounds sent", |t| {
-        metric(t, sent_lists, "") >= 2.0
+    // the resync at start is over: the request-update of the principal's round and the one
+    // answering the agent's request were received
+    until_metrics(um, "the start's resync rounds received", |t| {
+        metric(
+            t,
+            "argocd_agent_events_received_total{type=\"request-update\"}",
+            "",
+        ) >= 2.0
     })
     .await;
     let connections = metric(
