@@ -54,7 +54,6 @@ impl Mode {
 }
 
 pub mod agent;
-pub mod agent_status;
 pub mod cli;
 pub mod ctl;
 pub mod ha;

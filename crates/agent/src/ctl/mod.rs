@@ -19,7 +19,6 @@
 //! [`Exit`] errors carrying their own output.
 
 mod agent;
-pub mod agent_list;
 mod blocklist;
 mod config;
 mod ha;
