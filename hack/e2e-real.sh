@@ -49,6 +49,7 @@ SUITES=(
   "agent|argocd-pull-agent|loopback|real_cluster"
   "packaging|argocd-pull-packaging|packaging|dry_run::"
   "ctl|argocd-pull|ctl|real::"
+  "fleet|argocd-pull|fleet|real::"
   # last: with --disruptive it restarts the hub API server, after which OCM's agents on cluster1
   # take a while to reconnect (the cmp fan-out waits for their status)
   "controller|argocd-pull-controller|controller|e2e::real_cluster_round_trip faults::"
@@ -67,7 +68,7 @@ for s in "${SUITES[@]}"; do
   name=${s%%|*}
   if [ ${#only[@]} -eq 0 ] || [[ " ${only[*]} " == *" $name "* ]]; then selected+=("$s"); fi
 done
-[ ${#selected[@]} -gt 0 ] || { echo "no such suite: ${only[*]} (suites: controller gitops cmp agent packaging ctl)" >&2; exit 2; }
+[ ${#selected[@]} -gt 0 ] || { echo "no such suite: ${only[*]} (suites: controller gitops cmp agent packaging ctl fleet)" >&2; exit 2; }
 
 for f in "$ARGOCD_PULL_E2E_HUB_KUBECONFIG" "$ARGOCD_PULL_E2E_MANAGED_KUBECONFIG"; do
   [ -r "$f" ] || { echo "cannot read kubeconfig $f (set REALK8S or ARGOCD_PULL_E2E_*_KUBECONFIG)" >&2; exit 2; }

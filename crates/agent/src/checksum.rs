@@ -144,6 +144,22 @@ pub fn request_resource_resync(source: &str) -> Event {
     )
 }
 
+/// Our extension of `request-resource-resync`: the principal also sends its set checksum
+/// (`request-synced-resource-list`) after the `request-update`s, so a resource it lacks is found
+/// too. Our agent's periodic rounds ask for it; the peer's `RequestResourceResync{}` (and its
+/// principal) ignore the field.
+pub const WITH_SYNCED_LIST: &str = "includeSyncedResourceList";
+
+/// `request-resource-resync` asking for the set checksum too ([`WITH_SYNCED_LIST`]).
+pub fn request_resource_resync_with_list(source: &str) -> Event {
+    Event::request(
+        source,
+        EventType::RequestResourceResync,
+        Target::ResourceResync,
+        json!({ WITH_SYNCED_LIST: true }),
+    )
+}
+
 /// What to do with a received resync event, by the `kind` it names.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ResyncKind {

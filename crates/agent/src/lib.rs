@@ -54,6 +54,7 @@ impl Mode {
 }
 
 pub mod agent;
+pub mod agent_status;
 pub mod cli;
 pub mod ctl;
 pub mod ha;

@@ -450,6 +450,9 @@ pub struct Metrics {
     pub queue_inflight: Gauge,
     pub queue_deferred: Gauge,
     pub propagation_latency: Histogram,
+    /// Periodic resync rounds: the principal's `accepted`/`refused` (`--resync-min-interval`),
+    /// the agent's `sent` (`--resync-interval`).
+    pub resync_requests: Family<Labels, Counter>,
     /// `/readyz`: principal listening; agent connected and authenticated.
     pub ready: Readiness,
     /// The peer's metrics (exact names and labels).
@@ -541,6 +544,7 @@ impl Metrics {
             queue_inflight: Default::default(),
             queue_deferred: Default::default(),
             propagation_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
+            resync_requests: Default::default(),
             ready: Readiness::default(),
             peer: PeerMetrics::new(side),
             ha: Default::default(),
@@ -555,6 +559,11 @@ impl Metrics {
             "events_queued",
             "Events put into a send queue, by type",
             m.events_queued.clone(),
+        );
+        reg.register(
+            "resync_requests",
+            "Periodic resync rounds, by result (principal: accepted, refused; agent: sent)",
+            m.resync_requests.clone(),
         );
         reg.register(
             "events_coalesced",
@@ -836,6 +845,11 @@ impl Metrics {
     }
     pub fn error_reply(&self, reason: &str) {
         self.error_replies.get_or_create(&l("reason", reason)).inc();
+    }
+    pub fn resync_request(&self, result: &str) {
+        self.resync_requests
+            .get_or_create(&l("result", result))
+            .inc();
     }
     pub fn auth_failure(&self, reason: &str) {
         self.auth_failures.get_or_create(&l("reason", reason)).inc();

@@ -229,6 +229,14 @@ pub(crate) fn handle(
             return respond(200, "text/plain; charset=utf-8", "ok");
         }
         ["version"] => {
+            // a fault on `version` (GET): the API server does not tell its version
+            if let Some(code) = inner.take_fault(Verb::Get, "version") {
+                return error_response(&ApiError::new(
+                    code,
+                    "ServiceUnavailable",
+                    format!("injected fault: {code}"),
+                ));
+            }
             return json_response(
                 200,
                 &json!({"major": "1", "minor": "37", "gitVersion": "v1.37.0-argocd-pull-hub",

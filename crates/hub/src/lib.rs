@@ -147,7 +147,8 @@ impl RequestCounters {
 
 /// An injected failure: the next `times` requests matching `verbs` on `plural` are answered with
 /// `code` (409 → a real-looking Conflict, 500 → InternalError, 429 → TooManyRequests, other →
-/// a generic Status) without touching the store.
+/// a generic Status) without touching the store. Plural `version` with [`Verb::Get`]: `GET
+/// /version`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fault {
     pub verbs: Vec<Verb>,

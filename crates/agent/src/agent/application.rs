@@ -229,8 +229,20 @@ impl Inner {
                 }
                 let mut copy = want.clone();
                 copy.as_object_mut().map(|m| m.remove("operation"));
-                self.copies.lock().expect("poisoned").insert(name, copy);
-                self.upsert_local(&want, ev.ty == EventType::Create).await?;
+                let old = self
+                    .copies
+                    .lock()
+                    .expect("poisoned")
+                    .insert(name.clone(), copy);
+                if let Err(e) = self.upsert_local(&want, ev.ty == EventType::Create).await {
+                    // what we hold is still the old copy: a resync asks for this one again
+                    let mut g = self.copies.lock().expect("poisoned");
+                    match old {
+                        Some(o) => g.insert(name, o),
+                        None => g.remove(&name),
+                    };
+                    return Err(e.into());
+                }
                 Ok(())
             }
             (Mode::Managed, EventType::Delete) => {

@@ -1,7 +1,8 @@
 //! The peer agent's periodic `clusterCacheInfoUpdate` (agent/outbound.go
 //! `addClusterCacheInfoUpdateToQueue`, managed mode): the local Argo CD's cluster info for
 //! `https://kubernetes.default.svc`, read from the local Redis, sent as counts to the principal.
-//! Nothing is sent while the local cache has no entry (as the peer).
+//! Nothing is sent while the local cache has no entry (as the peer). Our additions ride along
+//! (the agent's and the cluster's versions, see `agent_info`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,11 +76,17 @@ impl Inner {
                     continue;
                 }
             };
+            let counts = counts_payload(&info);
+            *self.cache_counts.lock().expect("poisoned") = Some(counts.clone());
+            let data = match self.kube_version.lock().expect("poisoned").clone() {
+                Some(kube) => super::agent_info::payload(Some(&counts), crate::VERSION, &kube),
+                None => counts,
+            };
             let ev = Event::request(
                 &self.source(),
                 EventType::ClusterCacheInfoUpdate,
                 Target::ClusterCacheInfoUpdate,
-                counts_payload(&info),
+                data,
             );
             out.send(ev).await;
         }

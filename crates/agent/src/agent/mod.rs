@@ -1,12 +1,14 @@
 //! The agent: dials the principal, authenticates, keeps one event stream, reconnects with backoff,
 //! and keeps the local Argo CD namespace in sync (managed: replica; autonomous: source of truth).
 
+mod agent_info;
 mod application;
 mod appproject;
 mod cache_info;
 mod connect;
 mod logs;
 pub mod mapping;
+mod periodic_resync;
 mod podstream;
 mod redis_proxy;
 mod repository;
@@ -17,6 +19,7 @@ mod terminal;
 pub mod update_buffer;
 mod watch;
 
+pub use agent_info::KubeVersionSource;
 use application::{status_payload, strip_local};
 use appproject::strip_project;
 pub use cache_info::LocalRedis;
@@ -74,6 +77,11 @@ pub struct AgentConfig {
     pub reconnect_max: Duration,
     /// `--heartbeat-interval`: a `ping` event every interval on the stream (zero: none)
     pub heartbeat_interval: Duration,
+    /// `--resync-interval`: the resync of the start again every interval while connected (zero:
+    /// off; see `periodic_resync`)
+    pub resync_interval: Duration,
+    /// Where the cluster's Kubernetes version is read (`None`: reported as unknown).
+    pub kube_version: Option<KubeVersionSource>,
     /// `--source-uid-mismatch-policy`
     pub mismatch_policy: crate::policy::MismatchPolicy,
     /// `--adoption-policy`
@@ -139,6 +147,8 @@ impl AgentConfig {
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(30),
             heartbeat_interval: Duration::ZERO,
+            resync_interval: Duration::ZERO,
+            kube_version: None,
             mismatch_policy: Default::default(),
             adoption_policy: Default::default(),
             on_recreate: Default::default(),
@@ -201,6 +211,10 @@ struct Inner {
     redis: redis_proxy::RedisState,
     /// the principal's namespace from the last login (`AuthResponse.principalNamespace`)
     principal_ns: Mutex<String>,
+    /// the cluster's Kubernetes version as last read (`None`: not read yet)
+    kube_version: Mutex<Option<Result<String, String>>>,
+    /// the local Argo CD's cache counts as last read (the peer's three fields)
+    cache_counts: Mutex<Option<Value>>,
 }
 
 /// A running agent.
@@ -268,6 +282,8 @@ impl Agent {
             pod_streams: Default::default(),
             redis: Default::default(),
             principal_ns: Mutex::new(String::new()),
+            kube_version: Mutex::new(None),
+            cache_counts: Mutex::new(None),
         });
         let me = Arc::downgrade(&inner);
         queue.set_regenerate(Arc::new(move |key: &str| {
@@ -615,8 +631,19 @@ impl Handler for SessionHandler {
     async fn on_connect(&self, out: &Outbox) {
         *self.inner.outbox.lock().expect("poisoned") = Some(out.clone());
         self.inner.resync_on_start(out).await;
-        // application-level heartbeats, as the peer's `--heartbeat-interval` (its
-        // `HeartbeatEvent(Ping)`): the principal ACKs each; this task ends with the stream
+        // these end with the stream
+        tokio::join!(
+            self.heartbeats(out),
+            self.inner.report_agent_info(out),
+            self.inner.periodic_resync(out),
+        );
+    }
+}
+
+impl SessionHandler {
+    /// Application-level heartbeats, as the peer's `--heartbeat-interval` (its
+    /// `HeartbeatEvent(Ping)`): the principal ACKs each.
+    async fn heartbeats(&self, out: &Outbox) {
         let every = self.inner.cfg.heartbeat_interval;
         if every.is_zero() {
             return;

@@ -177,6 +177,12 @@ pub struct AgentArgs {
     /// to disable. Useful to keep connections alive through service meshes like Istio.
     #[arg(long = "heartbeat-interval", env = "ARGOCD_AGENT_HEARTBEAT_INTERVAL", default_value = "0", value_parser = parse_duration)]
     pub heartbeat_interval: Duration,
+    /// Interval at which the agent resyncs its resources with the principal while connected, in
+    /// addition to the resync at start (e.g., 10m): recovers from a lost event without a
+    /// reconnect; checksums keep anything already in sync from being sent again. 0 disables it.
+    /// Keep it above the principal's --resync-min-interval.
+    #[arg(long = "resync-interval", env = "ARGOCD_AGENT_RESYNC_INTERVAL", default_value = "0", value_parser = parse_duration)]
+    pub resync_interval: Duration,
 
     /// Port the metrics server listens on (0: off).
     #[arg(
@@ -408,6 +414,27 @@ async fn material(
     ))
 }
 
+/// Where the agent reads its cluster's Kubernetes version: a client of the same cluster without
+/// kube's retries (an API server answering 503 is reported as such, not after minutes of
+/// retrying); a client given by the caller as it is.
+async fn version_source(
+    args: &AgentArgs,
+    given_client: bool,
+    client: Option<&kube::Client>,
+) -> Option<crate::agent::KubeVersionSource> {
+    let client = client?;
+    if !given_client
+        && let Ok(mut c) =
+            common::kube_config(args.kubeconfig.as_ref(), args.kubecontext.as_deref()).await
+    {
+        c.default_retry = false;
+        if let Ok(c) = kube::Client::try_from(c) {
+            return Some(crate::agent::KubeVersionSource::from_client(c));
+        }
+    }
+    Some(crate::agent::KubeVersionSource::from_client(client.clone()))
+}
+
 async fn run(
     args: AgentArgs,
     client: Option<kube::Client>,
@@ -419,6 +446,7 @@ async fn run(
         print!("{}", crate::ciphers::list_text());
         return Ok(());
     }
+    let given_client = client.is_some();
     // as the peer: the profiling server first, a taken port ends the command
     let _pprof = super::serve_pprof(args.pprof_port, &shutdown).await?;
     crate::full_detail::set(crate::full_detail::FullDetail::parse(&args.full_detail));
@@ -490,6 +518,7 @@ async fn run(
     cfg.version = args.report_version.clone();
     cfg.compression = args.compression;
     cfg.heartbeat_interval = args.heartbeat_interval;
+    cfg.resync_interval = args.resync_interval;
     cfg.insecure_plaintext = args.insecure_plaintext;
     cfg.enable_websocket = args.enable_websocket;
     cfg.auth_method = match args.creds.split_once(':').map(|x| x.0) {
@@ -555,6 +584,7 @@ async fn run(
         (None, Some(_)) => None,
     };
     cfg.resource_proxy = client.clone().map(crate::agent::ResourceProxyClient);
+    cfg.kube_version = version_source(&args, given_client, client.as_ref()).await;
     if let Some(rp) = cfg.redis_proxy.as_mut() {
         rp.tls = super::redis::agent_tls(&args.redis_tls, client.as_ref(), &args.namespace).await?;
     }

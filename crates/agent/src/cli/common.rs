@@ -200,11 +200,20 @@ pub async fn kube_client(
 ) -> anyhow::Result<kube::Client> {
     // a bad ARGOCD_AGENT_KUBE_QPS / _BURST is reported before the kubeconfig is looked for
     let limits = crate::env_tuning::kube_limits()?;
+    let config = kube_config(kubeconfig, context).await?;
+    crate::kube_client::with_limits(config, limits).context("creating the Kubernetes client")
+}
+
+/// The configuration [`kube_client`] builds its client from.
+pub async fn kube_config(
+    kubeconfig: Option<&PathBuf>,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Config> {
     let opts = kube::config::KubeConfigOptions {
         context: context.map(str::to_string),
         ..Default::default()
     };
-    let config = match kubeconfig {
+    Ok(match kubeconfig {
         Some(p) => {
             let kc = kube::config::Kubeconfig::read_from(p)
                 .with_context(|| format!("reading kubeconfig {}", p.display()))?;
@@ -212,8 +221,7 @@ pub async fn kube_client(
         }
         None if context.is_some() => kube::Config::from_kubeconfig(&opts).await?,
         None => kube::Config::infer().await?,
-    };
-    crate::kube_client::with_limits(config, limits).context("creating the Kubernetes client")
+    })
 }
 
 /// Reads Secret `namespace/name`; a clear error when it is missing.

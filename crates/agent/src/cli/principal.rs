@@ -178,6 +178,22 @@ pub struct PrincipalArgs {
     /// Minimum interval between keepalive pings an agent may send.
     #[arg(long = "keepalive-min-interval", env = "ARGOCD_PRINCIPAL_KEEP_ALIVE_MIN_INTERVAL", default_value = "0", value_parser = parse_duration)]
     pub keepalive_min_interval: Duration,
+    /// How often every agent connection is checked (HTTP/2 PING). An agent whose stream dropped is
+    /// shown Failed (Argo CD's cluster info, its cluster secret) after half of it unless it
+    /// reconnected: within 2 × the interval of any drop.
+    #[arg(long = "heartbeat-interval", env = "ARGOCD_PRINCIPAL_HEARTBEAT_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub heartbeat_interval: Duration,
+    /// Least time between two resync rounds one agent may ask for (its --resync-interval);
+    /// sooner ones are refused with a warning. 0 disables the limit.
+    #[arg(long = "resync-min-interval", env = "ARGOCD_PRINCIPAL_RESYNC_MIN_INTERVAL", default_value = "0", value_parser = parse_duration)]
+    pub resync_min_interval: Duration,
+    /// Publish each agent's status (connection, versions, events queued) as annotations on its
+    /// cluster secret, for `argocd-pull ctl agent list` (needs `patch` on Secrets in the
+    /// principal's namespace).
+    #[arg(long = "publish-agent-status", env = "ARGOCD_PRINCIPAL_PUBLISH_AGENT_STATUS",
+          default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true")]
+    pub publish_agent_status: bool,
 
     /// Port the metrics server listens on (0: off).
     #[arg(
@@ -708,6 +724,12 @@ async fn run(
         "--queue-capacity (ARGOCD_PRINCIPAL_QUEUE_CAPACITY)",
         crate::DEFAULT_QUEUE_CAPACITY,
     )?;
+    if args.heartbeat_interval < Duration::from_secs(1) {
+        bail!(
+            "--heartbeat-interval {:?} is too short: give at least 1s (default 30s)",
+            args.heartbeat_interval
+        );
+    }
     // the peer's ValidateTLSConfig: every suite supports the minimum version (default tls1.3)
     let cipher_suites = crate::ciphers::parse(&args.tls_ciphersuites, Some(!allow_tls12))
         .map_err(|e| anyhow::anyhow!("--tls-ciphersuites: {e}"))?;
@@ -742,6 +764,9 @@ async fn run(
     cfg.concurrency = args.event_processors.unwrap_or(args.concurrency).max(1);
     cfg.compression = args.compression;
     cfg.keepalive_min_interval = args.keepalive_min_interval;
+    cfg.heartbeat = args.heartbeat_interval;
+    cfg.resync_min_interval = args.resync_min_interval;
+    cfg.publish_agent_status = args.publish_agent_status;
     cfg.namespace_create = namespace_create;
     cfg.allowed_namespaces = args
         .allowed_namespaces

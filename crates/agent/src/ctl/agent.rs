@@ -51,11 +51,16 @@ pub enum AgentCommand {
         #[command(flatten)]
         key: KeyFlags,
     },
-    /// List configured agents.
+    /// List configured agents (with -o wide|json|yaml: their state as the hub shows it).
     List {
         /// Only list agents matching a label selector.
         #[arg(short = 'l', long = "label")]
         labels: Vec<String>,
+        /// Output format: name (the default: one agent name a line), wide (a table), json or
+        /// yaml: connected or not and since when, mode, agent and Kubernetes versions, events
+        /// queued, Applications by sync and health status.
+        #[arg(short, long, default_value = "")]
+        output: String,
     },
     /// Inspect an agent's configuration.
     #[command(visible_alias = "show")]
@@ -353,13 +358,18 @@ pub async fn run(cmd: &AgentCommand, c: &Clients) -> anyhow::Result<String> {
             put_secret(&c.principal, ns, s, false, &format!("Agent {name} exists.")).await?;
             Ok(format!("Agent {name} created\n"))
         }
-        AgentCommand::List { labels } => {
+        AgentCommand::List { labels, output } => {
+            let format = super::agent_list::Format::parse(output)?;
             let mut sel = vec![LABEL_AGENT_NAME.to_string()];
             sel.extend(labels.iter().cloned());
             let list = Api::<Secret>::namespaced(c.principal.clone(), ns)
                 .list(&ListParams::default().labels(&sel.join(",")))
                 .await
                 .context("Could not list secrets")?;
+            if format != super::agent_list::Format::Name {
+                let rows = super::agent_list::rows(&c.principal, &list.items).await?;
+                return super::agent_list::render(&rows, format);
+            }
             if list.items.is_empty() {
                 return Err(Exit::stdout("No agents found.\n", 1).into());
             }

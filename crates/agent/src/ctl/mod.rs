@@ -19,6 +19,7 @@
 //! [`Exit`] errors carrying their own output.
 
 mod agent;
+pub mod agent_list;
 mod blocklist;
 mod config;
 mod ha;

@@ -92,7 +92,8 @@ impl Inner {
             gpg: Mutex::new(HashMap::new()),
             resynced: AtomicBool::new(false),
             outbox: Mutex::new(None),
-            cluster: Mutex::new(Default::default()),
+            resync_round: Mutex::new(None),
+            resync_solicited: AtomicBool::new(false),
             mapped: AtomicBool::new(self.cfg.destination_based_mapping && mode == Mode::Managed),
         });
         g.insert(name.to_string(), a.clone());

@@ -241,6 +241,9 @@ impl Inner {
                 Ok(())
             }
             (Mode::Managed, EventType::RequestSyncedResourceList) => {
+                if !self.admit_resync_round(a, ev.ty.short()) {
+                    return Ok(());
+                }
                 self.answer_synced_list(a, &ev, out).await
             }
             (Mode::Managed, EventType::Delete) => {
@@ -290,7 +293,16 @@ impl Inner {
                 Ok(())
             }
             (Mode::Autonomous, EventType::RequestResourceResync) => {
-                self.send_request_updates(a, out).await;
+                if !self.admit_resync_round(a, ev.ty.short()) {
+                    return Ok(());
+                }
+                // a request-update per hub copy (the peer's answer); asked by our agent's periodic
+                // round, then the set checksum too: the agent also sends what the hub lacks
+                if ev.data[crate::checksum::WITH_SYNCED_LIST] == true {
+                    self.replica_resync(a, out).await;
+                } else {
+                    self.send_request_updates(a, out).await;
+                }
                 Ok(())
             }
             (Mode::Managed, EventType::RequestResourceResync) => Ok(()),

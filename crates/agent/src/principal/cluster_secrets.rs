@@ -2,7 +2,9 @@
 //! them (internal/argocd/cluster/informer.go): Secrets in the principal's namespace labelled
 //! `argocd.argoproj.io/secret-type=cluster` with `argocd-agent.argoproj-labs.io/agent-name`; the
 //! cluster info for Argo CD is written under that secret's `server`. Agents without a secret keep
-//! the URL `argocd-pull ctl agent create` would write.
+//! the URL `argocd-pull ctl agent create` would write. The watch also keeps what each secret
+//! shows of its agent (our status annotations, see [`crate::agent_status`]): a principal starts
+//! from it and writes only what differs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event as W};
 
+use crate::agent_status::SecretState;
 use crate::ctl::{LABEL_AGENT_NAME, LABEL_SECRET_TYPE};
 
 /// A kube client for the hub's Secrets (a newtype so the config stays `Debug`).
@@ -36,6 +39,15 @@ pub fn mapping(s: &Secret) -> Option<(String, String)> {
     Some((agent.clone(), server.trim_end_matches('/').to_string()))
 }
 
+/// What an agent's cluster secret carries of its status.
+fn secret_state(s: &Secret) -> SecretState {
+    SecretState::from_meta(
+        s.metadata.name.as_deref().unwrap_or_default(),
+        s.metadata.labels.as_ref(),
+        s.metadata.annotations.as_ref(),
+    )
+}
+
 impl super::Inner {
     /// The server URL Argo CD knows `agent` by (its cluster secret), if any.
     pub(super) fn cluster_server(&self, agent: &str) -> Option<String> {
@@ -51,6 +63,7 @@ impl super::Inner {
         let api = kube::Api::<Secret>::namespaced(client, &self.cfg.namespace);
         let cfg = watcher::Config::default().labels(&format!("{LABEL_SECRET_TYPE}=cluster"));
         let mut init: HashMap<String, String> = HashMap::new();
+        let mut init_states: HashMap<String, SecretState> = HashMap::new();
         let mut names: HashMap<String, String> = HashMap::new(); // secret → agent
         // errors back off (kube's default) instead of retrying in a tight loop
         let mut w = watcher::watcher(api, cfg).default_backoff().boxed();
@@ -58,16 +71,24 @@ impl super::Inner {
             let changed: Vec<String> = match e {
                 Ok(W::Init) => {
                     init.clear();
+                    init_states.clear();
                     vec![]
                 }
                 Ok(W::InitApply(s)) => {
                     if let Some((a, server)) = mapping(&s) {
                         names.insert(s.metadata.name.clone().unwrap_or_default(), a.clone());
+                        init_states.insert(a.clone(), secret_state(&s));
                         init.insert(a, server);
                     }
                     vec![]
                 }
                 Ok(W::InitDone) => {
+                    *self.hub_secrets.lock().expect("poisoned") = std::mem::take(&mut init_states);
+                    self.secrets_synced.send_replace(true);
+                    // what a secret shows is compared with what this principal knows
+                    for a in self.clusters.lock().expect("poisoned").keys() {
+                        self.status_changed(a);
+                    }
                     let mut m = self.cluster_servers.lock().expect("poisoned");
                     let mut changed: Vec<String> = init
                         .iter()
@@ -81,6 +102,15 @@ impl super::Inner {
                 Ok(W::Apply(s)) => match mapping(&s) {
                     Some((a, server)) => {
                         names.insert(s.metadata.name.clone().unwrap_or_default(), a.clone());
+                        let st = secret_state(&s);
+                        let old_state = self
+                            .hub_secrets
+                            .lock()
+                            .expect("poisoned")
+                            .insert(a.clone(), st.clone());
+                        if old_state.as_ref() != Some(&st) {
+                            self.status_changed(&a);
+                        }
                         let old = self
                             .cluster_servers
                             .lock()
@@ -99,6 +129,7 @@ impl super::Inner {
                     match names.remove(&name) {
                         Some(a) => {
                             self.cluster_servers.lock().expect("poisoned").remove(&a);
+                            self.hub_secrets.lock().expect("poisoned").remove(&a);
                             vec![a]
                         }
                         None => vec![],

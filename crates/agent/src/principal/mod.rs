@@ -5,6 +5,7 @@ mod application;
 mod appproject;
 pub mod cluster_info;
 pub mod cluster_secrets;
+pub mod connection;
 mod hub;
 pub mod identity;
 mod logs;
@@ -14,8 +15,10 @@ mod registration;
 mod repository;
 pub mod resource_proxy;
 mod resync;
+mod resync_limit;
 mod routing;
 mod server;
+mod status_writer;
 mod terminal;
 
 pub use redis_proxy::RedisProxyConfig;
@@ -45,6 +48,9 @@ use crate::store::Store;
 use crate::tls::{self, TlsMaterial};
 
 pub const SOURCE: &str = "argocd-agent-principal";
+
+/// The default `--heartbeat-interval` (the HTTP/2 keepalive interval the principal always had).
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(30);
 
 /// Principal settings.
 #[derive(Clone, Debug)]
@@ -82,6 +88,16 @@ pub struct PrincipalConfig {
     pub concurrency: usize,
     pub compression: bool,
     pub keepalive_min_interval: Duration,
+    /// `--heartbeat-interval`: every agent connection is pinged (HTTP/2 PING) this often; an
+    /// agent whose stream dropped is shown `Failed` after half of it (see [`connection`]), and
+    /// the send queues are sampled this often.
+    pub heartbeat: Duration,
+    /// `--resync-min-interval`: the least time between two resync rounds an agent asks for
+    /// (zero: no limit; see `resync_limit`).
+    pub resync_min_interval: Duration,
+    /// `--publish-agent-status`: each agent's status goes on its cluster secret (needs
+    /// `cluster_secrets`; see [`crate::agent_status`]).
+    pub publish_agent_status: bool,
     pub backoff: Backoff,
     /// The resource proxy (`None`: disabled, the peer's `--enable-resource-proxy=false`).
     pub resource_proxy: Option<ResourceProxyConfig>,
@@ -161,6 +177,9 @@ impl PrincipalConfig {
             concurrency: crate::DEFAULT_CONCURRENCY,
             compression: false,
             keepalive_min_interval: Duration::from_secs(10),
+            heartbeat: DEFAULT_HEARTBEAT,
+            resync_min_interval: Duration::ZERO,
+            publish_agent_status: true,
             backoff: Backoff::default(),
             namespace_create: None,
             allowed_namespaces: Vec::new(),
@@ -220,8 +239,10 @@ struct AgentState {
     resynced: AtomicBool,
     /// the live stream's direct sender (with its generation): resource requests go here
     outbox: Mutex<Option<(u64, crate::session::Outbox)>>,
-    /// connection state and the agent's cache counts (what Argo CD shows for the cluster)
-    cluster: Mutex<cluster_info::ClusterState>,
+    /// when the last resync round this agent asked for was served (`--resync-min-interval`)
+    resync_round: Mutex<Option<tokio::time::Instant>>,
+    /// the principal asked this managed agent for a resync round: its answer is always served
+    resync_solicited: AtomicBool,
     /// destination-based mapping routes this agent's Applications (mapping on, managed); read
     /// without the mode lock (the send path runs under the views lock)
     mapped: AtomicBool,
@@ -249,6 +270,16 @@ struct Inner {
     redis: redis_proxy::Tracker,
     /// agents whose cluster info changed, for the Argo CD cache writer
     cluster_changed: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    /// ... and for the hub writer (`--publish-agent-status`)
+    status_changed: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    /// connection state, versions and cache counts of each agent (what Argo CD and the hub show)
+    clusters: Mutex<HashMap<String, cluster_info::ClusterState>>,
+    /// what each agent's cluster secret shows of it (kept by the cluster-secret watch)
+    hub_secrets: Mutex<HashMap<String, crate::agent_status::SecretState>>,
+    /// the cluster-secret watch has its first list
+    secrets_synced: tokio::sync::watch::Sender<bool>,
+    /// when this principal started (agents the hub shows connected must reconnect after it)
+    started_at: jiff::Timestamp,
     /// agent → server URL from Argo CD cluster secrets
     cluster_servers: Mutex<HashMap<String, String>>,
     /// hub Secrets of the principal's namespace that matter to agents, by name: repository /
@@ -325,6 +356,17 @@ impl Principal {
             }
             None => (None, None),
         };
+        let publish = match (&cfg.cluster_secrets, cfg.publish_agent_status) {
+            (Some(c), true) => Some(c.0.clone()),
+            _ => None,
+        };
+        let (status_tx, status_rx) = match publish {
+            Some(_) => {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
         let inner = Arc::new(Inner {
             cfg: cfg.clone(),
             store,
@@ -342,15 +384,31 @@ impl Principal {
             terminals: Default::default(),
             redis: Default::default(),
             cluster_changed: cluster_tx,
+            status_changed: status_tx,
+            clusters: Mutex::new(HashMap::new()),
+            hub_secrets: Mutex::new(HashMap::new()),
+            secrets_synced: tokio::sync::watch::channel(false).0,
+            started_at: jiff::Timestamp::now(),
             cluster_servers: Mutex::new(HashMap::new()),
             agent_namespaces: Mutex::new(HashMap::new()),
             routes: Mutex::new(Default::default()),
         });
+        let mut secrets_synced = inner.secrets_synced.subscribe();
         if let Some(c) = cfg.cluster_secrets.clone() {
             let w = inner.clone();
             tasks_pre.push(tokio::spawn(
                 async move { w.watch_cluster_secrets(c.0).await },
             ));
+        } else {
+            inner.secrets_synced.send_replace(true);
+        }
+        if let (Some(client), Some(rx)) = (publish, status_rx) {
+            let w = inner.clone();
+            tasks_pre.push(tokio::spawn(
+                async move { w.publish_status(client, rx).await },
+            ));
+            let w = inner.clone();
+            tasks_pre.push(tokio::spawn(async move { w.sweep_after_start().await }));
         }
         if let (Some(rx), Some(c)) = (cluster_rx, cfg.argocd_cache.clone()) {
             let w = inner.clone();
@@ -386,6 +444,16 @@ impl Principal {
         let _ = tokio::time::timeout(Duration::from_secs(30), rready_rx).await;
         let _ = tokio::time::timeout(Duration::from_secs(30), gready_rx).await;
         let _ = tokio::time::timeout(Duration::from_secs(30), bready_rx).await;
+        // what the hub shows of each agent is where its state starts from (a principal that
+        // cannot read the cluster secrets starts without, after a while)
+        if tokio::time::timeout(Duration::from_secs(10), secrets_synced.wait_for(|s| *s))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "the Argo CD cluster secrets could not be listed within 10s: agents' states start from nothing known (check the principal's access to Secrets in its namespace)"
+            );
+        }
 
         let m = metrics.clone();
         let mut tls_tx = None;
@@ -462,13 +530,14 @@ impl Principal {
             None => routes,
         };
         let ws = cfg.enable_websocket;
+        let keepalive_timeout = connection::keepalive_timeout(cfg.heartbeat);
         let router = tonic::transport::Server::builder()
-            .http2_keepalive_interval(Some(Duration::from_secs(30)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .http2_keepalive_interval(Some(cfg.heartbeat))
+            .http2_keepalive_timeout(Some(keepalive_timeout))
             .add_routes(routes.clone());
         let ws_settings = crate::ws::server::Settings {
-            keepalive_interval: Duration::from_secs(30),
-            keepalive_timeout: Duration::from_secs(10),
+            keepalive_interval: cfg.heartbeat,
+            keepalive_timeout,
         };
         tasks.push(tokio::spawn(async move {
             let stop = async {
@@ -563,9 +632,14 @@ impl Principal {
     /// Argo CD's `ClusterInfo` for `agent` (connection state and cache counts), as the peer
     /// writes it to Argo CD's cache; `None` for an agent never seen.
     pub fn cluster_info(&self, agent: &str) -> Option<Value> {
-        let a = self.inner.agent(agent)?;
-        let s = a.cluster.lock().expect("poisoned").clone();
+        let s = self.inner.cluster_state(agent)?;
         Some(s.argocd_cluster_info(agent))
+    }
+
+    /// What this principal shows of `agent` on the hub (its cluster secret's annotations);
+    /// `None` for an agent it knows nothing of.
+    pub fn agent_status(&self, agent: &str) -> Option<crate::agent_status::AgentStatus> {
+        Some(self.inner.cluster_state(agent)?.status(agent))
     }
 
     /// Resource-proxy requests waiting for an agent's answer.

@@ -6,7 +6,10 @@
 //!   `request-update` per resource); autonomous → a `request-update` per hub copy (the principal is
 //!   the replica), then `request-synced-resource-list` with the set checksum;
 //! * on a later stream: managed → the current AppProjects only; autonomous → nothing;
-//! * `request-resource-resync` from an autonomous agent → a `request-update` per hub copy;
+//! * `request-resource-resync` from an autonomous agent → a `request-update` per hub copy; when it
+//!   asks (`includeSyncedResourceList`, our agent's periodic rounds) then
+//!   `request-synced-resource-list` too, so the agent also sends what the hub lacks; subject to
+//!   `--resync-min-interval`;
 //! * `response-synced-resource` from an autonomous agent → `request-update` for that resource
 //!   (peer: `ProcessIncomingSyncedResource`): an Application with the checksum of our copy, none
 //!   when we lack it; an AppProject only when the hub lacks `<agent>-<name>` (the hub form is
@@ -39,6 +42,8 @@ impl Inner {
                 // the agent may have missed AppProject changes while it was away
                 self.sync_projects(a);
                 if first {
+                    // its answer is a round this principal asked for: never refused
+                    a.resync_solicited.store(true, Ordering::SeqCst);
                     out.send_reliable(o::request_resource_resync(SOURCE));
                 }
             }

@@ -297,6 +297,7 @@ impl Authentication for Svc {
             .issue_pair(&agent, mode)
             .map_err(|e| Status::internal(e.to_string()))?;
         self.inner.register(&agent, mode);
+        self.inner.agent_logged_in(&agent, mode, Some(&r.version));
         // the agent's own namespace (peer: `setAgentNamespace`): resync and remapped Applications
         self.inner.set_agent_namespace(&agent, &r.agent_namespace);
         if !self.inner.cfg.destination_based_mapping && !self.inner.ns_allowed(&agent) {
@@ -339,6 +340,7 @@ impl Authentication for Svc {
             .issue_pair(&agent, mode)
             .map_err(|e| Status::internal(e.to_string()))?;
         self.inner.register(&agent, mode);
+        self.inner.agent_logged_in(&agent, mode, None);
         Ok(Response::new(authapi::AuthResponse {
             access_token: access,
             refresh_token: refresh,
@@ -405,12 +407,8 @@ impl EventStream for Svc {
             if s.as_ref().is_some_and(|(g, _)| *g == gen_) {
                 *s = None;
                 a2.connected.store(false, Ordering::SeqCst);
-                {
-                    let mut c = a2.cluster.lock().expect("poisoned");
-                    c.connected = false;
-                    c.modified_at = jiff::Timestamp::now();
-                }
-                inner.cluster_changed(&a2.name);
+                // shown `Failed` unless it is back within the grace period
+                inner.stream_down(&a2.name, super::connection::drop_reason(&end));
                 // requests in flight to this agent fail now (502), not at their timeout
                 pending.fail_agent(&a2.name);
                 inner.redis.agent_gone(&a2.name);
@@ -426,13 +424,8 @@ impl EventStream for Svc {
                 self.inner.metrics.agent_connected(&agent);
             }
             a.connected.store(true, Ordering::SeqCst);
-            let mut c = a.cluster.lock().expect("poisoned");
-            if !c.connected {
-                c.connected = true;
-                c.modified_at = jiff::Timestamp::now();
-            }
         }
-        self.inner.cluster_changed(&agent);
+        self.inner.stream_up(&agent);
         tracing::info!(agent, mode = mode.as_str(), "agent subscribed");
         let out = ReceiverStream::new(rx).map(|e| Ok(*e));
         Ok(Response::new(Box::pin(out)))

@@ -129,6 +129,8 @@ async fn connection_state_is_written_to_argocds_redis() {
         gzip: true,
         resource_proxy_address: "argocd-agent-resource-proxy:9090".into(),
     });
+    // Failed half an interval after the stream ends
+    cfg.heartbeat = std::time::Duration::from_secs(2);
     let p = Principal::start(
         cfg,
         Arc::new(MemStore::new()),
@@ -167,9 +169,11 @@ async fn connection_state_is_written_to_argocds_redis() {
         v["connectionState"]["status"] == "Failed"
     })
     .await;
-    assert_eq!(
-        v["connectionState"]["message"],
-        "Agent: 'cluster-9' is disconnected with principal"
+    // the peer's message, with the reason
+    let msg = v["connectionState"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("Agent: 'cluster-9' is disconnected with principal: "),
+        "{msg}"
     );
     p.shutdown().await;
 }

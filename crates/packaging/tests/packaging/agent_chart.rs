@@ -73,12 +73,15 @@ fn non_default_values() {
             "rbac.create=false",
             "--set",
             "probes.liveness.enabled=false",
+            "--set",
+            "resyncInterval=10m",
         ],
     );
     let d = objs.get("Deployment", "cluster1-argocd-pull-agent");
     let c = container(d);
     let e = env(c);
     assert_eq!(e["ARGOCD_AGENT_MODE"], "autonomous");
+    assert_eq!(e["ARGOCD_AGENT_RESYNC_INTERVAL"], "10m");
     assert_eq!(e["ARGOCD_AGENT_REMOTE_SERVER"], "principal.example.com");
     assert_eq!(e["ARGOCD_AGENT_REMOTE_PORT"], "8443");
     assert_eq!(e["ARGOCD_AGENT_NAMESPACE"], "gitops");
@@ -104,6 +107,8 @@ fn invalid_values_fail_naming_the_value() {
     assert!(e.contains("/server"), "{e}");
     let e = h.template_err(CHART, &["--set", "keepAliveInterval=often"]);
     assert!(e.contains("/keepAliveInterval"), "{e}");
+    let e = h.template_err(CHART, &["--set", "resyncInterval=daily"]);
+    assert!(e.contains("/resyncInterval"), "{e}");
 }
 
 #[test]

@@ -86,7 +86,8 @@ fn default_render_is_a_hardened_principal_reading_the_peers_secrets() {
         !g.iter().any(|(_, r, _)| r == "secrets"),
         "TLS is mounted, not read; no secret is readable cluster-wide: {g:?}"
     );
-    // repository Secrets are read in the principal's own namespace only, never written
+    // repository Secrets are read in the principal's own namespace only; agents' cluster
+    // secrets are patched with their state (docs/fleet-status.md), nothing else is written
     let repos = objs.get("Role", "argocd-pull-principal-repositories");
     assert_eq!(repos["metadata"]["namespace"], "argocd");
     let g = grants(repos);
@@ -98,9 +99,50 @@ fn default_render_is_a_hardened_principal_reading_the_peers_secrets() {
         g.iter()
             .all(|(_, r, v)| (["secrets", "configmaps"].contains(&r.as_str())
                 && ["get", "list", "watch"].contains(&v.as_str()))
-                || (r == "configmaps" && v == "create")),
+                || (r == "configmaps" && v == "create")
+                || (r == "secrets" && v == "patch")),
         "{g:?}"
     );
+    assert!(g.contains(&("".into(), "secrets".into(), "patch".into())));
+    let e = env(container(objs.get("Deployment", "argocd-pull-principal")));
+    assert_eq!(e["ARGOCD_PRINCIPAL_PUBLISH_AGENT_STATUS"], "true");
+    assert_eq!(e["ARGOCD_PRINCIPAL_HEARTBEAT_INTERVAL"], "30s");
+    assert_eq!(e["ARGOCD_PRINCIPAL_RESYNC_MIN_INTERVAL"], "0");
+}
+
+#[test]
+fn agent_status_publishing_off_leaves_secrets_read_only() {
+    let Some(h) = helm::helm("principal chart agent status") else {
+        return;
+    };
+    let objs = h.template(
+        CHART,
+        "p",
+        "argocd",
+        &[
+            "--set",
+            "principal.agentStatus.publish=false",
+            "--set",
+            "principal.agentStatus.heartbeatInterval=10s",
+            "--set",
+            "principal.agentStatus.resyncMinInterval=5m",
+        ],
+    );
+    let e = env(container(objs.get("Deployment", "p-argocd-pull-principal")));
+    assert_eq!(e["ARGOCD_PRINCIPAL_PUBLISH_AGENT_STATUS"], "false");
+    assert_eq!(e["ARGOCD_PRINCIPAL_HEARTBEAT_INTERVAL"], "10s");
+    assert_eq!(e["ARGOCD_PRINCIPAL_RESYNC_MIN_INTERVAL"], "5m");
+    let g = grants(objs.get("Role", "p-argocd-pull-principal-repositories"));
+    assert!(
+        !g.iter()
+            .any(|(_, r, v)| r == "secrets" && v != "get" && v != "list" && v != "watch"),
+        "{g:?}"
+    );
+    let err = h.template_err(
+        CHART,
+        &["--set", "principal.agentStatus.heartbeatInterval=often"],
+    );
+    assert!(err.contains("heartbeatInterval"), "{err}");
 }
 
 #[test]
