@@ -48,6 +48,15 @@ pub const ARGOCD_AUTO_LABEL: &str = "argocd.argoproj.io/auto-label-cluster-info"
 /// Argo CD's Kubernetes version label (`common.LabelKeyClusterKubernetesVersion`).
 pub const ARGOCD_KUBERNETES_VERSION: &str = "argocd.argoproj.io/kubernetes-version";
 
+/// gRPC response metadata of our principal's `Authenticate` / `RefreshToken`: the extensions it
+/// understands (comma-separated). Our agent uses an extension only with a principal that names
+/// it, so towards a peer principal it sends the peer's exact payloads.
+pub const FEATURES_HEADER: &str = "argocd-pull-features";
+/// `agentVersion` / `serverVersion` in `clusterCacheInfoUpdate` (and the info sent on connect).
+pub const FEATURE_AGENT_INFO: &str = "agent-info";
+/// `includeSyncedResourceList` in `request-resource-resync`.
+pub const FEATURE_RESYNC_SYNCED_LIST: &str = "resync-synced-list";
+
 /// What `unknown` versions are written as.
 pub const UNKNOWN: &str = "unknown";
 

@@ -1,8 +1,9 @@
 //! What the agent tells the principal about itself (**beyond the peer**): its own version and its
 //! cluster's Kubernetes version (`GET /version` on its API server), added to the peer's
 //! `clusterCacheInfoUpdate` payload as `agentVersion` and `serverVersion` (the raw `gitVersion`),
-//! or `serverVersionError` when the API server does not answer. A peer principal ignores the
-//! extra fields. Sent when the stream comes up and whenever it changes; the version is asked again
+//! or `serverVersionError` when the API server does not answer — only towards our principal (it
+//! names the extension in its login's response metadata, see [`Features`]): a peer principal gets
+//! the peer's exact payloads. Sent when the stream comes up and whenever it changes; the version is asked again
 //! every [`RECHECK`] ([`RETRY`] while it fails). The cache counts go with it when the local Argo
 //! CD's cache was read (see `cache_info`).
 
@@ -16,6 +17,32 @@ use crate::event::{Event, EventType, Target};
 use crate::session::Outbox;
 
 use super::Inner;
+
+/// The extensions the principal of the current stream understands (its login's response).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Features {
+    /// versions in `clusterCacheInfoUpdate`
+    pub agent_info: bool,
+    /// `includeSyncedResourceList` in `request-resource-resync`
+    pub resync_synced_list: bool,
+}
+
+impl Features {
+    pub fn of(md: &tonic::metadata::MetadataMap) -> Features {
+        use crate::agent_status::{
+            FEATURE_AGENT_INFO, FEATURE_RESYNC_SYNCED_LIST, FEATURES_HEADER,
+        };
+        let v = md
+            .get(FEATURES_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        let has = |f: &str| v.split(',').any(|x| x.trim() == f);
+        Features {
+            agent_info: has(FEATURE_AGENT_INFO),
+            resync_synced_list: has(FEATURE_RESYNC_SYNCED_LIST),
+        }
+    }
+}
 
 /// How often a known version is asked for again (clusters are upgraded in place).
 pub const RECHECK: Duration = Duration::from_secs(300);
@@ -108,8 +135,12 @@ impl Inner {
         ))
     }
 
-    /// While the stream is up: the info once, then again whenever the version changes.
+    /// While the stream is up: the info once, then again whenever the version changes (only to
+    /// a principal that understands it: a peer principal gets the peer's payloads only).
     pub(super) async fn report_agent_info(&self, out: &Outbox) {
+        if !self.principal_features.lock().expect("poisoned").agent_info {
+            return;
+        }
         let mut sent: Option<Result<String, String>> = None;
         loop {
             let kube = self.read_kube_version().await;

@@ -78,9 +78,12 @@ impl Inner {
             };
             let counts = counts_payload(&info);
             *self.cache_counts.lock().expect("poisoned") = Some(counts.clone());
+            let ours = self.principal_features.lock().expect("poisoned").agent_info;
             let data = match self.kube_version.lock().expect("poisoned").clone() {
-                Some(kube) => super::agent_info::payload(Some(&counts), crate::VERSION, &kube),
-                None => counts,
+                Some(kube) if ours => {
+                    super::agent_info::payload(Some(&counts), crate::VERSION, &kube)
+                }
+                _ => counts,
             };
             let ev = Event::request(
                 &self.source(),

@@ -110,7 +110,7 @@ impl Inner {
                 .ok();
         }
         let resp = match resp {
-            Some(r) => r.into_inner(),
+            Some(r) => r,
             None => auth
                 .authenticate(authapi::AuthRequest {
                     method: self.cfg.auth_method.clone(),
@@ -135,9 +135,12 @@ impl Inner {
                     } else {
                         anyhow::anyhow!("authentication rejected: {} ({:?})", s.message(), s.code())
                     }
-                })?
-                .into_inner(),
+                })?,
         };
+        // the extensions our principal understands (none: a peer principal)
+        *self.principal_features.lock().expect("poisoned") =
+            super::agent_info::Features::of(resp.metadata());
+        let resp = resp.into_inner();
         *refresh = Some(resp.refresh_token.clone());
         // destination-based mapping remaps the principal's namespace (peer: `SetOnAuthenticated`)
         if !resp.principal_namespace.is_empty() {

@@ -215,6 +215,8 @@ struct Inner {
     kube_version: Mutex<Option<Result<String, String>>>,
     /// the local Argo CD's cache counts as last read (the peer's three fields)
     cache_counts: Mutex<Option<Value>>,
+    /// the extensions the principal of the current stream understands
+    principal_features: Mutex<agent_info::Features>,
 }
 
 /// A running agent.
@@ -284,6 +286,7 @@ impl Agent {
             principal_ns: Mutex::new(String::new()),
             kube_version: Mutex::new(None),
             cache_counts: Mutex::new(None),
+            principal_features: Mutex::new(Default::default()),
         });
         let me = Arc::downgrade(&inner);
         queue.set_regenerate(Arc::new(move |key: &str| {

@@ -27,11 +27,20 @@ impl Inner {
             tracing::debug!(mode = self.cfg.mode.as_str(), "periodic resync");
             match self.cfg.mode {
                 Mode::Managed => self.answer_resource_resync(out).await,
-                Mode::Autonomous => {
-                    // with the principal's set checksum: what the hub lacks is found too
+                // with our principal's set checksum too: what the hub lacks is found as well
+                Mode::Autonomous
+                    if self
+                        .principal_features
+                        .lock()
+                        .expect("poisoned")
+                        .resync_synced_list =>
+                {
                     out.send_reliable(crate::checksum::request_resource_resync_with_list(
                         &self.source(),
                     ));
+                }
+                Mode::Autonomous => {
+                    out.send_reliable(crate::objects::request_resource_resync(&self.source()));
                 }
             }
             self.metrics.resync_request("sent");

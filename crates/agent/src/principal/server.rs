@@ -307,12 +307,12 @@ impl Authentication for Svc {
             );
         }
         tracing::info!(agent, mode = mode.as_str(), "agent authenticated");
-        Ok(Response::new(authapi::AuthResponse {
+        Ok(with_features(Response::new(authapi::AuthResponse {
             access_token: access,
             refresh_token: refresh,
             version: self.inner.cfg.version.clone(),
             principal_namespace: self.inner.cfg.namespace.clone(),
-        }))
+        })))
     }
 
     async fn refresh_token(
@@ -341,13 +341,22 @@ impl Authentication for Svc {
             .map_err(|e| Status::internal(e.to_string()))?;
         self.inner.register(&agent, mode);
         self.inner.agent_logged_in(&agent, mode, None);
-        Ok(Response::new(authapi::AuthResponse {
+        Ok(with_features(Response::new(authapi::AuthResponse {
             access_token: access,
             refresh_token: refresh,
             version: self.inner.cfg.version.clone(),
             principal_namespace: self.inner.cfg.namespace.clone(),
-        }))
+        })))
     }
+}
+
+/// Names our extensions in the login's response metadata (a peer agent ignores it).
+fn with_features<T>(mut r: Response<T>) -> Response<T> {
+    use crate::agent_status::{FEATURE_AGENT_INFO, FEATURE_RESYNC_SYNCED_LIST, FEATURES_HEADER};
+    if let Ok(v) = format!("{FEATURE_AGENT_INFO},{FEATURE_RESYNC_SYNCED_LIST}").parse() {
+        r.metadata_mut().insert(FEATURES_HEADER, v);
+    }
+    r
 }
 
 type EventStreamOut = Pin<Box<dyn Stream<Item = Result<eventstreamapi::Event, Status>> + Send>>;
