@@ -296,6 +296,7 @@ impl Inner {
                 if !self.admit_resync_round(a, ev.ty.short()) {
                     return Ok(());
                 }
+                tracing::debug!(agent, "answering the agent's resync request");
                 // a request-update per hub copy (the peer's answer); asked by our agent's periodic
                 // round, then the set checksum too: the agent also sends what the hub lacks
                 if ev.data[crate::checksum::WITH_SYNCED_LIST] == true {

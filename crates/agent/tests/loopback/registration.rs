@@ -152,12 +152,28 @@ async fn self_registration_creates_refreshes_and_leaves_manual_cluster_secrets_a
     assert_eq!(tokens.verify_resource_proxy(new_token).unwrap(), "edge-1");
     a.shutdown().await;
 
-    // a cluster secret made by hand is never touched
+    // self-registration never touches a cluster secret made by hand: what Argo CD reads (data,
+    // labels, its annotations) stays; only the principal's status annotations may be added
     let m = agent(&pki, &p, "manual", Mode::Managed, &MemStore::new()).await;
     let after = secrets.get("cluster-manual").await.unwrap();
+    assert_eq!(after.data, manual.data, "the manual cluster secret's data");
     assert_eq!(
-        after.metadata.resource_version, manual.metadata.resource_version,
-        "the manual cluster secret is untouched"
+        after.metadata.labels, manual.metadata.labels,
+        "the manual cluster secret's labels"
+    );
+    let not_ours = |s: &Secret| {
+        s.metadata
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, _)| !k.starts_with("argocd-pull.open-cluster-management.io/"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        not_ours(&after),
+        not_ours(&manual),
+        "the manual cluster secret's annotations"
     );
     m.shutdown().await;
     p.shutdown().await;

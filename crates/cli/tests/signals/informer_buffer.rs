@@ -31,7 +31,7 @@ fn buffered_updates_of_an_application_collapse_into_the_latest_one_an_interval_l
     let grpc: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let principal = Proc::spawn(
         "principal",
-        &principal_args(&pki, grpc, &[]),
+        &principal_args(&pki, grpc, &["--log-level=debug"]),
         Some(&kubeconfig),
     );
     principal.wait_for_line("principal listening");
@@ -52,6 +52,9 @@ fn buffered_updates_of_an_application_collapse_into_the_latest_one_an_interval_l
         INTERVAL.as_secs()
     ));
     principal.wait_for_line("agent subscribed");
+    // the agent's resync request of its first stream is answered with a request-update per hub
+    // copy, which the agent answers unbuffered (as the peer's does): settle it before the burst
+    principal.wait_for_line("answering the agent's resync request");
 
     // an autonomous agent's Application reaches the hub (an add: never delayed)
     hub.create_app("edge-local", "guestbook");
