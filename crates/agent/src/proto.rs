@@ -34,3 +34,52 @@ pub mod io {
         }
     }
 }
+
+/// The codec of every generated service and client: prost's, with a 1 KiB first buffer per RPC
+/// direction instead of tonic's 8 KiB. Tonic allocates both buffers when a stream opens and keeps
+/// them for its life, so with 1,000 idle agents the default was 16 MiB on the principal; a
+/// buffer grows on demand (and keeps its size) for the RPCs that carry larger messages.
+pub mod codec {
+    use std::marker::PhantomData;
+
+    use tonic::codec::{BufferSettings, Codec};
+    use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
+
+    /// First buffer of an RPC direction.
+    pub const BUFFER_SIZE: usize = 1024;
+    /// Encoded bytes after which a stream yields (tonic's default).
+    const YIELD_THRESHOLD: usize = 32 * 1024;
+
+    fn settings() -> BufferSettings {
+        BufferSettings::new(BUFFER_SIZE, YIELD_THRESHOLD)
+    }
+
+    /// [`ProstCodec`] with [`BUFFER_SIZE`] buffers (`codec_path` in build.rs).
+    #[derive(Debug, Clone)]
+    pub struct SmallBufferCodec<T, U>(PhantomData<(T, U)>);
+
+    impl<T, U> Default for SmallBufferCodec<T, U> {
+        fn default() -> Self {
+            Self(PhantomData)
+        }
+    }
+
+    impl<T, U> Codec for SmallBufferCodec<T, U>
+    where
+        T: prost::Message + Send + 'static,
+        U: prost::Message + Default + Send + 'static,
+    {
+        type Encode = T;
+        type Decode = U;
+        type Encoder = ProstEncoder<T>;
+        type Decoder = ProstDecoder<U>;
+
+        fn encoder(&mut self) -> Self::Encoder {
+            ProstCodec::<T, U>::raw_encoder(settings())
+        }
+
+        fn decoder(&mut self) -> Self::Decoder {
+            ProstCodec::<T, U>::raw_decoder(settings())
+        }
+    }
+}
