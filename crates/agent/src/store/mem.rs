@@ -26,7 +26,7 @@ impl MemInner {
 pub struct MemStore {
     inner: Arc<Mutex<MemInner>>,
     /// Changes, shared: a watcher clones only the events of its kind and namespace (a busy hub
-    /// store has a watcher per kind, and a deep copy per watcher per write was most of its cost).
+    /// store has a watcher per kind; a deep copy per watcher per write was most of a watch's cost).
     tx: broadcast::Sender<(Kind, Arc<StoreEvent>)>,
 }
 
@@ -89,7 +89,7 @@ impl MemStore {
         }
         let mut g = self.inner.lock().expect("poisoned");
         let key = (kind, ns, name);
-        // the stored object is read in place (a copy per write was a third of the cost)
+        // the stored object is read in place (its copy was a third of a write's cost)
         let existing = g.objects.get(&key);
         match (existing, is_create) {
             (Some(_), true) => return Err(StoreError::AlreadyExists),
