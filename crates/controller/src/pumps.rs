@@ -75,18 +75,28 @@ where
     // deletionTimestamp) and find nothing to do, and the fingerprint would hide the change for
     // good. Seen on the real env as Applications stuck in deletion.
     let mut relist: Option<Vec<Event<K>>> = None;
+    // when the current (re-)list started, and whether a list completed before it
+    let mut listing: Option<std::time::Instant> = None;
+    let mut listed_before = false;
     loop {
         tokio::select! {
             _ = token.cancelled() => return,
             ev = stream.next() => match ev {
                 Some(Ok(Event::Init)) => {
                     relist = Some(Vec::new());
+                    listing = Some(std::time::Instant::now());
                     on_event(Event::Init);
                 }
                 Some(Ok(Event::InitApply(obj))) if relist.is_some() => {
                     relist.get_or_insert_default().push(Event::InitApply(obj));
                 }
                 Some(Ok(Event::InitDone)) => {
+                    let objects = relist.as_ref().map_or(0, Vec::len);
+                    if std::mem::replace(&mut listed_before, true)
+                        && let Some(started) = listing.take()
+                    {
+                        tracing::info!(resource = what, objects, took_ms = started.elapsed().as_millis() as u64, "re-listed");
+                    }
                     relist.take().into_iter().flatten().for_each(&mut on_event);
                     on_event(Event::InitDone);
                 }

@@ -288,7 +288,7 @@ pub async fn start_gated(
         );
     }
     if config.addon {
-        let (hc, hm) = (client.clone(), metrics.clone());
+        let (hc, hm, hh) = (client.clone(), metrics.clone(), health.clone());
         let (client, metrics, health) = (client.clone(), metrics.clone(), health.clone());
         let addon_config = addon::reconcile::AddonConfig {
             agent_image: config.addon_agent_image.clone(),
@@ -310,7 +310,7 @@ pub async fn start_gated(
         spawn(
             "argocd-agent-addon-health",
             FEATURE_ADDON,
-            Box::new(move |t| addon::health::run(hc.clone(), hm.clone(), t).boxed()),
+            Box::new(move |t| addon::health::run(hc.clone(), hm.clone(), hh.clone(), t).boxed()),
         );
     }
     if let Some(ns) = &config.basic_secrets_namespace {

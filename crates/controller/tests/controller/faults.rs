@@ -21,6 +21,7 @@
 //! state it needs, under a bounded deadline.
 
 mod harness;
+mod view;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -39,6 +40,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams
 use serde_json::{Value, json};
 
 use harness::{Fleet, Real, app_name, ok_or_exists, real};
+use view::FleetView;
 
 /// One fault test at a time, and never beside the e2e test (each owns the hub's pull-labelled
 /// Applications while its controller runs).
@@ -166,6 +168,7 @@ async fn hub_apiserver_killed_mid_creates() {
 
     fleet.create(0..100, json!({})).await;
     fleet.converged(100).await;
+    let view = FleetView::start(&fleet).await;
     let mut before = HashMap::new();
     let mut back = None;
     // the loader pauses after 400 until the works are counted, so that the outage always
@@ -200,8 +203,10 @@ async fn hub_apiserver_killed_mid_creates() {
         before.len() < 1000,
         "the kill came after the controller had finished"
     );
-    let (_, works_at) = fleet.converged_at(1000).await;
-    let status_at = fleet.healthy_at(0..100).await;
+    let works_at = view.converged_at(&fleet, 1000).await;
+    let status_at = view.healthy_at(&fleet, 0..100).await;
+    fleet.converged(1000).await;
+    assert_eq!(fleet.healthy(0..100).await.unwrap(), 100);
     up.await.unwrap();
     assert_not_recreated(&before, &fleet.work_uids().await);
     // the loader's own retries end after the API server is back: the controller's part is
@@ -236,6 +241,7 @@ async fn hub_apiserver_killed_mid_deletes() {
     ctl.wait_logged(STARTED, START_WITHIN).await;
     fleet.create(0..300, json!({})).await;
     fleet.converged(300).await;
+    let view = FleetView::start(&fleet).await;
 
     let mut at_kill = 0;
     let mut back = None;
@@ -255,7 +261,8 @@ async fn hub_apiserver_killed_mid_deletes() {
         at_kill > 0,
         "the kill came after the controller had finished"
     );
-    let (_, at) = fleet.converged_at(0).await;
+    let at = view.converged_at(&fleet, 0).await;
+    fleet.converged(0).await;
     up.await.unwrap();
     eprintln!(
         "faults: RECOVERY deletes: {at_kill} works left just before the kill; converged {:.2} s after \
@@ -316,17 +323,39 @@ async fn hub_apiserver_killed_mid_appset_creates() {
     ctl.wait_logged(STARTED, START_WITHIN).await;
     fleet.create(0..30, owned.clone()).await;
     fleet.converged(30).await;
+    let view = FleetView::start(&fleet).await;
 
     let mut back = None;
     let mut at_kill = 0;
-    tokio::join!(fleet.create(30..200, owned.clone()), async {
-        fleet.until_works(80).await;
-        at_kill = fleet.works().await.unwrap().len();
-        back = Some(outage(&real, &fleet).await);
-    });
+    // as in `hub_apiserver_killed_mid_creates`: the loader pauses at 100 until the works are
+    // counted, so that the kill always comes mid-load; the rest is created through the outage
+    let counted = tokio::sync::Notify::new();
+    let mut loaded = None;
+    tokio::join!(
+        async {
+            fleet.create(30..100, owned.clone()).await;
+            counted.notified().await;
+            fleet.create(100..200, owned.clone()).await;
+            loaded = Some(Instant::now());
+        },
+        async {
+            fleet.until_works(80).await;
+            at_kill = fleet.works().await.unwrap().len();
+            counted.notify_one();
+            back = Some(outage(&real, &fleet).await);
+        }
+    );
     let (back, up) = back.unwrap();
+    assert!(
+        at_kill < 200,
+        "the kill came after the controller had finished"
+    );
+    // the loader's own retries end after the API server is back: the controller's part is
+    // measured from the later of the two
+    let loaded = loaded.expect("the loader finished");
+    let from = back.max(loaded);
     ctl.assert_running();
-    let (_, works_at) = fleet.converged_at(200).await;
+    let works_at = view.converged_at(&fleet, 200).await;
     let t0 = Instant::now();
     let report_at = loop {
         let listed = reports
@@ -346,12 +375,15 @@ async fn hub_apiserver_killed_mid_appset_creates() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    fleet.converged(200).await;
     up.await.unwrap();
     eprintln!(
-        "faults: RECOVERY appset: {at_kill} works at the kill; after the API server answered \
-         again: works converged in {:.2} s, the report in {:.2} s",
-        works_at.saturating_duration_since(back).as_secs_f64(),
-        report_at.saturating_duration_since(back).as_secs_f64(),
+        "faults: RECOVERY appset: {at_kill} works at the kill; the loader's last create {:.2} s \
+         after the API server answered again; from the later of the two: works converged in \
+         {:.2} s, the report in {:.2} s",
+        loaded.saturating_duration_since(back).as_secs_f64(),
+        works_at.saturating_duration_since(from).as_secs_f64(),
+        report_at.saturating_duration_since(from).as_secs_f64(),
     );
     drop(ctl);
     fleet.clean().await;

@@ -617,12 +617,6 @@ impl Fleet {
             .0
     }
 
-    /// [`Fleet::converged`], polling every 100 ms; also returns when the first clean audit
-    /// ended (an upper bound of when the fleet converged).
-    pub async fn converged_at(&self, live: usize) -> (Audit, Instant) {
-        self.converged_every(live, Duration::from_millis(100)).await
-    }
-
     async fn converged_every(&self, live: usize, every: Duration) -> (Audit, Instant) {
         let t0 = Instant::now();
         let mut last = None;
@@ -721,36 +715,24 @@ impl Fleet {
 
     /// How many of Applications `range` report Healthy and Synced.
     pub async fn healthy(&self, range: std::ops::Range<usize>) -> kube::Result<usize> {
-        let wanted: std::collections::HashSet<String> = range.map(app_name).collect();
         let apps = self.apps().list(&ListParams::default()).await?.items;
-        Ok(apps
-            .iter()
-            .filter(|a| a.metadata.name.as_ref().is_some_and(|n| wanted.contains(n)))
+        Ok(self.count_healthy(range, apps.iter()))
+    }
+
+    /// How many of the Applications of `range` among `apps` report Healthy and Synced.
+    pub fn count_healthy<'a>(
+        &self,
+        range: std::ops::Range<usize>,
+        apps: impl Iterator<Item = &'a Application>,
+    ) -> usize {
+        let wanted: std::collections::HashSet<String> = range.map(app_name).collect();
+        apps.filter(|a| a.metadata.name.as_ref().is_some_and(|n| wanted.contains(n)))
             .filter(|a| {
                 let s = a.status.as_ref();
                 s.and_then(|s| s.health.as_ref()?.status.as_deref()) == Some("Healthy")
                     && s.and_then(|s| s.sync.as_ref()?.status.as_deref()) == Some("Synced")
             })
-            .count())
-    }
-
-    /// Polls (every 100 ms) until every Application of `range` reports Healthy and Synced;
-    /// returns when the first complete list ended.
-    pub async fn healthy_at(&self, range: std::ops::Range<usize>) -> Instant {
-        let t0 = Instant::now();
-        let n = range.len();
-        loop {
-            let got = self.healthy(range.clone()).await;
-            if matches!(got, Ok(h) if h == n) {
-                return Instant::now();
-            }
-            assert!(
-                t0.elapsed() < CONVERGE,
-                "{}: statuses not written within {CONVERGE:?}: {got:?} of {n}",
-                self.ns
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            .count()
     }
 
     /// Polls until at most `n` works of this fleet are left; returns how many were.
