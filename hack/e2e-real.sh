@@ -5,7 +5,8 @@
 #   controller  e2e::real_cluster_round_trip (plays the spoke's Argo CD when none runs there),
 #               faults::* (the two that stop the hub API server only with --disruptive)
 #   gitops      e2e::* (GitOpsCluster v1beta1), addon_e2e::* (argoCDAgentAddon, two controller
-#               instances, OCM's addon manager and work agent)
+#               instances, OCM's addon manager and work agent), faults::* (the hub API server
+#               SIGKILLed mid-load under `argocd-pull controller`; only with --disruptive)
 #   cmp         real_cluster::* (works to a cluster; a Placement fanned out by OCM's
 #               ManifestWorkReplicaSet controller)
 #   agent       real_cluster* (principal + agents, autonomous and managed; logs/exec and kubectl
@@ -44,14 +45,16 @@ mkdir -p "$LOGS"
 
 # suite name | package | test target | test-name filters
 SUITES=(
-  "gitops|argocd-pull-gitops|gitops|e2e:: addon_e2e::"
   "cmp|argocd-pull-cmp|cmp|real_cluster::"
   "agent|argocd-pull-agent|loopback|real_cluster"
   "packaging|argocd-pull-packaging|packaging|dry_run::"
   "ctl|argocd-pull|ctl|real::"
   "fleet|argocd-pull|fleet|real::"
-  # last: with --disruptive it restarts the hub API server, after which OCM's agents on cluster1
-  # take a while to reconnect (the cmp fan-out waits for their status)
+  # gitops and controller last: with --disruptive they restart the hub API server, after which
+  # OCM's agents on cluster1 take a while to reconnect (the cmp fan-out waits for their status).
+  # gitops one test at a time: e2e:: runs GitOpsCluster controllers in the test process, which
+  # must not run beside faults::'s `argocd-pull controller`, nor while it kills the API server
+  "gitops|argocd-pull-gitops|gitops|e2e:: addon_e2e:: faults:: --test-threads=1"
   "controller|argocd-pull-controller|controller|e2e::real_cluster_round_trip faults::"
 )
 
@@ -59,7 +62,7 @@ only=()
 for a in "$@"; do
   case "$a" in
     --disruptive) export ARGOCD_PULL_E2E_DISRUPTIVE=1 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) only+=("$a") ;;
   esac
 done
@@ -81,7 +84,8 @@ for s in "${selected[@]}"; do
   targets+=(--test "$target")
 done
 # `--test ctl` also builds the argocd-pull binary, which the controller suite's ApplicationSet
-# fault test runs (ARGOCD_PULL_FAULTS_BIN)
+# fault test and the gitops suite's fault tests run (ARGOCD_PULL_FAULTS_BIN, exported below to
+# every suite)
 [[ " ${targets[*]} " == *" ctl "* ]] || targets+=(--test ctl)
 echo "== building the test binaries: cargo test --workspace ${targets[*]} --no-run"
 cargo test --quiet --workspace "${targets[@]}" --no-run || exit 1

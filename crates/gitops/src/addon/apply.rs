@@ -116,11 +116,19 @@ pub async fn list_owned(
     name: &str,
 ) -> Result<BTreeMap<Key, Value>, kube::Error> {
     let lp = ListParams::default().labels(&selector(ns, name));
-    let mut out = BTreeMap::new();
-    for kind in OWNED_KINDS {
+    // every kind at once: each pass starts with these lists
+    let lists = futures::future::try_join_all(OWNED_KINDS.iter().map(|kind| {
         let (ar, _) = resource(kind);
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        for o in api.list(&lp).await?.items {
+        let lp = lp.clone();
+        async move {
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+            api.list(&lp).await.map(|l| (kind, ar, l.items))
+        }
+    }))
+    .await?;
+    let mut out = BTreeMap::new();
+    for (kind, ar, items) in lists {
+        for o in items {
             let mut v = serde_json::to_value(&o).unwrap_or_default();
             // A real API server lists items without apiVersion and kind: without them no
             // desired object would be "contained" and every pass would write everything.

@@ -5,6 +5,7 @@ mod addon_concurrent;
 mod addon_e2e;
 mod addon_health;
 mod e2e;
+mod faults;
 mod gitopscluster;
 mod report;
 mod util;
