@@ -35,7 +35,6 @@ use std::time::{Duration, Instant};
 
 use argocd_pull_gitops::addon;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
 use serde_json::json;
 use tokio::sync::Notify;
 
@@ -102,28 +101,10 @@ async fn gitopscluster_recovers_after_apiserver_kill_mid_creates() {
     let status_at = view
         .until("the GitOpsCluster's status", |v| status_lists(v, ns, &all))
         .await;
-    ctl.assert_running();
-    assert!(
-        ctl.logged("the API server does not answer"),
-        "the controller never saw the API server go away; see {}",
-        ctl.log.display()
-    );
+    ctl.assert_survived_the_outage();
     up.await.unwrap();
     // confirmed by a fresh read
-    let listed: BTreeMap<String, String> =
-        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(scene.hub.clone(), ns)
-            .list(&ListParams::default().labels(argocd_pull_api::names::LABEL_ACM_CLUSTER))
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .map(|s| {
-                (
-                    format!("secrets/{ns}/{}", s.name_any()),
-                    s.metadata.uid.unwrap_or_default(),
-                )
-            })
-            .collect();
+    let listed = cluster_secret_uids(&scene.hub, ns).await;
     let want: BTreeSet<String> = all
         .iter()
         .map(|c| format!("secrets/{ns}/{}", secret_name(c)))
@@ -220,27 +201,9 @@ async fn gitopscluster_recovers_after_apiserver_kill_mid_deletes() {
     let status_at = view
         .until("the GitOpsCluster's status", |v| status_lists(v, ns, &kept))
         .await;
-    ctl.assert_running();
-    assert!(
-        ctl.logged("the API server does not answer"),
-        "the controller never saw the API server go away; see {}",
-        ctl.log.display()
-    );
+    ctl.assert_survived_the_outage();
     up.await.unwrap();
-    let listed: BTreeMap<String, String> =
-        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(scene.hub.clone(), ns)
-            .list(&ListParams::default().labels(argocd_pull_api::names::LABEL_ACM_CLUSTER))
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .map(|s| {
-                (
-                    format!("secrets/{ns}/{}", s.name_any()),
-                    s.metadata.uid.unwrap_or_default(),
-                )
-            })
-            .collect();
+    let listed = cluster_secret_uids(&scene.hub, ns).await;
     assert_eq!(listed.len(), FIRST, "{listed:?}");
     assert_not_recreated(&before, &listed);
     assert!(before.keys().all(|k| listed.contains_key(k)));
@@ -475,12 +438,7 @@ async fn addon_recovers_after_apiserver_kill_mid_creates() {
             addon_status_lists(v, &all)
         })
         .await;
-    ctl.assert_running();
-    assert!(
-        ctl.logged("the API server does not answer"),
-        "the controller never saw the API server go away; see {}",
-        ctl.log.display()
-    );
+    ctl.assert_survived_the_outage();
     up.await.unwrap();
     // confirmed by a fresh read: exactly one of each, none written twice
     let owned = addon::apply::list_owned(&scene.hub, ns, GC).await.unwrap();

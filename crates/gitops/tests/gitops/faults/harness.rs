@@ -241,6 +241,16 @@ impl Controller {
         std::fs::read_to_string(&self.log).is_ok_and(|s| s.contains(needle))
     }
 
+    /// Still running, and it noticed the outage.
+    pub fn assert_survived_the_outage(&mut self) {
+        self.assert_running();
+        assert!(
+            self.logged("the API server does not answer"),
+            "the controller never saw the API server go away; see {}",
+            self.log.display()
+        );
+    }
+
     pub fn assert_running(&mut self) {
         if let Ok(Some(status)) = self.child.try_wait() {
             panic!(

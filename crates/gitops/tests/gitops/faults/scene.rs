@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -410,4 +410,21 @@ pub async fn v1beta1_scene(real: &Real, ns: &str) -> (Scene, View) {
         )
         .await;
     (scene, view)
+}
+
+/// The cluster secrets in `ns` as a fresh LIST reads them: `secrets/<ns>/<name>` → UID.
+pub async fn cluster_secret_uids(hub: &Client, ns: &str) -> BTreeMap<String, String> {
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(hub.clone(), ns)
+        .list(&ListParams::default().labels(argocd_pull_api::names::LABEL_ACM_CLUSTER))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|s| {
+            (
+                format!("secrets/{ns}/{}", s.name_any()),
+                s.metadata.uid.unwrap_or_default(),
+            )
+        })
+        .collect()
 }
