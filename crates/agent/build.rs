@@ -18,6 +18,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         // sorted attribute keys: the same bytes as Go's deterministic marshal (sdk-go fixtures)
         .btree_map(".io.cloudevents.v1.CloudEvent.attributes")
+        // the payload shared, not copied: a queued event's bytes go to the encoder as they are
+        .bytes(".io.cloudevents.v1.CloudEvent.binary_data")
         // small per-RPC buffers (src/proto.rs `codec`): an idle stream keeps them for its life
         .codec_path("crate::proto::codec::SmallBufferCodec")
         .build_server(true)

@@ -340,7 +340,7 @@ async fn run() {
     // single agent throughput: n_events creates for a0
     let t = Instant::now();
     for i in 0..n_events {
-        hub.create(Kind::Application, app("a0", &format!("app{i}"), 1))
+        hub.create_only(Kind::Application, app("a0", &format!("app{i}"), 1))
             .await
             .unwrap();
     }
@@ -358,7 +358,7 @@ async fn run() {
     let cpu0 = cpu_seconds();
     for j in 0..per {
         for i in 1..=k.min(n_agents - 1) {
-            hub.create(
+            hub.create_only(
                 Kind::Application,
                 app(&format!("a{i}"), &format!("b{j}"), 1),
             )

@@ -42,20 +42,61 @@ pub fn set_item(kind: &str, name: &str, uid: &str) -> String {
 /// Base64 SHA-256 of Go's JSON of `.spec` without `destination` (`.data` for Secret/ConfigMap).
 pub fn spec_checksum(obj: &Value) -> String {
     let kind = obj["kind"].as_str().unwrap_or_default();
-    let mut spec = if kind == "Secret" || kind == "ConfigMap" {
-        obj.get("data").cloned().unwrap_or_else(|| json!({}))
+    let empty = json!({});
+    let spec = if kind == "Secret" || kind == "ConfigMap" {
+        obj.get("data").unwrap_or(&empty)
     } else {
-        obj.get("spec").cloned().unwrap_or(Value::Null)
+        obj.get("spec").unwrap_or(&Value::Null)
     };
-    if let Some(m) = spec.as_object_mut() {
-        m.remove("destination");
+    // the spec without its destination, encoded straight into the hash (no copy of the spec)
+    let mut h = Sha256::new();
+    crate::event::gojson::write_sorted_without(HashWriter(&mut h), spec, "destination")
+        .expect("hashing a JSON value cannot fail");
+    B64.encode(h.finalize())
+}
+
+/// `io::Write` into a SHA-256.
+struct HashWriter<'a>(&'a mut Sha256);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.update(b);
+        Ok(b.len())
     }
-    B64.encode(Sha256::digest(go_json(&spec)))
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// SHA-256 (hex) of Go's JSON of any value (internal change detection).
 pub fn hash_value(v: &Value) -> String {
-    hex::encode(Sha256::digest(go_json(v)))
+    hash_parts(&[v])
+}
+
+/// [`hash_value`] of the JSON array of `parts` (`hash_value(&json!([a, b]))`), without building
+/// the array: each part is encoded straight into the hash.
+pub fn hash_parts(parts: &[&Value]) -> String {
+    use std::io::Write as _;
+    let mut h = Sha256::new();
+    let single = parts.len() == 1;
+    let mut w = HashWriter(&mut h);
+    let ok = (|| -> std::io::Result<()> {
+        if !single {
+            w.write_all(b"[")?;
+        }
+        for (i, p) in parts.iter().enumerate() {
+            if i > 0 {
+                w.write_all(b",")?;
+            }
+            crate::event::gojson::write_sorted(&mut w, p)?;
+        }
+        if !single {
+            w.write_all(b"]")?;
+        }
+        Ok(())
+    })();
+    ok.expect("hashing a JSON value cannot fail");
+    hex::encode(h.finalize())
 }
 
 /// A checksum as it goes on the wire: `null` for none, else the base64 string.

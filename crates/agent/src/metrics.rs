@@ -31,6 +31,47 @@ use prometheus_client::metrics::{MetricType, TypedMetric};
 
 type Labels = Vec<(String, String)>;
 
+/// Handles of a one-label family by a static label value (event types, targets): a per-event path
+/// neither builds the label set nor hashes it. A handle shares its value with the family's entry.
+struct ByStatic<M>(std::sync::RwLock<Vec<(&'static str, M)>>);
+
+impl<M> Default for ByStatic<M> {
+    fn default() -> Self {
+        Self(Default::default())
+    }
+}
+
+impl<M: Clone> ByStatic<M> {
+    fn get<C: prometheus_client::metrics::family::MetricConstructor<M>>(
+        &self,
+        family: &Family<Labels, M, C>,
+        label: &str,
+        value: &'static str,
+    ) -> M {
+        let found = self
+            .0
+            .read()
+            .expect("poisoned")
+            .iter()
+            .find(|(v, _)| *v == value)
+            .map(|(_, m)| m.clone());
+        found.unwrap_or_else(|| {
+            let m = family.get_or_create(&l(label, value)).clone();
+            self.0.write().expect("poisoned").push((value, m.clone()));
+            m
+        })
+    }
+}
+
+/// The [`ByStatic`] handles of the families every event touches.
+#[derive(Default)]
+struct PerEvent {
+    queued: ByStatic<Counter>,
+    sent: ByStatic<Counter>,
+    received: ByStatic<Counter>,
+    propagation: ByStatic<Histogram>,
+}
+
 /// A monotonically increasing count exported under its exact name (OpenMetrics type `unknown`):
 /// the peer's Go counters that have no `_total` suffix.
 #[derive(Debug, Default, Clone)]
@@ -463,6 +504,7 @@ pub struct Metrics {
     pub grpc: crate::grpc_metrics::GrpcMetrics,
     /// `<prefix>_workqueue_*{queue}` of the send and receive queues.
     pub workqueues: crate::workqueue_metrics::Workqueues,
+    per_event: PerEvent,
 }
 
 /// `reason`s of `argocd_agent_auth_failures_total`: the principal refused the login (`rejected`)
@@ -550,6 +592,7 @@ impl Metrics {
             ha: Default::default(),
             grpc: crate::grpc_metrics::GrpcMetrics::unregistered(),
             workqueues: Default::default(),
+            per_event: Default::default(),
         }
     }
 
@@ -652,15 +695,18 @@ impl Metrics {
         );
     }
 
-    pub fn queued(&self, ty: &str) {
-        self.events_queued.get_or_create(&l("type", ty)).inc();
+    pub fn queued(&self, ty: &'static str) {
+        let e = &self.per_event;
+        e.queued.get(&self.events_queued, "type", ty).inc();
     }
-    pub fn sent(&self, ty: &str) {
-        self.events_sent.get_or_create(&l("type", ty)).inc();
+    pub fn sent(&self, ty: &'static str) {
+        let e = &self.per_event;
+        e.sent.get(&self.events_sent, "type", ty).inc();
         self.peer.events_sent.inc();
     }
-    pub fn received(&self, ty: &str) {
-        self.events_received.get_or_create(&l("type", ty)).inc();
+    pub fn received(&self, ty: &'static str) {
+        let e = &self.per_event;
+        e.received.get(&self.events_received, "type", ty).inc();
         self.peer.events_received.inc();
     }
 
@@ -702,11 +748,15 @@ impl Metrics {
 
     /// Propagation latency of a received event (`agent_event_propagation_latency_seconds`
     /// by `resource_type`, and our unlabelled histogram).
-    pub fn propagation(&self, resource_type: &str, secs: f64) {
+    pub fn propagation(&self, resource_type: &'static str, secs: f64) {
         self.propagation_latency.observe(secs);
-        self.peer
-            .propagation_latency
-            .get_or_create(&l("resource_type", resource_type))
+        let e = &self.per_event;
+        e.propagation
+            .get(
+                &self.peer.propagation_latency,
+                "resource_type",
+                resource_type,
+            )
             .observe(secs);
     }
 

@@ -314,11 +314,11 @@ pub fn project_from_agent(p: &Value, agent: &str, principal_ns: &str) -> Value {
 
 /// Hash of what is synchronised of an AppProject: spec, labels, annotations.
 pub fn project_hash(v: &Value) -> String {
-    hash_value(&json!([
-        v["spec"],
-        v["metadata"]["labels"],
-        v["metadata"]["annotations"]
-    ]))
+    crate::checksum::hash_parts(&[
+        &v["spec"],
+        &v["metadata"]["labels"],
+        &v["metadata"]["annotations"],
+    ])
 }
 
 /// `request-update` for an AppProject.

@@ -17,7 +17,6 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Map, Value, json};
 
-use crate::checksum::hash_value;
 use crate::event::Target;
 use crate::objects::{self as o, SOURCE_UID};
 use crate::store::Kind;
@@ -174,11 +173,11 @@ pub fn strip_local(v: &Value, dk: DataKind) -> Value {
 /// Hash of what is synchronised of a repository Secret: data, labels, annotations (`type` is
 /// immutable on the API server and defaulted there, so it is not compared).
 pub fn hash(v: &Value) -> String {
-    hash_value(&json!([
-        v["data"],
-        v["metadata"]["labels"],
-        v["metadata"]["annotations"]
-    ]))
+    crate::checksum::hash_parts(&[
+        &v["data"],
+        &v["metadata"]["labels"],
+        &v["metadata"]["annotations"],
+    ])
 }
 
 /// `cur` with what the principal owns of a repository Secret replaced by `want`'s: data, labels

@@ -142,6 +142,7 @@ fn to_wire_checked(ctx: &SessionCtx, ev: &Event) -> Result<eventstreamapi::Event
     let w = if ev.target.is_fire_and_forget() {
         ev.to_wire()
     } else {
+        // one copy of the queued event (its payload bytes shared), moved into the envelope
         let mut e = ev.clone();
         e.sent_at = Some(crate::event::now_rfc3339());
         if let Some(uid) = &ctx.principal_uid {
@@ -150,7 +151,7 @@ fn to_wire_checked(ctx: &SessionCtx, ev: &Event) -> Result<eventstreamapi::Event
                 crate::event::AttrValue::String(uid.to_string()),
             );
         }
-        e.to_wire()
+        e.into_wire()
     };
     let n = w.encoded_len();
     if n > ctx.max_event_size {
@@ -329,10 +330,11 @@ where
             handler.on_oversized(&eid, size).await;
             continue;
         }
-        let ev = match Event::from_wire(&msg) {
+        // the ids an error reply needs, read before the envelope is consumed
+        let (rid, eid) = raw_ids(&msg);
+        let ev = match Event::from_wire_owned(msg) {
             Ok(e) => e,
             Err(e) => {
-                let (rid, eid) = raw_ids(&msg);
                 tracing::warn!(error = %e, "received malformed event; answered with an error event");
                 ctx.metrics.error_reply("malformed");
                 out.send(Event::error_reply(

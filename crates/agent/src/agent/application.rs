@@ -16,12 +16,10 @@ use super::Inner;
 /// Local form of a principal object: our namespace, destination in-cluster, source UID annotated,
 /// no server-side metadata, no status.
 pub(super) fn to_local(principal_obj: &Value, ns: &str) -> Value {
-    let mut l = json!({
-        "apiVersion": "argoproj.io/v1alpha1",
-        "kind": "Application",
-        "metadata": o::portable_meta(principal_obj, ns),
-        "spec": principal_obj["spec"].clone(),
-    });
+    let mut l = application(
+        o::portable_meta(principal_obj, ns),
+        principal_obj["spec"].clone(),
+    );
     if l["spec"]["destination"].is_object() {
         let dns = l["spec"]["destination"]["namespace"].clone();
         l["spec"]["destination"] = json!({"name": "in-cluster"});
@@ -47,23 +45,31 @@ pub(super) fn to_local(principal_obj: &Value, ns: &str) -> Value {
 
 /// A local object reduced to what the principal gave us.
 pub(super) fn strip_local(obj: &Value) -> Value {
-    json!({
-        "apiVersion": "argoproj.io/v1alpha1",
-        "kind": "Application",
-        "metadata": o::portable_meta(obj, o::namespace(obj)),
-        "spec": obj["spec"].clone(),
-    })
+    application(
+        o::portable_meta(obj, o::namespace(obj)),
+        obj["spec"].clone(),
+    )
+}
+
+/// An Application of `metadata` and `spec` (moved in: `json!` would copy them once more).
+fn application(metadata: Value, spec: Value) -> Value {
+    let mut m = serde_json::Map::new();
+    m.insert("apiVersion".into(), "argoproj.io/v1alpha1".into());
+    m.insert("kind".into(), "Application".into());
+    m.insert("metadata".into(), metadata);
+    m.insert("spec".into(), spec);
+    Value::Object(m)
 }
 
 /// Hash of what an autonomous agent reports: spec, status, operation, labels, annotations.
 pub(super) fn report_hash(obj: &Value) -> String {
-    crate::checksum::hash_value(&json!([
-        obj["spec"],
-        obj["status"],
-        obj["operation"],
-        obj["metadata"]["labels"],
-        obj["metadata"]["annotations"]
-    ]))
+    crate::checksum::hash_parts(&[
+        &obj["spec"],
+        &obj["status"],
+        &obj["operation"],
+        &obj["metadata"]["labels"],
+        &obj["metadata"]["annotations"],
+    ])
 }
 
 /// Payload of a managed status update.
@@ -79,13 +85,27 @@ pub(super) fn status_payload(obj: &Value) -> Value {
 
 /// What a managed agent reports: status, operation, and whether a refresh is pending.
 pub(super) fn status_report_hash(obj: &Value) -> String {
-    crate::checksum::hash_value(&json!([obj["status"], obj["operation"], o::refresh(obj)]))
+    let refresh = Value::String(o::refresh(obj).to_string());
+    crate::checksum::hash_parts(&[&obj["status"], &obj["operation"], &refresh])
 }
 
 impl Inner {
-    /// Creates or updates the local object from `want` (local form).
-    pub(super) async fn upsert_local(&self, want: &Value, with_op: bool) -> Result<(), StoreError> {
-        self.upsert(Kind::Application, want, with_op).await
+    /// Creates or updates the local object from `want` (local form). `created`: the principal
+    /// created it (its operation is applied too), so it most likely does not exist here yet: it
+    /// is created first (one request instead of a read and a create), read and updated only if
+    /// it exists already.
+    pub(super) async fn upsert_local(&self, want: &Value, created: bool) -> Result<(), StoreError> {
+        if created {
+            match self
+                .store
+                .create_only(Kind::Application, want.clone())
+                .await
+            {
+                Err(StoreError::AlreadyExists) => {}
+                r => return r,
+            }
+        }
+        self.upsert(Kind::Application, want, created).await
     }
 
     /// Creates or updates the local object of `kind` from `want` (local form).
@@ -121,13 +141,13 @@ impl Inner {
         let name = o::name(want);
         for _ in 0..5 {
             let r = match self.store.get(kind, ns, name).await? {
-                None => self.store.create(kind, want.clone()).await.map(|_| ()),
+                None => self.store.create_only(kind, want.clone()).await,
                 Some(cur) => {
                     let n = overlay(&cur);
                     if n == cur {
                         Ok(())
                     } else {
-                        self.store.replace(kind, n).await.map(|_| ())
+                        self.store.replace_only(kind, n).await
                     }
                 }
             };
@@ -227,8 +247,16 @@ impl Inner {
                 {
                     return Ok(());
                 }
-                let mut copy = want.clone();
-                copy.as_object_mut().map(|m| m.remove("operation"));
+                // the copy we keep has no operation; without one it is the object written here
+                let want = Arc::new(want);
+                let copy = match want.get("operation") {
+                    Some(_) => {
+                        let mut c = (*want).clone();
+                        c.as_object_mut().map(|m| m.remove("operation"));
+                        Arc::new(c)
+                    }
+                    None => want.clone(),
+                };
                 let old = self
                     .copies
                     .lock()

@@ -177,11 +177,11 @@ struct Inner {
     queue: Arc<SendQueue>,
     source: Mutex<String>,
     /// managed: principal copies (local form) by name
-    copies: Mutex<HashMap<String, Value>>,
+    copies: Mutex<HashMap<String, Arc<Value>>>,
     /// last sent status hash (managed) / object hash (autonomous) by name
     sent: Mutex<HashMap<String, String>>,
     /// local objects by name (kept by the local watcher)
-    cache: Mutex<HashMap<String, Value>>,
+    cache: Mutex<HashMap<String, Arc<Value>>>,
     connected: AtomicBool,
     locks: o::KeyedLocks,
     last_error: Mutex<Option<String>>,
@@ -309,7 +309,7 @@ impl Agent {
                         .copies
                         .lock()
                         .expect("poisoned")
-                        .insert(inner.lkey(&obj), strip_local(&obj));
+                        .insert(inner.lkey(&obj), Arc::new(strip_local(&obj)));
                 }
             }
             match tokio::time::timeout_at(

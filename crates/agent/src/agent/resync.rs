@@ -24,6 +24,7 @@
 //! queued and resent until the other side ACKs it, across a cut (`Outbox::send_reliable`), as
 //! the peer's event writer resends its events.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use serde_json::Value;
@@ -96,7 +97,8 @@ impl Inner {
             // destination-based mapping: the principal's namespace stands for ours
             let ns = mapping::lookup_namespace(pns, &principal_ns, &self.cfg.namespace);
             let key = self.lkey_of(ns, name);
-            self.copies.lock().expect("poisoned").get(&key).cloned()
+            let copy = self.copies.lock().expect("poisoned").get(&key).cloned();
+            copy.map(Arc::unwrap_or_clone)
         };
         let sum = copy.as_ref().map(spec_checksum).unwrap_or_default();
         let src = self.source();
@@ -114,7 +116,7 @@ impl Inner {
     /// Managed: a `request-update` per copy the principal gave us (Applications, AppProjects);
     /// returns the `Kind/Name/UID` set items (UID: the principal's, from the source-uid annotation).
     pub(super) async fn send_request_updates(&self, out: &Outbox) -> Vec<String> {
-        let copies: Vec<Value> = self
+        let copies: Vec<Arc<Value>> = self
             .copies
             .lock()
             .expect("poisoned")

@@ -46,7 +46,7 @@ impl Inner {
                 };
                 match ev {
                     Ok(StoreEvent::Restarted(list)) => {
-                        let old = replace_cache_by(&self.cache, &list, |x| self.lkey(x));
+                        let old = replace_shared_cache(&self.cache, &list, |x| self.lkey(x));
                         if let Some(b) = buffer.as_mut() {
                             // the list is the newest state: held updates are stale
                             for obj in list.iter().chain(&old) {
@@ -71,7 +71,7 @@ impl Inner {
                                 .expect("poisoned")
                                 .iter()
                                 .filter(|(n, _)| !names.contains(n.as_str()))
-                                .map(|(_, v)| v.clone())
+                                .map(|(_, v)| Value::clone(v))
                                 .collect();
                             for c in missing {
                                 self.recreate(c);
@@ -82,6 +82,8 @@ impl Inner {
                         }
                     }
                     Ok(StoreEvent::Applied(obj)) => {
+                        // the cache and this handler share the object (no copy per change)
+                        let obj = Arc::new(obj);
                         let known = self
                             .cache
                             .lock()
@@ -91,8 +93,9 @@ impl Inner {
                         // --buffer-informer-event-interval: only updates wait
                         let obj = match buffer.as_mut() {
                             Some(b) if known => {
-                                match b.update(self.lkey(&obj), obj, tokio::time::Instant::now()) {
-                                    Some(obj) => obj,
+                                let now = tokio::time::Instant::now();
+                                match b.update(self.lkey(&obj), (*obj).clone(), now) {
+                                    Some(obj) => Arc::new(obj),
                                     None => continue,
                                 }
                             }
@@ -301,7 +304,8 @@ impl Inner {
                 .expect("poisoned")
                 .get(&me.lkey(&copy))
                 .cloned();
-            let Some(mut copy) = current else { return };
+            let Some(current) = current else { return };
+            let mut copy = Arc::unwrap_or_clone(current);
             let resync = deleted && me.cfg.on_recreate == crate::policy::RecreateAction::Resync;
             if resync {
                 copy["operation"] = serde_json::json!({"sync": {}});
@@ -326,9 +330,19 @@ impl Inner {
         let name = self.lkey(obj);
         match self.cfg.mode {
             Mode::Managed => {
-                let copy = self.copies.lock().expect("poisoned").get(&name).cloned();
-                let Some(copy) = copy else { return };
-                if o::full_spec_hash(obj) != o::full_spec_hash(&copy) {
+                // the principal's copy is read in place: copied only for a revert; an equal spec
+                // needs no hashing (the hashes decide only when the parsed forms differ, e.g.
+                // `1.0` against `1`)
+                let edited = {
+                    let copies = self.copies.lock().expect("poisoned");
+                    let Some(copy) = copies.get(&name) else {
+                        return;
+                    };
+                    (obj["spec"] != copy["spec"]
+                        && o::full_spec_hash(obj) != o::full_spec_hash(copy))
+                    .then(|| Value::clone(copy))
+                };
+                if let Some(copy) = edited {
                     tracing::info!(app = %name, "local edit of a managed application; reverting");
                     self.revert(copy);
                 }
@@ -377,7 +391,7 @@ impl Inner {
                     return;
                 }
                 let copy = self.copies.lock().expect("poisoned").get(&name).cloned();
-                if let Some(copy) = copy {
+                if let Some(copy) = copy.map(Arc::unwrap_or_clone) {
                     tracing::info!(app = %name, "local deletion of a managed application; recreating");
                     self.recreate(copy);
                 }
@@ -410,13 +424,33 @@ fn replace_cache_by(
     list: &[Value],
     key: impl Fn(&Value) -> String,
 ) -> Vec<Value> {
+    replace_cache_with(cache, list, key, Value::clone)
+}
+
+/// [`replace_cache_by`] of a cache that shares its objects.
+fn replace_shared_cache(
+    cache: &Mutex<HashMap<String, Arc<Value>>>,
+    list: &[Value],
+    key: impl Fn(&Value) -> String,
+) -> Vec<Value> {
+    replace_cache_with(cache, list, key, |x| Arc::new(x.clone()))
+}
+
+/// Replaces the cache with `list` (each entry made by `entry`); the objects it no longer has.
+fn replace_cache_with<V: std::borrow::Borrow<Value>>(
+    cache: &Mutex<HashMap<String, V>>,
+    list: &[Value],
+    key: impl Fn(&Value) -> String,
+    entry: impl Fn(&Value) -> V,
+) -> Vec<Value> {
     let names: std::collections::HashSet<String> = list.iter().map(&key).collect();
     let mut c = cache.lock().expect("poisoned");
     let vanished = c
         .values()
+        .map(|v| v.borrow())
         .filter(|v| !names.contains(&key(v)))
         .cloned()
         .collect();
-    *c = list.iter().map(|x| (key(x), x.clone())).collect();
+    *c = list.iter().map(|x| (key(x), entry(x))).collect();
     vanished
 }

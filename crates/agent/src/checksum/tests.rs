@@ -139,3 +139,18 @@ fn resync_events_are_sorted_by_the_kind_they_name() {
         ResyncKind::Handled
     );
 }
+
+/// The hash of several parts streamed into the hasher is the hash of their JSON array (what the
+/// change detection compared before it stopped building the array), escaping and order included.
+#[test]
+fn hash_parts_is_the_hash_of_the_array_of_the_parts() {
+    let a = parse(r#"{"z":1,"a":{"y":"<b> & \u2028","b":[2.5,null,true]}}"#);
+    let b = Value::Null;
+    let c = Value::String("refresh é".into());
+    assert_eq!(
+        hash_parts(&[&a, &b, &c]),
+        hash_value(&json!([a.clone(), b.clone(), c.clone()]))
+    );
+    assert_eq!(hash_parts(&[&a]), hex::encode(Sha256::digest(go_json(&a))));
+    assert_ne!(hash_parts(&[&a, &b]), hash_parts(&[&b, &a]));
+}

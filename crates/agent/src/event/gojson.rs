@@ -64,19 +64,47 @@ impl serde_json::ser::Formatter for GoFormatter {
 /// A value serialised with every object's keys sorted (Go's order for a map).
 struct Sorted<'a>(&'a Value);
 
+/// [`Sorted`] of an object without one of its top-level keys (a checksum that leaves a field out,
+/// without a copy of the object).
+struct SortedWithout<'a>(&'a Value, &'a str);
+
+/// An object's entries sorted by key, `skip` left out.
+fn sorted_entries<'a>(
+    m: &'a serde_json::Map<String, Value>,
+    skip: Option<&str>,
+) -> Vec<(&'a String, &'a Value)> {
+    let mut e: Vec<(&String, &Value)> =
+        m.iter().filter(|(k, _)| Some(k.as_str()) != skip).collect();
+    e.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    e
+}
+
+fn serialize_entries<S: serde::Serializer>(
+    s: S,
+    entries: Vec<(&String, &Value)>,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(entries.len()))?;
+    for (k, v) in entries {
+        map.serialize_entry(k, &Sorted(v))?;
+    }
+    map.end()
+}
+
+impl Serialize for SortedWithout<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Object(m) => serialize_entries(s, sorted_entries(m, Some(self.1))),
+            other => Sorted(other).serialize(s),
+        }
+    }
+}
+
 impl Serialize for Sorted<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::{SerializeMap, SerializeSeq};
+        use serde::ser::SerializeSeq;
         match self.0 {
-            Value::Object(m) => {
-                let mut keys: Vec<&String> = m.keys().collect();
-                keys.sort();
-                let mut map = s.serialize_map(Some(keys.len()))?;
-                for k in keys {
-                    map.serialize_entry(k, &Sorted(&m[k.as_str()]))?;
-                }
-                map.end()
-            }
+            Value::Object(m) => serialize_entries(s, sorted_entries(m, None)),
             Value::Array(a) => {
                 let mut seq = s.serialize_seq(Some(a.len()))?;
                 for x in a {
@@ -97,6 +125,20 @@ pub fn to_vec(v: &Value) -> Vec<u8> {
 /// Encodes `v` as Go's `json.Marshal` of a `map[string]any` would (keys sorted).
 pub fn to_vec_sorted(v: &Value) -> Vec<u8> {
     write(&Sorted(v))
+}
+
+/// Writes [`to_vec_sorted`]'s bytes of `v` to `w` (a hasher, without a buffer in between).
+pub fn write_sorted<W: std::io::Write>(w: W, v: &Value) -> std::io::Result<()> {
+    let mut ser = serde_json::Serializer::with_formatter(w, GoFormatter);
+    Sorted(v).serialize(&mut ser).map_err(std::io::Error::other)
+}
+
+/// [`write_sorted`] of `v` with its top-level key `skip` left out (when `v` is an object).
+pub fn write_sorted_without<W: std::io::Write>(w: W, v: &Value, skip: &str) -> std::io::Result<()> {
+    let mut ser = serde_json::Serializer::with_formatter(w, GoFormatter);
+    SortedWithout(v, skip)
+        .serialize(&mut ser)
+        .map_err(std::io::Error::other)
 }
 
 fn write(v: &impl Serialize) -> Vec<u8> {

@@ -306,6 +306,28 @@ pub fn error_data(name: &str, namespace: &str, message: &str, reason: &str) -> V
 impl Event {
     /// A new event about an object. `resource_id`/`event_id` derive from the object's metadata.
     pub fn for_object(source: &str, ty: EventType, target: Target, obj: &Value) -> Self {
+        Self {
+            data: obj.clone(),
+            ..Self::for_object_meta(source, ty, target, obj)
+        }
+    }
+
+    /// As [`Self::for_object`], with the payload given as its wire bytes (`gojson::to_vec` of
+    /// `obj`): what a send queue would turn it into, without a copy of the object.
+    pub fn for_object_wire(
+        source: &str,
+        ty: EventType,
+        target: Target,
+        obj: &Value,
+        wire: std::sync::Arc<[u8]>,
+    ) -> Self {
+        let mut ev = Self::for_object_meta(source, ty, target, obj);
+        ev.encoded_data = Some(wire);
+        ev
+    }
+
+    /// The event of `obj` without its payload.
+    fn for_object_meta(source: &str, ty: EventType, target: Target, obj: &Value) -> Self {
         let (ns, name, uid, rv) = meta_of(obj);
         Self {
             id: uuid::Uuid::new_v4().to_string(),
@@ -317,7 +339,7 @@ impl Event {
             event_id: format!("{}_{}_{}", name, uid, rv),
             sent_at: None,
             extra_attrs: BTreeMap::new(),
-            data: obj.clone(),
+            data: Value::Null,
             encoded_data: None,
         }
     }
@@ -414,28 +436,36 @@ impl Event {
 
     /// The SDK-level event (what `format.ToProto` is given).
     pub fn to_sdk(&self) -> SdkEvent {
-        let mut extensions = self.extra_attrs.clone();
-        let s = |v: &str| AttrValue::String(v.to_string());
-        extensions.insert(attr::RESOURCEID.into(), s(&self.resource_id));
-        extensions.insert(attr::EVENTID.into(), s(&self.event_id));
-        if let Some(sent) = &self.sent_at {
-            extensions.insert(attr::SENTAT.into(), s(sent));
+        self.clone().into_sdk()
+    }
+
+    /// The SDK-level event, consuming this one: the strings move, a compact payload's bytes are
+    /// shared.
+    pub fn into_sdk(self) -> SdkEvent {
+        let mut extensions = self.extra_attrs;
+        extensions.insert(attr::RESOURCEID.into(), AttrValue::String(self.resource_id));
+        extensions.insert(attr::EVENTID.into(), AttrValue::String(self.event_id));
+        if let Some(sent) = self.sent_at {
+            extensions.insert(attr::SENTAT.into(), AttrValue::String(sent));
         }
-        let (datacontenttype, data) = if let Some(b) = &self.encoded_data {
-            (CONTENT_TYPE_JSON.to_string(), b.to_vec())
+        let (datacontenttype, data) = if let Some(b) = self.encoded_data {
+            (CONTENT_TYPE_JSON.to_string(), bytes::Bytes::from_owner(b))
         } else if self.data.is_null() {
-            (String::new(), Vec::new())
+            (String::new(), bytes::Bytes::new())
         } else {
-            (CONTENT_TYPE_JSON.to_string(), gojson::to_vec(&self.data))
+            (
+                CONTENT_TYPE_JSON.to_string(),
+                gojson::to_vec(&self.data).into(),
+            )
         };
         SdkEvent {
-            id: self.id.clone(),
-            source: self.source.clone(),
+            id: self.id,
+            source: self.source,
             spec_version: SPEC_VERSION.into(),
             ty: self.ty.full(),
             datacontenttype,
             dataschema: self.target.as_str().into(),
-            subject: self.subject.clone(),
+            subject: self.subject,
             time: None,
             extensions,
             data,
@@ -444,15 +474,25 @@ impl Event {
 
     /// Encodes to the wire envelope, byte for byte as the peer's SDK does.
     pub fn to_wire(&self) -> eventstreamapi::Event {
+        self.clone().into_wire()
+    }
+
+    /// As [`Self::to_wire`], consuming the event (nothing copied).
+    pub fn into_wire(self) -> eventstreamapi::Event {
         eventstreamapi::Event {
-            event: Some(self.to_sdk().to_proto()),
+            event: Some(self.into_sdk().into_proto()),
         }
     }
 
     /// Decodes a wire envelope.
     pub fn from_wire(ev: &eventstreamapi::Event) -> Result<Self, DecodeError> {
-        let ce = ev.event.as_ref().ok_or(DecodeError::Empty)?;
-        Self::from_sdk(SdkEvent::from_proto(ce)?)
+        Self::from_wire_owned(ev.clone())
+    }
+
+    /// As [`Self::from_wire`], consuming the envelope (nothing copied).
+    pub fn from_wire_owned(ev: eventstreamapi::Event) -> Result<Self, DecodeError> {
+        let ce = ev.event.ok_or(DecodeError::Empty)?;
+        Self::from_sdk(SdkEvent::from_proto_owned(ce)?)
     }
 
     /// From the SDK-level event.
@@ -593,7 +633,7 @@ mod tests {
                 "traceparent"
             ]
         );
-        assert_eq!(ce.data, Some(Data::BinaryData(vec![])));
+        assert_eq!(ce.data, Some(Data::BinaryData(Default::default())));
     }
 
     #[test]
@@ -605,7 +645,7 @@ mod tests {
             Err(DecodeError::UnknownType("bogus".into()))
         );
         let mut w = Event::request("x", EventType::Ping, Target::Heartbeat, Value::Null).to_wire();
-        w.event.as_mut().unwrap().data = Some(Data::BinaryData(b"{not json".to_vec()));
+        w.event.as_mut().unwrap().data = Some(Data::BinaryData(b"{not json".to_vec().into()));
         assert!(matches!(Event::from_wire(&w), Err(DecodeError::Payload(_))));
         assert_eq!(
             Event::from_wire(&eventstreamapi::Event { event: None }),

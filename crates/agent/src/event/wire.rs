@@ -44,16 +44,33 @@ pub enum AttrValue {
 
 impl AttrValue {
     pub fn to_proto(&self) -> CloudEventAttributeValue {
+        self.clone().into_proto()
+    }
+
+    pub fn into_proto(self) -> CloudEventAttributeValue {
         let attr = match self {
-            Self::Boolean(b) => Attr::CeBoolean(*b),
-            Self::Integer(i) => Attr::CeInteger(*i),
-            Self::String(s) => Attr::CeString(s.clone()),
-            Self::Bytes(b) => Attr::CeBytes(b.clone()),
-            Self::Uri(s) => Attr::CeUri(s.clone()),
-            Self::UriRef(s) => Attr::CeUriRef(s.clone()),
-            Self::Timestamp(t) => Attr::CeTimestamp(*t),
+            Self::Boolean(b) => Attr::CeBoolean(b),
+            Self::Integer(i) => Attr::CeInteger(i),
+            Self::String(s) => Attr::CeString(s),
+            Self::Bytes(b) => Attr::CeBytes(b),
+            Self::Uri(s) => Attr::CeUri(s),
+            Self::UriRef(s) => Attr::CeUriRef(s),
+            Self::Timestamp(t) => Attr::CeTimestamp(t),
         };
         CloudEventAttributeValue { attr: Some(attr) }
+    }
+
+    /// As [`Self::from_proto`], consuming the value.
+    pub fn from_proto_owned(v: CloudEventAttributeValue) -> Option<Self> {
+        Some(match v.attr? {
+            Attr::CeBoolean(b) => Self::Boolean(b),
+            Attr::CeInteger(i) => Self::Integer(i),
+            Attr::CeString(s) => Self::String(s),
+            Attr::CeBytes(b) => Self::Bytes(b),
+            Attr::CeUri(s) => Self::Uri(s),
+            Attr::CeUriRef(s) => Self::UriRef(s),
+            Attr::CeTimestamp(t) => Self::Timestamp(t),
+        })
     }
 
     /// `None` for an attribute value with no kind set (the SDK fails on it).
@@ -97,7 +114,7 @@ pub struct SdkEvent {
     pub time: Option<prost_types::Timestamp>,
     pub extensions: BTreeMap<String, AttrValue>,
     /// Encoded data (`DataEncoded`); empty when there is none.
-    pub data: Vec<u8>,
+    pub data: bytes::Bytes,
 }
 
 /// Why a CloudEvent could not be read (the SDK's `FromProto` fails the same way).
@@ -110,44 +127,49 @@ pub enum WireError {
 impl SdkEvent {
     /// `format.ToProto`.
     pub fn to_proto(&self) -> CloudEvent {
+        self.clone().into_proto()
+    }
+
+    /// `format.ToProto`, consuming the event (nothing copied).
+    pub fn into_proto(self) -> CloudEvent {
         let mut attributes = BTreeMap::new();
+        let data = if self.datacontenttype == CONTENT_TYPE_PROTOBUF {
+            Data::ProtoData(prost_types::Any {
+                type_url: self.dataschema.clone(),
+                value: self.data.to_vec(),
+            })
+        } else {
+            Data::BinaryData(self.data)
+        };
         if !self.datacontenttype.is_empty() {
             attributes.insert(
                 DATACONTENTTYPE.to_string(),
-                AttrValue::String(self.datacontenttype.clone()).to_proto(),
+                AttrValue::String(self.datacontenttype).into_proto(),
             );
         }
         if !self.dataschema.is_empty() {
             attributes.insert(
                 DATASCHEMA.to_string(),
-                AttrValue::Uri(self.dataschema.clone()).to_proto(),
+                AttrValue::Uri(self.dataschema).into_proto(),
             );
         }
         if !self.subject.is_empty() {
             attributes.insert(
                 SUBJECT.to_string(),
-                AttrValue::String(self.subject.clone()).to_proto(),
+                AttrValue::String(self.subject).into_proto(),
             );
         }
         if let Some(t) = self.time {
-            attributes.insert(TIME.to_string(), AttrValue::Timestamp(t).to_proto());
+            attributes.insert(TIME.to_string(), AttrValue::Timestamp(t).into_proto());
         }
-        for (k, v) in &self.extensions {
-            attributes.insert(k.clone(), v.to_proto());
+        for (k, v) in self.extensions {
+            attributes.insert(k, v.into_proto());
         }
-        let data = if self.datacontenttype == CONTENT_TYPE_PROTOBUF {
-            Data::ProtoData(prost_types::Any {
-                type_url: self.dataschema.clone(),
-                value: self.data.clone(),
-            })
-        } else {
-            Data::BinaryData(self.data.clone())
-        };
         CloudEvent {
-            id: self.id.clone(),
-            source: self.source.clone(),
-            spec_version: self.spec_version.clone(),
-            r#type: self.ty.clone(),
+            id: self.id,
+            source: self.source,
+            spec_version: self.spec_version,
+            r#type: self.ty,
             attributes,
             data: Some(data),
         }
@@ -155,26 +177,32 @@ impl SdkEvent {
 
     /// `format.FromProto` (plus the `dataschema` leniency described in the module docs).
     pub fn from_proto(ce: &CloudEvent) -> Result<Self, WireError> {
+        Self::from_proto_owned(ce.clone())
+    }
+
+    /// As [`Self::from_proto`], consuming the CloudEvent (nothing copied).
+    pub fn from_proto_owned(ce: CloudEvent) -> Result<Self, WireError> {
         let mut e = SdkEvent {
-            id: ce.id.clone(),
-            source: ce.source.clone(),
-            spec_version: ce.spec_version.clone(),
-            ty: ce.r#type.clone(),
+            id: ce.id,
+            source: ce.source,
+            spec_version: ce.spec_version,
+            ty: ce.r#type,
             ..Default::default()
         };
-        match &ce.data {
-            Some(Data::BinaryData(b)) => e.data = b.clone(),
+        match ce.data {
+            Some(Data::BinaryData(b)) => e.data = b,
             // the SDK runs text through SetData; JSON text is taken as the JSON it holds
-            Some(Data::TextData(t)) => e.data = t.clone().into_bytes(),
+            Some(Data::TextData(t)) => e.data = t.into_bytes().into(),
             Some(Data::ProtoData(a)) => {
                 e.datacontenttype = CONTENT_TYPE_PROTOBUF.into();
-                e.data = a.value.clone();
+                e.data = a.value.into();
             }
             None => {}
         }
-        for (name, v) in &ce.attributes {
-            let v =
-                AttrValue::from_proto(v).ok_or_else(|| WireError::EmptyAttribute(name.clone()))?;
+        for (name, v) in ce.attributes {
+            let Some(v) = AttrValue::from_proto_owned(v) else {
+                return Err(WireError::EmptyAttribute(name));
+            };
             match name.as_str() {
                 DATACONTENTTYPE => {
                     e.datacontenttype = match v {
@@ -196,7 +224,7 @@ impl SdkEvent {
                     }
                 }
                 _ => {
-                    e.extensions.insert(name.clone(), v);
+                    e.extensions.insert(name, v);
                 }
             }
         }
@@ -239,11 +267,11 @@ mod tests {
     #[test]
     fn binary_data_is_set_even_without_data_and_protobuf_goes_as_any() {
         let ce = SdkEvent::default().to_proto();
-        assert_eq!(ce.data, Some(Data::BinaryData(vec![])));
+        assert_eq!(ce.data, Some(Data::BinaryData(Default::default())));
         let e = SdkEvent {
             datacontenttype: CONTENT_TYPE_PROTOBUF.into(),
             dataschema: "type.googleapis.com/x".into(),
-            data: vec![1, 2],
+            data: vec![1, 2].into(),
             ..Default::default()
         };
         let ce = e.to_proto();

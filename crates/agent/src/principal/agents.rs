@@ -101,9 +101,17 @@ impl Inner {
     }
 
     pub(super) fn cached(&self, ns: &str, name: &str) -> Option<Value> {
-        let g = self.cache.lock().expect("poisoned");
-        let b = g.get(ns).and_then(|m| m.get(name))?;
-        serde_json::from_slice(b).ok()
+        self.cached_with_wire(ns, name).map(|(h, _)| h)
+    }
+
+    /// The cached hub Application and its wire form (shared bytes).
+    pub(super) fn cached_with_wire(&self, ns: &str, name: &str) -> Option<(Value, Arc<[u8]>)> {
+        let b = {
+            let g = self.cache.lock().expect("poisoned");
+            g.get(ns).and_then(|m| m.get(name))?.clone()
+        };
+        let h = serde_json::from_slice(&b).ok()?;
+        Some((h, b))
     }
 
     /// Hub Application `ns/name` from the hub watch's cache, else from the API server (as the
@@ -184,8 +192,19 @@ impl Inner {
         self.push_target(a, ty, Target::Application, obj)
     }
 
+    /// An Application event whose payload is `obj` as the wire carries it (`wire`: those bytes,
+    /// shared with the hub cache: neither copied nor encoded again).
+    pub(super) fn push_wire(&self, a: &AgentState, ty: EventType, obj: &Value, wire: Arc<[u8]>) {
+        let ev = Event::for_object_wire(SOURCE, ty, Target::Application, obj, wire);
+        self.enqueue(a, ty, Target::Application, obj, ev)
+    }
+
     pub(super) fn push_target(&self, a: &AgentState, ty: EventType, target: Target, obj: &Value) {
-        let mut ev = Event::for_object(SOURCE, ty, target, obj);
+        let ev = Event::for_object(SOURCE, ty, target, obj);
+        self.enqueue(a, ty, target, obj, ev)
+    }
+
+    fn enqueue(&self, a: &AgentState, ty: EventType, target: Target, obj: &Value, mut ev: Event) {
         crate::otel::inject(&mut ev);
         let key = match target == Target::Application && self.mapped(a) {
             true => o::app_qkey(o::namespace(obj), o::name(obj)),

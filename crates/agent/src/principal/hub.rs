@@ -69,10 +69,10 @@ impl Inner {
                         let old =
                             std::mem::replace(&mut *self.cache.lock().expect("poisoned"), by_ns);
                         for (ns, name) in keys {
-                            if let Some(h) = self.cached(&ns, &name) {
+                            if let Some((h, enc)) = self.cached_with_wire(&ns, &name) {
                                 let known = old.get(&ns).is_some_and(|m| m.contains_key(&name));
                                 let _s = self.app_span(otel::op_of(known), &h).entered();
-                                self.on_hub_apply(&ns, &h);
+                                self.on_hub_apply(&ns, &h, Some(&enc));
                             }
                         }
                         let mut gone = Vec::new();
@@ -98,16 +98,17 @@ impl Inner {
                     }
                     Ok(WatchEvent::Applied(h)) if self.ns_allowed(o::namespace(&h)) => {
                         let ns = o::namespace(&h).to_string();
+                        let enc = super::compact(&h);
                         let known = self
                             .cache
                             .lock()
                             .expect("poisoned")
                             .entry(ns.clone())
                             .or_default()
-                            .insert(o::name(&h).to_string(), super::compact(&h))
+                            .insert(o::name(&h).to_string(), enc.clone())
                             .is_some();
                         let _s = self.app_span(otel::op_of(known), &h).entered();
-                        self.on_hub_apply(&ns, &h);
+                        self.on_hub_apply(&ns, &h, Some(&enc));
                     }
                     Ok(WatchEvent::Deleted(h)) if self.ns_allowed(o::namespace(&h)) => {
                         let ns = o::namespace(&h).to_string();
@@ -419,8 +420,10 @@ impl Inner {
         }
     }
 
-    pub(super) fn on_hub_apply(self: &Arc<Self>, ns: &str, h: &Value) {
-        if self.cfg.destination_based_mapping && self.on_hub_apply_mapped(ns, h) {
+    /// The hub Application `h` of `ns` changed; `enc`: its wire form when the caller has it (a
+    /// `create` carries those bytes as they are).
+    pub(super) fn on_hub_apply(self: &Arc<Self>, ns: &str, h: &Value, enc: Option<&Arc<[u8]>>) {
+        if self.cfg.destination_based_mapping && self.on_hub_apply_mapped(ns, h, enc) {
             return;
         }
         let Some(a) = self.agent(ns) else { return };
@@ -435,7 +438,7 @@ impl Inner {
         let mode = *a.mode.lock().expect("poisoned");
         let name = o::name(h).to_string();
         match mode {
-            Mode::Managed => self.apply_managed(&a, name, h),
+            Mode::Managed => self.apply_managed(&a, name, h, enc),
             Mode::Autonomous => {
                 let mut views = a.views.lock().expect("poisoned");
                 let Some(v) = views.get_mut(&name) else {
@@ -479,8 +482,14 @@ impl Inner {
     }
 
     /// A managed agent's hub Application `h` changed; `name` is its view key (the name, or
-    /// `<ns>/<name>` under destination-based mapping).
-    pub(super) fn apply_managed(self: &Arc<Self>, a: &Arc<AgentState>, name: String, h: &Value) {
+    /// `<ns>/<name>` under destination-based mapping); `enc`: `h`'s wire form, if known.
+    pub(super) fn apply_managed(
+        self: &Arc<Self>,
+        a: &Arc<AgentState>,
+        name: String,
+        h: &Value,
+        enc: Option<&Arc<[u8]>>,
+    ) {
         let (spec, op, st) = (spec_checksum(h), o::op_hash(h), o::status_hash(h));
         let mut views = a.views.lock().expect("poisoned");
         if o::deleting(h) {
@@ -495,7 +504,10 @@ impl Inner {
         }
         match views.get_mut(&name) {
             None => {
-                self.push(a, EventType::Create, h);
+                match enc {
+                    Some(enc) => self.push_wire(a, EventType::Create, h, enc.clone()),
+                    None => self.push(a, EventType::Create, h),
+                }
                 views.insert(
                     name,
                     View {

@@ -196,13 +196,12 @@ impl PrincipalConfig {
 }
 
 /// Hub Applications by namespace, then name, each as its JSON bytes.
-type HubCache = HashMap<String, HashMap<String, Box<[u8]>>>;
+type HubCache = HashMap<String, HashMap<String, Arc<[u8]>>>;
 
-/// The cache form of a hub object.
-fn compact(h: &Value) -> Box<[u8]> {
-    serde_json::to_vec(h)
-        .expect("a JSON value serializes")
-        .into_boxed_slice()
+/// The cache form of a hub object: its JSON as the wire carries it (Go's encoding), so that a
+/// `create` for an agent shares these bytes instead of copying and encoding the object again.
+fn compact(h: &Value) -> Arc<[u8]> {
+    crate::event::gojson::to_vec(h).into()
 }
 
 #[derive(Default, Clone)]

@@ -49,7 +49,12 @@ impl Inner {
 
     /// Hub watcher, mapping on: routes `h` by destination. `false`: not for mapping (an
     /// autonomous agent's namespace), the caller goes on as without mapping.
-    pub(super) fn on_hub_apply_mapped(self: &Arc<Self>, ns: &str, h: &Value) -> bool {
+    pub(super) fn on_hub_apply_mapped(
+        self: &Arc<Self>,
+        ns: &str,
+        h: &Value,
+        enc: Option<&Arc<[u8]>>,
+    ) -> bool {
         let key = mapping::key(ns, o::name(h));
         if self.autonomous_namespace(ns) {
             // an autonomous agent's copy belongs to the agent its namespace names (peer:
@@ -72,7 +77,7 @@ impl Inner {
         if let Some(a) = target.and_then(|t| self.agent(t))
             && self.mapped(&a)
         {
-            self.apply_managed(&a, key, h);
+            self.apply_managed(&a, key, h, enc);
         }
         true
     }

@@ -4,8 +4,15 @@ use super::*;
 
 type Key = (Kind, String, String);
 
+/// A stored object: shared by the map and the change broadcast, so that a write copies it once
+/// (for its caller) and each watcher copies only the changes it follows.
+type Stored = Arc<Value>;
+
+/// One change as broadcast: the kind, whether the object is gone, and the object.
+type Change = (Kind, bool, Stored);
+
 struct MemInner {
-    objects: BTreeMap<Key, Value>,
+    objects: BTreeMap<Key, Stored>,
     rv: u64,
     /// namespaces made by `ensure_namespace` (objects never need one here)
     namespaces: std::collections::BTreeSet<String>,
@@ -14,7 +21,8 @@ struct MemInner {
 }
 
 impl MemInner {
-    fn object(&self, kind: Kind, ns: &str, name: &str) -> Option<Value> {
+    /// The stored object (shared; the caller copies it after the lock is released).
+    fn object(&self, kind: Kind, ns: &str, name: &str) -> Option<Stored> {
         self.objects
             .get(&(kind, ns.to_string(), name.to_string()))
             .cloned()
@@ -27,7 +35,7 @@ pub struct MemStore {
     inner: Arc<Mutex<MemInner>>,
     /// Changes, shared: a watcher clones only the events of its kind and namespace (a busy hub
     /// store has a watcher per kind; a deep copy per watcher per write was most of a watch's cost).
-    tx: broadcast::Sender<(Kind, Arc<StoreEvent>)>,
+    tx: broadcast::Sender<Change>,
 }
 
 impl Default for MemStore {
@@ -80,7 +88,7 @@ impl MemStore {
         mut obj: Value,
         is_create: bool,
         check_rv: bool,
-    ) -> StoreResult<Value> {
+    ) -> StoreResult<Stored> {
         let (ns, name) = ns_name(&obj);
         if name.is_empty() || ns.is_empty() {
             return Err(StoreError::Invalid(
@@ -90,13 +98,13 @@ impl MemStore {
         let mut g = self.inner.lock().expect("poisoned");
         let key = (kind, ns, name);
         // the stored object is read in place (its copy was a third of a write's cost)
-        let existing = g.objects.get(&key);
-        match (existing, is_create) {
+        let existing = g.objects.get(&key).cloned();
+        match (&existing, is_create) {
             (Some(_), true) => return Err(StoreError::AlreadyExists),
             (None, false) => return Err(StoreError::NotFound),
             _ => {}
         }
-        if let Some(old) = existing {
+        if let Some(old) = existing.as_deref() {
             if check_rv {
                 let want = obj["metadata"]["resourceVersion"]
                     .as_str()
@@ -124,16 +132,15 @@ impl MemStore {
                 }
             }
             if old == &obj {
-                return Ok(obj);
+                return Ok(Arc::new(obj));
             }
             if has_deletion_timestamp(&obj) && !has_finalizers(&obj) {
                 // the last finalizer is gone: the object goes away
                 g.objects.remove(&key);
                 g.rv += 1;
-                let _ = self
-                    .tx
-                    .send((kind, Arc::new(StoreEvent::Deleted(obj.clone()))));
-                return Ok(obj);
+                let gone = Arc::new(obj);
+                let _ = self.tx.send((kind, true, gone.clone()));
+                return Ok(gone);
             }
         } else {
             if let Some(m) = obj["metadata"].as_object_mut() {
@@ -146,11 +153,10 @@ impl MemStore {
         obj["metadata"]["resourceVersion"] = json!(g.rv.to_string());
         obj["apiVersion"] = json!(kind.api_version());
         obj["kind"] = json!(kind.as_str());
-        g.objects.insert(key, obj.clone());
-        let _ = self
-            .tx
-            .send((kind, Arc::new(StoreEvent::Applied(obj.clone()))));
-        Ok(obj)
+        let stored = Arc::new(obj);
+        g.objects.insert(key, stored.clone());
+        let _ = self.tx.send((kind, false, stored.clone()));
+        Ok(stored)
     }
 
     /// The changes of `kind` in `ns` from now on (a lagging receiver restarts with the list).
@@ -168,16 +174,16 @@ impl MemStore {
             async move {
                 loop {
                     match rx.recv().await {
-                        Ok((k, ev)) if k == kind => {
-                            let obj = match &*ev {
-                                StoreEvent::Applied(o) | StoreEvent::Deleted(o) => o,
-                                StoreEvent::Restarted(_) => continue,
-                            };
+                        Ok((k, gone, obj)) if k == kind => {
                             if ns
                                 .as_deref()
                                 .is_none_or(|n| obj["metadata"]["namespace"] == n)
                             {
-                                let ev = Arc::try_unwrap(ev).unwrap_or_else(|a| (*a).clone());
+                                let obj = Arc::unwrap_or_clone(obj);
+                                let ev = match gone {
+                                    true => StoreEvent::Deleted(obj),
+                                    false => StoreEvent::Applied(obj),
+                                };
                                 return Some((Ok(ev), rx));
                             }
                         }
@@ -194,6 +200,12 @@ impl MemStore {
     }
 
     fn list_sync(&self, kind: Kind, ns: Option<&str>) -> Vec<Value> {
+        let shared: Vec<Stored> = self.list_shared(kind, ns);
+        shared.into_iter().map(Arc::unwrap_or_clone).collect()
+    }
+
+    /// The objects of `kind` (in `ns`), shared: copied by the caller outside the lock.
+    fn list_shared(&self, kind: Kind, ns: Option<&str>) -> Vec<Stored> {
         let g = self.inner.lock().expect("poisoned");
         match ns {
             // keys sort by (kind, namespace, name): one namespace is a contiguous range
@@ -252,15 +264,25 @@ impl Store for MemStore {
         Ok(self.list_sync(kind, ns))
     }
     async fn get(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<Option<Value>> {
-        let mut g = self.inner.lock().expect("poisoned");
-        *g.reads.entry(kind).or_default() += 1;
-        Ok(g.object(kind, ns, name))
+        let o = {
+            let mut g = self.inner.lock().expect("poisoned");
+            *g.reads.entry(kind).or_default() += 1;
+            g.object(kind, ns, name)
+        };
+        Ok(o.map(Arc::unwrap_or_clone))
     }
+    // the one copy of a write is the caller's, made after the lock is released
     async fn create(&self, kind: Kind, obj: Value) -> StoreResult<Value> {
-        self.write(kind, obj, true, false)
+        self.write(kind, obj, true, false).map(Arc::unwrap_or_clone)
     }
     async fn replace(&self, kind: Kind, obj: Value) -> StoreResult<Value> {
-        self.write(kind, obj, false, true)
+        self.write(kind, obj, false, true).map(Arc::unwrap_or_clone)
+    }
+    async fn create_only(&self, kind: Kind, obj: Value) -> StoreResult<()> {
+        self.write(kind, obj, true, false).map(drop)
+    }
+    async fn replace_only(&self, kind: Kind, obj: Value) -> StoreResult<()> {
+        self.write(kind, obj, false, true).map(drop)
     }
     async fn merge_patch(
         &self,
@@ -271,9 +293,10 @@ impl Store for MemStore {
     ) -> StoreResult<Value> {
         // one request to an API server, not a read and a write: not counted in `reads`
         let cur = self.inner.lock().expect("poisoned").object(kind, ns, name);
-        let mut cur = cur.ok_or(StoreError::NotFound)?;
+        let mut cur = Arc::unwrap_or_clone(cur.ok_or(StoreError::NotFound)?);
         merge_json(&mut cur, &patch);
         self.write(kind, cur, false, false)
+            .map(Arc::unwrap_or_clone)
     }
     async fn delete(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<()> {
         let key = (kind, ns.to_string(), name.to_string());
@@ -284,17 +307,18 @@ impl Store for MemStore {
         if has_finalizers(&cur) {
             // like the API server: finalizers hold the object, marked for deletion
             if !has_deletion_timestamp(&cur) {
-                let mut n = cur;
+                let mut n = (*cur).clone();
                 g.rv += 1;
                 n["metadata"]["deletionTimestamp"] = json!(jiff::Timestamp::now().to_string());
                 n["metadata"]["resourceVersion"] = json!(g.rv.to_string());
+                let n = Arc::new(n);
                 g.objects.insert(key, n.clone());
-                let _ = self.tx.send((kind, Arc::new(StoreEvent::Applied(n))));
+                let _ = self.tx.send((kind, false, n));
             }
             return Ok(());
         }
         if let Some(o) = g.objects.remove(&key) {
-            let _ = self.tx.send((kind, Arc::new(StoreEvent::Deleted(o))));
+            let _ = self.tx.send((kind, true, o));
         }
         Ok(())
     }
@@ -333,7 +357,7 @@ impl Store for MemStore {
         let me = self.clone();
         let items = futures::stream::iter(keys).filter_map(move |k| {
             let o = me.inner.lock().expect("poisoned").objects.get(&k).cloned();
-            futures::future::ready(o.map(|o| Ok(WatchEvent::InitApply(o))))
+            futures::future::ready(o.map(|o| Ok(WatchEvent::InitApply(Arc::unwrap_or_clone(o)))))
         });
         futures::stream::once(futures::future::ready(Ok(WatchEvent::Init)))
             .chain(items)

@@ -187,6 +187,15 @@ pub trait Store: Send + Sync + 'static {
     async fn create(&self, kind: Kind, obj: Value) -> StoreResult<Value>;
     /// Replaces `obj`; its `metadata.resourceVersion` must be current (else `Conflict`).
     async fn replace(&self, kind: Kind, obj: Value) -> StoreResult<Value>;
+    /// [`Self::create`] for a caller that does not read the stored object back (the in-memory
+    /// store then makes no copy of it).
+    async fn create_only(&self, kind: Kind, obj: Value) -> StoreResult<()> {
+        self.create(kind, obj).await.map(|_| ())
+    }
+    /// [`Self::replace`] for a caller that does not read the stored object back.
+    async fn replace_only(&self, kind: Kind, obj: Value) -> StoreResult<()> {
+        self.replace(kind, obj).await.map(|_| ())
+    }
     /// JSON merge patch (RFC 7386).
     async fn merge_patch(
         &self,
