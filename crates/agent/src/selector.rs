@@ -68,6 +68,12 @@ impl Store for SelectedStore {
     async fn replace(&self, kind: Kind, obj: Value) -> StoreResult<Value> {
         self.inner.replace(kind, obj).await
     }
+    async fn create_only(&self, kind: Kind, obj: Value) -> StoreResult<()> {
+        self.inner.create_only(kind, obj).await
+    }
+    async fn replace_only(&self, kind: Kind, obj: Value) -> StoreResult<()> {
+        self.inner.replace_only(kind, obj).await
+    }
     async fn merge_patch(
         &self,
         kind: Kind,

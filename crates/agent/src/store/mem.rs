@@ -389,6 +389,36 @@ mod tests {
             .collect()
     }
 
+    /// `create_only` stores what `create` would (uid, resourceVersion, the watchers' event) and
+    /// refuses an existing name the same way; a watcher's copy is its own.
+    #[tokio::test]
+    async fn create_only_stores_and_broadcasts_like_create() {
+        let s = MemStore::new();
+        let mut w = s.watch(Kind::Application, Some("ns1"));
+        assert!(matches!(w.next().await, Some(Ok(StoreEvent::Restarted(l))) if l.is_empty()));
+        s.create_only(Kind::Application, app("ns1", "a"))
+            .await
+            .unwrap();
+        let got = s.get(Kind::Application, "ns1", "a").await.unwrap().unwrap();
+        assert_eq!(got["metadata"]["resourceVersion"], "1");
+        assert!(!got["metadata"]["uid"].as_str().unwrap().is_empty());
+        match w.next().await {
+            Some(Ok(StoreEvent::Applied(mut o))) => {
+                assert_eq!(o, got);
+                o["spec"] = json!({"changed": true});
+            }
+            other => panic!("expected the create, got {other:?}"),
+        }
+        assert_eq!(
+            s.get(Kind::Application, "ns1", "a").await.unwrap(),
+            Some(got)
+        );
+        assert!(matches!(
+            s.create_only(Kind::Application, app("ns1", "a")).await,
+            Err(StoreError::AlreadyExists)
+        ));
+    }
+
     /// The streamed list reads each object when it is reached: one deleted meanwhile is not
     /// listed, and its deletion follows; only the watched namespace is listed.
     #[tokio::test]

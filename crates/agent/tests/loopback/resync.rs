@@ -233,3 +233,40 @@ async fn a_fresh_managed_agent_is_resynced_from_the_hub_cache() {
     a.shutdown().await;
     p.shutdown().await;
 }
+
+/// Applications the principal creates on a connected managed agent cost its cluster one read
+/// each (the identity check of the adoption and UID-mismatch policies) and one write: the write
+/// is not preceded by a second read of the same object (on a real cluster, a GET answered 404).
+#[tokio::test]
+async fn a_created_application_costs_the_agent_one_read_and_one_write() {
+    use argocd_pull_agent::store::StoreEvent;
+    use futures::StreamExt;
+    let pki = LocalPki::new().unwrap();
+    let (hub, spoke) = (MemStore::new(), MemStore::new());
+    let p = principal(&pki, &hub, "127.0.0.1:0").await;
+    let a = agent(&pki, &p, "c1", Mode::Managed, &spoke).await;
+    wait_idle(|| p.agent_idle("c1") && a.idle()).await;
+    let mut w = spoke.watch(Kind::Application, Some("argocd"));
+    let reads_before = spoke.reads(Kind::Application);
+    for i in 0..20 {
+        put(&hub, app("c1", &format!("app-{i}"), "v1")).await;
+    }
+    let mut created = std::collections::HashSet::new();
+    tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while created.len() < 20 {
+            if let Some(Ok(StoreEvent::Applied(o))) = w.next().await {
+                created.insert(o["metadata"]["name"].as_str().unwrap_or("").to_string());
+            }
+        }
+    })
+    .await
+    .expect("the 20 Applications reach the agent's cluster");
+    wait_idle(|| p.agent_idle("c1") && a.idle()).await;
+    assert_eq!(
+        spoke.reads(Kind::Application) - reads_before,
+        20,
+        "reads of local Applications for 20 creates: one identity check each, nothing more"
+    );
+    a.shutdown().await;
+    p.shutdown().await;
+}
