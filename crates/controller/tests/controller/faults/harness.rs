@@ -19,6 +19,7 @@ use argocd_pull_api::names::{
 use argocd_pull_api::ocm::cluster::ManagedCluster;
 use argocd_pull_api::ocm::work::ManifestWork;
 use argocd_pull_domain::{WorkOptions, desired_work, work_differs, work_name};
+pub use argocd_pull_realenv_faults::ApiServerDown;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -233,48 +234,18 @@ impl Real {
 
     /// Stops the hub kube-apiserver (SIGTERM, SIGKILL after 15 s, then waits for the process to end). The returned
     /// guard starts it again with `$REALK8S/up.sh` when dropped (also on a failing test).
-    pub fn stop_hub_apiserver(&self) -> ApiServerStopped {
+    pub fn stop_hub_apiserver(&self) -> ApiServerDown {
         self.end_hub_apiserver("-TERM", Duration::from_secs(15))
     }
 
     /// Kills the hub kube-apiserver (SIGKILL: no drain, every connection reset at once) and
     /// waits for the process to end. The returned guard starts it again with `$REALK8S/up.sh`.
-    pub fn kill_hub_apiserver(&self) -> ApiServerStopped {
+    pub fn kill_hub_apiserver(&self) -> ApiServerDown {
         self.end_hub_apiserver("-KILL", Duration::ZERO)
     }
 
-    fn end_hub_apiserver(&self, signal: &str, drain: Duration) -> ApiServerStopped {
-        let pidfile = self.realk8s.join("run/apiserver-hub.pid");
-        let pid = std::fs::read_to_string(&pidfile)
-            .unwrap_or_else(|e| panic!("{}: {e}", pidfile.display()))
-            .trim()
-            .to_string();
-        let guard = ApiServerStopped {
-            up: self.realk8s.join("up.sh"),
-        };
-        let status = Command::new("kill").args([signal, &pid]).status().unwrap();
-        assert!(status.success(), "kill {signal} {pid}");
-        let proc = PathBuf::from(format!("/proc/{pid}"));
-        // kube-apiserver drains in-flight requests first; an outage is abrupt after a grace
-        // period: SIGKILL after it.
-        let grace = Instant::now() + drain;
-        let deadline = grace + Duration::from_secs(30);
-        let mut killed = false;
-        while proc.exists() && !is_zombie(&proc) {
-            if !killed && signal != "-KILL" && Instant::now() > grace {
-                eprintln!("faults: kube-apiserver {pid} still drains after {drain:?}; SIGKILL");
-                let _ = Command::new("kill").args(["-KILL", &pid]).status();
-                killed = true;
-            }
-            assert!(Instant::now() < deadline, "kube-apiserver {pid} still runs");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        // A stopped process whose parent (up.sh's nohup) is gone may stay a zombie until init
-        // reaps it; `kill -0` still succeeds on a zombie, so up.sh would take it for running.
-        // Without its pid file, up.sh starts a new one.
-        let _ = std::fs::remove_file(&pidfile);
-        eprintln!("faults: hub kube-apiserver {pid} stopped");
-        guard
+    fn end_hub_apiserver(&self, signal: &str, drain: Duration) -> ApiServerDown {
+        argocd_pull_realenv_faults::end_hub_apiserver(&self.realk8s, signal, drain, "faults")
     }
 
     /// The current revision of the hub's etcd, then a compaction to it (through etcd's gRPC
@@ -297,18 +268,6 @@ impl Real {
     }
 }
 
-fn is_zombie(proc: &Path) -> bool {
-    std::fs::read_to_string(proc.join("stat"))
-        .map(|s| {
-            s.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-        .unwrap_or(true)
-}
-
 fn curl_json(url: &str, body: &Value) -> Value {
     let out = Command::new("curl")
         .args(["-sS", "--max-time", "10", "-X", "POST", "-d"])
@@ -323,60 +282,6 @@ fn curl_json(url: &str, body: &Value) -> Value {
     );
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{url}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
-}
-
-/// While it lives, the hub API server is stopped; dropping it runs `$REALK8S/up.sh`, which
-/// starts what is not running and waits until the hub answers.
-pub struct ApiServerStopped {
-    up: PathBuf,
-}
-
-impl ApiServerStopped {
-    /// Starts the API server again now (what dropping the guard does).
-    pub fn restart(self) {
-        drop(self);
-    }
-}
-
-impl Drop for ApiServerStopped {
-    fn drop(&mut self) {
-        let t0 = Instant::now();
-        // up.sh gives the API server 60 s to answer; on a busy machine a start can take longer,
-        // and up.sh is idempotent: try up to three times.
-        let mut out = up_without_inherited_fds(&self.up).output();
-        for _ in 0..2 {
-            if matches!(&out, Ok(o) if o.status.success()) {
-                break;
-            }
-            out = up_without_inherited_fds(&self.up).output();
-        }
-        match out {
-            Ok(o) if o.status.success() => {
-                eprintln!("faults: hub up again after {:?}", t0.elapsed())
-            }
-            Ok(o) => eprintln!(
-                "faults: {} failed: {}{}",
-                self.up.display(),
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            ),
-            Err(e) => eprintln!("faults: cannot run {}: {e}", self.up.display()),
-        }
-    }
-}
-
-/// `up.sh` with every file descriptor above stderr closed first: the daemons it starts (the
-/// API server) outlive the test, and an inherited descriptor would go with them — the
-/// `flock /root/realk8s.lock` the shared env is used under would then be held until the API
-/// server stops again (seen: every other engineer blocked).
-fn up_without_inherited_fds(up: &Path) -> Command {
-    let mut c = Command::new("bash");
-    c.arg("-c")
-        .arg(
-            r#"for f in /proc/$$/fd/*; do n=${f##*/}; [ "$n" -gt 2 ] && eval "exec $n>&-"; done 2>/dev/null; exec "$0" "$@""#,
-        )
-        .arg(up);
-    c
 }
 
 /// The controller child process (killed, -9, when dropped).
@@ -641,17 +546,7 @@ impl Fleet {
     /// Polls (every 100 ms) until the API server answers a list of this fleet's Applications;
     /// returns when it first did.
     pub async fn until_answers(&self) -> Instant {
-        let api = self.apps();
-        loop {
-            if api
-                .list_metadata(&ListParams::default().limit(1))
-                .await
-                .is_ok()
-            {
-                return Instant::now();
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        argocd_pull_realenv_faults::until_answers(&self.apps()).await
     }
 
     /// The UID of every work of this fleet, by namespace/name.
@@ -853,22 +748,12 @@ pub fn ok_or_exists<T>(r: kube::Result<T>) {
 
 /// Runs `f` until it succeeds, for up to [`CONVERGE`] (a fault may make the API server
 /// unreachable for a while).
-pub async fn retrying<F, Fut>(what: &str, mut f: F)
+pub async fn retrying<F, Fut>(what: &str, f: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = kube::Result<()>>,
 {
-    let t0 = Instant::now();
-    loop {
-        match f().await {
-            Ok(()) => return,
-            Err(e) if t0.elapsed() < CONVERGE => {
-                tracing::debug!(what, error = %e, "retrying");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("{what}: {e}"),
-        }
-    }
+    argocd_pull_realenv_faults::retrying(what, CONVERGE, f).await
 }
 
 /// Applications against works.

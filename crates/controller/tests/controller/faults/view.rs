@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use argocd_pull_api::argocd::Application;
 use argocd_pull_api::names::{ANNOTATION_HUB_APPLICATION_NAMESPACE, LABEL_PULL_TO_OCM};
 use argocd_pull_api::ocm::work::ManifestWork;
+use argocd_pull_realenv_faults::Every;
 use futures::StreamExt;
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::utils::Backoff;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
@@ -27,20 +27,6 @@ use super::harness::{Audit, CONVERGE, Fleet};
 /// How often a view's watch retries while the API server is away: it must not add a backoff of
 /// its own to the time it measures.
 const RETRY: Duration = Duration::from_millis(100);
-
-/// A fixed retry interval.
-struct Every(Duration);
-
-impl Iterator for Every {
-    type Item = Duration;
-    fn next(&mut self) -> Option<Duration> {
-        Some(self.0)
-    }
-}
-
-impl Backoff for Every {
-    fn reset(&mut self) {}
-}
 
 /// The fleet's Applications and works as the watches last delivered them.
 pub struct FleetView {

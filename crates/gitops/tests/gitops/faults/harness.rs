@@ -3,10 +3,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub use argocd_pull_realenv_faults::{
+    ApiServerDown, Every, end_hub_apiserver, retrying_unless, utc,
+};
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::Value;
@@ -100,29 +103,6 @@ pub async fn apply(client: &Client, ar: &ApiResource, obj: Value) {
         )
         .await
         .unwrap_or_else(|e| panic!("applying {} {name}: {e}", ar.kind));
-}
-
-pub fn is_code<T>(r: &kube::Result<T>, code: u16) -> bool {
-    matches!(r, Err(kube::Error::Api(s)) if s.code == code)
-}
-
-/// Runs `f` until it succeeds (the API server may be down), for up to [`CONVERGE`].
-pub async fn retrying<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = kube::Result<()>>,
-{
-    let t0 = Instant::now();
-    loop {
-        match f().await {
-            Ok(()) => return,
-            Err(e) if t0.elapsed() < CONVERGE => {
-                tracing::debug!(what, error = %e, "retrying");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("{what}: {e}"),
-        }
-    }
 }
 
 /// Waits, polling every 500 ms for at most [`CONVERGE`], until `done` (setup and cleanup only,
@@ -268,90 +248,12 @@ impl Drop for Controller {
     }
 }
 
-/// While it lives the hub API server is down; dropping it runs `$REALK8S/up.sh` (also when a
-/// test fails), which starts what is not running and waits until the env answers.
-pub struct ApiServerDown {
-    pub up: PathBuf,
-}
-
-impl Drop for ApiServerDown {
-    fn drop(&mut self) {
-        let t0 = Instant::now();
-        // up.sh gives the API server 60 s; on a busy machine a start can take longer, and
-        // up.sh is idempotent: up to three tries
-        let mut out = up_without_inherited_fds(&self.up).output();
-        for _ in 0..2 {
-            if matches!(&out, Ok(o) if o.status.success()) {
-                break;
-            }
-            out = up_without_inherited_fds(&self.up).output();
-        }
-        match out {
-            Ok(o) if o.status.success() => {
-                eprintln!("gitops-faults: up.sh done after {:?}", t0.elapsed())
-            }
-            Ok(o) => eprintln!(
-                "gitops-faults: {} failed: {}{}",
-                self.up.display(),
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            ),
-            Err(e) => eprintln!("gitops-faults: cannot run {}: {e}", self.up.display()),
-        }
-    }
-}
-
-/// `up.sh` with every descriptor above stderr closed: the API server it starts outlives the
-/// test and must not inherit the `flock` on the shared env's lock file.
-pub fn up_without_inherited_fds(up: &Path) -> Command {
-    let mut c = Command::new("bash");
-    c.arg("-c")
-        .arg(
-            r#"for f in /proc/$$/fd/*; do n=${f##*/}; [ "$n" -gt 2 ] && eval "exec $n>&-"; done 2>/dev/null; exec "$0" "$@""#,
-        )
-        .arg(up);
-    c
-}
-
-pub fn is_zombie(proc: &Path) -> bool {
-    std::fs::read_to_string(proc.join("stat"))
-        .map(|s| {
-            s.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-        .unwrap_or(true)
-}
-
 impl Real {
     /// SIGKILLs the hub kube-apiserver (no drain: every connection reset at once) and waits
     /// until the process is gone. Its pid file is removed so that `up.sh` starts a new one (a
     /// killed process whose parent is gone may stay a zombie, which `kill -0` still finds).
     pub fn kill_hub_apiserver(&self) -> ApiServerDown {
-        let pidfile = self.realk8s.join("run/apiserver-hub.pid");
-        let pid = std::fs::read_to_string(&pidfile)
-            .unwrap_or_else(|e| panic!("{}: {e}", pidfile.display()))
-            .trim()
-            .to_string();
-        let guard = ApiServerDown {
-            up: self.realk8s.join("up.sh"),
-        };
-        let status = Command::new("kill").args(["-KILL", &pid]).status().unwrap();
-        assert!(status.success(), "kill -KILL {pid}");
-        let proc = PathBuf::from(format!("/proc/{pid}"));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while proc.exists() && !is_zombie(&proc) {
-            assert!(Instant::now() < deadline, "kube-apiserver {pid} still runs");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = std::fs::remove_file(&pidfile);
-        eprintln!(
-            "gitops-faults: {} hub kube-apiserver {pid} killed (SIGKILL)",
-            utc()
-        );
-        guard
+        end_hub_apiserver(&self.realk8s, "-KILL", Duration::ZERO, "gitops-faults")
     }
 }
 
@@ -368,9 +270,4 @@ pub fn assert_not_recreated(before: &BTreeMap<String, String>, after: &BTreeMap<
 
 pub fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
-}
-
-/// The wall-clock time, to find a moment in the controller's log.
-pub fn utc() -> String {
-    jiff::Timestamp::now().to_string()
 }

@@ -138,16 +138,10 @@ impl Scene {
                         "spec": {"hubAcceptsClient": true}}))
                     .unwrap();
                     for (api, obj) in [(&namespaces, &ns), (&mcs, &mc)] {
-                        retrying(
-                            &format!("create {} {name}", obj.types.as_ref().unwrap().kind),
-                            || async {
-                                let r = api.create(&PostParams::default(), obj).await;
-                                if is_code(&r, 409) {
-                                    return Ok(());
-                                }
-                                r.map(|_| ())
-                            },
-                        )
+                        let what = format!("create {} {name}", obj.types.as_ref().unwrap().kind);
+                        retrying_unless(&what, CONVERGE, 409, || async {
+                            api.create(&PostParams::default(), obj).await
+                        })
                         .await;
                     }
                 }
@@ -169,23 +163,16 @@ impl Scene {
                 let mcs = mcs.clone();
                 async move {
                     let name = cluster(i + 1);
-                    retrying(&format!("delete ManagedCluster {name}"), || async {
-                        let r = mcs.delete(&name, &DeleteParams::default()).await;
-                        if is_code(&r, 404) {
-                            return Ok(());
-                        }
-                        r.map(|_| ())
+                    let what = format!("delete ManagedCluster {name}");
+                    retrying_unless(&what, CONVERGE, 404, || async {
+                        mcs.delete(&name, &DeleteParams::default()).await
                     })
                     .await;
                     let strip = json!({"metadata": {"finalizers": null}});
-                    retrying(&format!("finalizers of ManagedCluster {name}"), || async {
-                        let r = mcs
-                            .patch(&name, &PatchParams::default(), &Patch::Merge(&strip))
-                            .await;
-                        if is_code(&r, 404) {
-                            return Ok(());
-                        }
-                        r.map(|_| ())
+                    let what = format!("finalizers of ManagedCluster {name}");
+                    retrying_unless(&what, CONVERGE, 404, || async {
+                        mcs.patch(&name, &PatchParams::default(), &Patch::Merge(&strip))
+                            .await
                     })
                     .await;
                 }
@@ -263,16 +250,7 @@ impl Scene {
     /// returns when it first did.
     pub async fn until_answers(&self) -> Instant {
         let api = dapi(&self.hub, &gitopsclusters("v1beta1"), Some(&self.ns));
-        loop {
-            if api
-                .list_metadata(&ListParams::default().limit(1))
-                .await
-                .is_ok()
-            {
-                return Instant::now();
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        argocd_pull_realenv_faults::until_answers(&api).await
     }
 
     /// The view of a test: the fleet's ManagedClusters, the Placement's decisions, the

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::utils::Backoff;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
@@ -15,20 +14,6 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::harness::*;
-
-/// A fixed retry interval.
-pub struct Every(Duration);
-
-impl Iterator for Every {
-    type Item = Duration;
-    fn next(&mut self) -> Option<Duration> {
-        Some(self.0)
-    }
-}
-
-impl Backoff for Every {
-    fn reset(&mut self) {}
-}
 
 /// What to watch: a name for it, the resource, a namespace (`None`: all), a label selector.
 pub struct Watched {
