@@ -33,7 +33,7 @@ async fn until_count(s: &MemStore, ns: &str, n: usize) {
     let name = |o: &serde_json::Value| o["metadata"]["name"].as_str().unwrap_or("").to_string();
     while seen.len() < n {
         match w.next().await {
-            Some(Ok(StoreEvent::Restarted(l))) => seen = l.iter().map(name).collect(),
+            Some(Ok(StoreEvent::Restarted(l))) => seen = l.iter().map(|o| name(o)).collect(),
             Some(Ok(StoreEvent::Applied(o))) => {
                 seen.insert(name(&o));
             }

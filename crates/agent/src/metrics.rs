@@ -63,6 +63,22 @@ impl<M: Clone> ByStatic<M> {
     }
 }
 
+/// The `event_processing_time` handles of one peer (a session's agent name, or the agent's mode)
+/// by (status, resource type): a session's events neither build the three-label set nor hash it.
+pub struct PeerProcessing {
+    peer: String,
+    handles: std::sync::RwLock<Vec<((&'static str, &'static str), Histogram)>>,
+}
+
+impl PeerProcessing {
+    pub fn new(peer: &str) -> Self {
+        Self {
+            peer: peer.to_string(),
+            handles: Default::default(),
+        }
+    }
+}
+
 /// The [`ByStatic`] handles of the families every event touches.
 #[derive(Default)]
 struct PerEvent {
@@ -712,8 +728,34 @@ impl Metrics {
 
     /// A received event was processed: `{principal,agent}_event_processing_time`. `status`: the
     /// peer's values `success`, `failure`, `discarded`, `not-allowed`; `peer`: the agent name
-    /// (principal side) or the agent mode (agent side); `resource_type`: the event's target.
-    pub fn processed(&self, status: &str, peer: &str, resource_type: &str, secs: f64) {
+    /// (principal side) or the agent mode (agent side), whose handles `p` keeps (one per session);
+    /// `resource_type`: the event's target.
+    pub fn processed_for(
+        &self,
+        p: &PeerProcessing,
+        status: &'static str,
+        resource_type: &'static str,
+        secs: f64,
+    ) {
+        let key = (status, resource_type);
+        let found = p
+            .handles
+            .read()
+            .expect("poisoned")
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, h)| h.clone());
+        let h = found.unwrap_or_else(|| {
+            let h = self.processing_time(status, &p.peer, resource_type);
+            p.handles.write().expect("poisoned").push((key, h.clone()));
+            h
+        });
+        h.observe(secs);
+        self.count_failure(status, resource_type);
+    }
+
+    /// The `event_processing_time` series of (status, peer, resource type).
+    fn processing_time(&self, status: &str, peer: &str, resource_type: &str) -> Histogram {
         let who = match self.peer.side {
             Side::Principal => "agent_name",
             Side::Agent => "agent_mode",
@@ -725,7 +767,10 @@ impl Metrics {
                 (who.to_string(), peer.to_string()),
                 ("resource_type".to_string(), resource_type.to_string()),
             ])
-            .observe(secs);
+            .clone()
+    }
+
+    fn count_failure(&self, status: &str, resource_type: &str) {
         if status == "failure" {
             self.peer
                 .errors
@@ -1053,7 +1098,12 @@ mod tests {
         m.agent_connected("agent-a");
         m.sent("create");
         m.received("status-update");
-        m.processed("failure", "agent-a", "application", 0.01);
+        m.processed_for(
+            &PeerProcessing::new("agent-a"),
+            "failure",
+            "application",
+            0.01,
+        );
         m.discarded("agent-a", "create", "application");
         m.peer
             .event_writer_send_errors
@@ -1137,8 +1187,10 @@ mod tests {
         m.connection_up();
         m.sent("status-update");
         m.received("create");
-        m.processed("success", "managed", "application", 0.002);
-        m.processed("failure", "managed", "application", 0.002);
+        let p = PeerProcessing::new("managed");
+        m.processed_for(&p, "success", "application", 0.002);
+        m.processed_for(&p, "failure", "application", 0.002);
+        m.processed_for(&p, "failure", "application", 0.003);
         m.propagation("application", 0.05);
         m.discarded("", "status-update", "application");
         m.auth_failure("token");
@@ -1150,6 +1202,13 @@ mod tests {
         assert!(body.contains("argocd_agent_connection_status 1\n"));
         assert!(body.contains("argocd_agent_connections_total 1\n"));
         assert!(body.contains("agent_events_received 1\n"));
+        // the session's cached handle counts into the exported series, one per label set
+        assert!(body.contains("agent_event_processing_time_count{status=\"failure\",agent_mode=\"managed\",resource_type=\"application\"} 2\n"), "{body}");
+        assert!(body.contains("agent_event_processing_time_count{status=\"success\",agent_mode=\"managed\",resource_type=\"application\"} 1\n"), "{body}");
+        assert!(
+            body.contains("agent_errors{resource_type=\"application\"} 2\n"),
+            "{body}"
+        );
         assert!(body.contains("grpc_client_handled_total{grpc_code=\"Unauthenticated\",grpc_method=\"Authenticate\",grpc_service=\"authapi.Authentication\",grpc_type=\"unary\"} 1\n"), "{body}");
         assert!(m.ready.get());
         let ts = sample(&body, "argocd_agent_connection_start_timestamp_seconds").unwrap();

@@ -274,8 +274,13 @@ where
     let (recv_q, mut recv_rx) =
         crate::recv_queue::channel::<Received>(ctx.recv_queue_size, ctx.recv_workqueue.clone());
     let sem = Arc::new(Semaphore::new(ctx.concurrency.max(1)));
+    // what every handled event reads, shared (not copied per event)
+    let handling = Arc::new(Handling {
+        processing: crate::metrics::PeerProcessing::new(&ctx.peer_label),
+        ctx: ctx.clone(),
+    });
     let dispatch = {
-        let (ctx, handler, out, sem) = (ctx.clone(), handler.clone(), out.clone(), sem.clone());
+        let (hd, handler, out, sem) = (handling.clone(), handler.clone(), out.clone(), sem.clone());
         tokio::spawn(async move {
             loop {
                 // a handler first: the event waits in the queue (counted) until one is free
@@ -285,11 +290,11 @@ where
                 let Some(r) = recv_rx.take().await else {
                     return;
                 };
-                let work = ctx.recv_workqueue.start();
-                let (ctx, h, out) = (ctx.clone(), handler.clone(), out.clone());
+                let work = hd.ctx.recv_workqueue.start();
+                let (hd, h, out) = (hd.clone(), handler.clone(), out.clone());
                 tokio::spawn(async move {
                     let _done = (permit, r.busy, work);
-                    handle(ctx, h, out, r.ev).await;
+                    handle(hd, h, out, r.ev).await;
                 });
             }
         })
@@ -402,10 +407,10 @@ where
         {
             recv_q.passed_through();
             let work = ctx.recv_workqueue.start();
-            let (ctx, h, out) = (ctx.clone(), handler.clone(), out.clone());
+            let (hd, h, out) = (handling.clone(), handler.clone(), out.clone());
             tokio::spawn(async move {
                 let _done = (permit, busy_guard, work);
-                handle(ctx, h, out, ev).await;
+                handle(hd, h, out, ev).await;
             });
             continue;
         }
@@ -428,8 +433,15 @@ struct Received {
     busy: Busy,
 }
 
+/// What the handlers of one session's received events share.
+struct Handling {
+    ctx: SessionCtx,
+    processing: crate::metrics::PeerProcessing,
+}
+
 /// Handles one received event: validation, the handler, the ACK or error answer, the metrics.
-async fn handle(ctx: SessionCtx, h: Arc<dyn Handler>, out: Outbox, ev: Event) {
+async fn handle(hd: Arc<Handling>, h: Arc<dyn Handler>, out: Outbox, ev: Event) {
+    let ctx = &hd.ctx;
     // resync requests are ACKed like changes: the peer's event writer resends every
     // non-ACK, non-heartbeat event until its ACK arrives (internal/event/event_writer.go)
     // resource requests/responses and cache info are ACKed too (the peer ACKs every
@@ -449,10 +461,10 @@ async fn handle(ctx: SessionCtx, h: Arc<dyn Handler>, out: Outbox, ev: Event) {
     // `<target>.<type>`, continuing the sender's trace (no-op with tracing off)
     let span = crate::otel::event_span(&ctx.trace, &ev);
     let t0 = std::time::Instant::now();
-    let processed = |status: &str| {
-        ctx.metrics.processed(
+    let processed = |status: &'static str| {
+        ctx.metrics.processed_for(
+            &hd.processing,
             status,
-            &ctx.peer_label,
             target.as_str(),
             t0.elapsed().as_secs_f64(),
         )

@@ -14,21 +14,22 @@ use crate::store::{Kind, StoreError};
 use super::Inner;
 
 /// Local form of a principal object: our namespace, destination in-cluster, source UID annotated,
-/// no server-side metadata, no status.
-pub(super) fn to_local(principal_obj: &Value, ns: &str) -> Value {
+/// no server-side metadata, no status. The spec and the operation are moved out of
+/// `principal_obj` (its metadata stays: the identity check reads it after).
+pub(super) fn to_local(principal_obj: &mut Value, ns: &str) -> Value {
     let mut l = application(
         o::portable_meta(principal_obj, ns),
-        principal_obj["spec"].clone(),
+        principal_obj["spec"].take(),
     );
     if l["spec"]["destination"].is_object() {
-        let dns = l["spec"]["destination"]["namespace"].clone();
+        let dns = l["spec"]["destination"]["namespace"].take();
         l["spec"]["destination"] = json!({"name": "in-cluster"});
         if !dns.is_null() {
             l["spec"]["destination"]["namespace"] = dns;
         }
     }
-    if let Some(op) = principal_obj.get("operation").filter(|v| !v.is_null()) {
-        l["operation"] = op.clone();
+    if let Some(op) = principal_obj.get_mut("operation").filter(|v| !v.is_null()) {
+        l["operation"] = op.take();
     }
     // finalizers (e.g. resources-finalizer.argocd.argoproj.io) are copied on creation, so that the
     // managed cluster's Argo CD cascades the deletion of the workload; later updates keep the
@@ -163,7 +164,7 @@ impl Inner {
 
     pub(super) async fn handle_event(
         self: &Arc<Self>,
-        ev: Event,
+        mut ev: Event,
         out: &Outbox,
     ) -> Result<(), HandleError> {
         // destination-based mapping: an Application keeps the principal's namespace here
@@ -224,7 +225,7 @@ impl Inner {
                 if mapped.is_some() {
                     self.admit_namespace(&ns).await?;
                 }
-                let mut want = to_local(&ev.data, &ns);
+                let mut want = to_local(&mut ev.data, &ns);
                 let principal_uid = ev
                     .extra_attrs
                     .get(crate::event::attr::PRINCIPALUID)

@@ -191,7 +191,7 @@ struct Inner {
     /// autonomous: last sent AppProject hash by name
     proj_sent: Mutex<HashMap<String, String>>,
     /// local AppProjects by name (kept by the local project watcher)
-    proj_cache: Mutex<HashMap<String, Value>>,
+    proj_cache: Mutex<HashMap<String, Arc<Value>>>,
     /// managed: repository Secrets and the GPG keys ConfigMap the principal gave us (local
     /// form) by queue key (`repository/<name>`, `gpgkey/<name>`)
     data_copies: Mutex<HashMap<String, Value>>,

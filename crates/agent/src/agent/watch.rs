@@ -46,7 +46,7 @@ impl Inner {
                 };
                 match ev {
                     Ok(StoreEvent::Restarted(list)) => {
-                        let old = replace_shared_cache(&self.cache, &list, |x| self.lkey(x));
+                        let old = replace_cache_by(&self.cache, &list, |x| self.lkey(x));
                         if let Some(b) = buffer.as_mut() {
                             // the list is the newest state: held updates are stale
                             for obj in list.iter().chain(&old) {
@@ -82,8 +82,7 @@ impl Inner {
                         }
                     }
                     Ok(StoreEvent::Applied(obj)) => {
-                        // the cache and this handler share the object (no copy per change)
-                        let obj = Arc::new(obj);
+                        // the store, the cache and this handler share the object (no copy)
                         let known = self
                             .cache
                             .lock()
@@ -142,7 +141,7 @@ impl Inner {
                     Ok(StoreEvent::Restarted(list)) => {
                         let old = replace_cache(&self.proj_cache, &list);
                         let names: std::collections::HashSet<&str> =
-                            list.iter().map(o::name).collect();
+                            list.iter().map(|p| o::name(p)).collect();
                         for p in &list {
                             let _s = self.local_span("create", Kind::AppProject, p).entered();
                             self.on_local_project(p, false);
@@ -414,43 +413,26 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 }
 
 /// Replaces a by-name cache with a fresh list and returns the cached objects the list no longer has.
-fn replace_cache(cache: &Mutex<HashMap<String, Value>>, list: &[Value]) -> Vec<Value> {
+fn replace_cache(
+    cache: &Mutex<HashMap<String, Arc<Value>>>,
+    list: &[Arc<Value>],
+) -> Vec<Arc<Value>> {
     replace_cache_by(cache, list, |x| o::name(x).to_string())
 }
 
-/// [`replace_cache`] with the cache keyed by `key`.
+/// [`replace_cache`] with the cache keyed by `key`; the cache shares the listed objects.
 fn replace_cache_by(
-    cache: &Mutex<HashMap<String, Value>>,
-    list: &[Value],
-    key: impl Fn(&Value) -> String,
-) -> Vec<Value> {
-    replace_cache_with(cache, list, key, Value::clone)
-}
-
-/// [`replace_cache_by`] of a cache that shares its objects.
-fn replace_shared_cache(
     cache: &Mutex<HashMap<String, Arc<Value>>>,
-    list: &[Value],
+    list: &[Arc<Value>],
     key: impl Fn(&Value) -> String,
-) -> Vec<Value> {
-    replace_cache_with(cache, list, key, |x| Arc::new(x.clone()))
-}
-
-/// Replaces the cache with `list` (each entry made by `entry`); the objects it no longer has.
-fn replace_cache_with<V: std::borrow::Borrow<Value>>(
-    cache: &Mutex<HashMap<String, V>>,
-    list: &[Value],
-    key: impl Fn(&Value) -> String,
-    entry: impl Fn(&Value) -> V,
-) -> Vec<Value> {
-    let names: std::collections::HashSet<String> = list.iter().map(&key).collect();
+) -> Vec<Arc<Value>> {
+    let names: std::collections::HashSet<String> = list.iter().map(|x| key(x)).collect();
     let mut c = cache.lock().expect("poisoned");
     let vanished = c
         .values()
-        .map(|v| v.borrow())
         .filter(|v| !names.contains(&key(v)))
         .cloned()
         .collect();
-    *c = list.iter().map(|x| (key(x), entry(x))).collect();
+    *c = list.iter().map(|x| (key(x), x.clone())).collect();
     vanished
 }

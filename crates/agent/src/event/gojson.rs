@@ -20,27 +20,38 @@ impl serde_json::ser::Formatter for GoFormatter {
         w: &mut W,
         fragment: &str,
     ) -> io::Result<()> {
-        let mut start = 0;
-        for (i, c) in fragment.char_indices() {
-            let esc = match c {
-                '<' => "\\u003c",
-                '>' => "\\u003e",
-                '&' => "\\u0026",
-                '\u{2028}' => "\\u2028",
-                '\u{2029}' => "\\u2029",
-                _ => continue,
+        // bytes, not chars: the five runes Go escapes start with an ASCII byte or 0xE2 (U+2028
+        // and U+2029 are E2 80 A8 / E2 80 A9), and a fragment without them is written at once
+        let b = fragment.as_bytes();
+        let (mut start, mut i) = (0, 0);
+        while i < b.len() {
+            let (esc, len): (&[u8], usize) = match b[i] {
+                b'<' => (b"\\u003c", 1),
+                b'>' => (b"\\u003e", 1),
+                b'&' => (b"\\u0026", 1),
+                0xE2 if b.get(i + 1) == Some(&0x80) && b.get(i + 2) == Some(&0xA8) => {
+                    (b"\\u2028", 3)
+                }
+                0xE2 if b.get(i + 1) == Some(&0x80) && b.get(i + 2) == Some(&0xA9) => {
+                    (b"\\u2029", 3)
+                }
+                _ => {
+                    i += 1;
+                    continue;
+                }
             };
-            w.write_all(&fragment.as_bytes()[start..i])?;
-            w.write_all(esc.as_bytes())?;
-            start = i + c.len_utf8();
+            w.write_all(&b[start..i])?;
+            w.write_all(esc)?;
+            i += len;
+            start = i;
         }
-        w.write_all(&fragment.as_bytes()[start..])
+        w.write_all(&b[start..])
     }
 
     /// Beyond int64 a Go unstructured number is a float64.
     fn write_u64<W: ?Sized + io::Write>(&mut self, w: &mut W, value: u64) -> io::Result<()> {
         match i64::try_from(value) {
-            Ok(i) => w.write_all(i.to_string().as_bytes()),
+            Ok(i) => self.write_i64(w, i),
             Err(_) => self.write_f64(w, value as f64),
         }
     }
@@ -160,6 +171,19 @@ mod tests {
         assert_eq!(
             String::from_utf8(to_vec(&v)).unwrap(),
             r#"{"b":"a\u003cb\u003e\u0026c\u2028","a":"\"\n\u0001"}"#
+        );
+        // other runes that start with 0xE2 (… € ‰) stay as they are; escapes at either end
+        let v = json!([
+            "&…€\u{2029}‰>",
+            "\u{2029}",
+            "<",
+            "plain",
+            18446744073709551615u64,
+            -7
+        ]);
+        assert_eq!(
+            String::from_utf8(to_vec(&v)).unwrap(),
+            r#"["\u0026…€\u2029‰\u003e","\u2029","\u003c","plain",18446744073709552000,-7]"#
         );
     }
 }

@@ -158,7 +158,7 @@ impl Inner {
                     Ok(StoreEvent::Restarted(list)) => list
                         .iter()
                         .find(|c| o::name(c) == CONFIGMAP)
-                        .map(blocklist::from_configmap)
+                        .map(|c| blocklist::from_configmap(c))
                         .unwrap_or_default(),
                     Ok(StoreEvent::Applied(c)) if o::name(&c) == CONFIGMAP => {
                         blocklist::from_configmap(&c)
@@ -252,12 +252,14 @@ impl Inner {
                     Ok(StoreEvent::Restarted(list)) => {
                         *map(&self).lock().expect("poisoned") = list
                             .into_iter()
-                            .filter(&select)
+                            .map(Arc::unwrap_or_clone)
+                            .filter(select)
                             .map(|p| (o::name(&p).to_string(), p))
                             .collect();
                         self.sync_projects_all();
                     }
                     Ok(StoreEvent::Applied(p)) => {
+                        let p = Arc::unwrap_or_clone(p);
                         let name = o::name(&p).to_string();
                         let selected = select(&p);
                         let old = {

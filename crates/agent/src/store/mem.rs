@@ -179,7 +179,6 @@ impl MemStore {
                                 .as_deref()
                                 .is_none_or(|n| obj["metadata"]["namespace"] == n)
                             {
-                                let obj = Arc::unwrap_or_clone(obj);
                                 let ev = match gone {
                                     true => StoreEvent::Deleted(obj),
                                     false => StoreEvent::Applied(obj),
@@ -189,7 +188,7 @@ impl MemStore {
                         }
                         Ok(_) => continue,
                         Err(broadcast::error::RecvError::Lagged(_)) => {
-                            let l = me.list_sync(kind, ns.as_deref());
+                            let l = me.list_shared(kind, ns.as_deref());
                             return Some((Ok(StoreEvent::Restarted(l)), rx));
                         }
                         Err(broadcast::error::RecvError::Closed) => return None,
@@ -332,7 +331,7 @@ impl Store for MemStore {
     }
     fn watch(&self, kind: Kind, ns: Option<&str>) -> BoxStream<'static, StoreResult<StoreEvent>> {
         let rest = self.changes(kind, ns);
-        let initial = self.list_sync(kind, ns);
+        let initial = self.list_shared(kind, ns);
         futures::stream::once(async move { Ok(StoreEvent::Restarted(initial)) })
             .chain(rest)
             .boxed()
@@ -344,8 +343,8 @@ impl Store for MemStore {
     ) -> BoxStream<'static, StoreResult<WatchEvent>> {
         // subscribed before the keys are read: no change is missed
         let rest = streamed(self.changes(kind, ns));
-        // the list: keys now, each object cloned as it is read (one at a time, never the whole
-        // list); one deleted meanwhile is skipped (its deletion follows in `rest`)
+        // the list: keys now, each object read (shared) one at a time, so that the stream never
+        // holds the whole list; one deleted meanwhile is skipped (its deletion follows in `rest`)
         let keys: Vec<Key> = {
             let g = self.inner.lock().expect("poisoned");
             g.objects
@@ -357,7 +356,7 @@ impl Store for MemStore {
         let me = self.clone();
         let items = futures::stream::iter(keys).filter_map(move |k| {
             let o = me.inner.lock().expect("poisoned").objects.get(&k).cloned();
-            futures::future::ready(o.map(|o| Ok(WatchEvent::InitApply(Arc::unwrap_or_clone(o)))))
+            futures::future::ready(o.map(|o| Ok(WatchEvent::InitApply(o))))
         });
         futures::stream::once(futures::future::ready(Ok(WatchEvent::Init)))
             .chain(items)
@@ -403,7 +402,9 @@ mod tests {
         assert_eq!(got["metadata"]["resourceVersion"], "1");
         assert!(!got["metadata"]["uid"].as_str().unwrap().is_empty());
         match w.next().await {
-            Some(Ok(StoreEvent::Applied(mut o))) => {
+            Some(Ok(StoreEvent::Applied(o))) => {
+                // shared with the store: a watcher that takes it gets a copy of its own
+                let mut o = Arc::unwrap_or_clone(o);
                 assert_eq!(o, got);
                 o["spec"] = json!({"changed": true});
             }

@@ -77,13 +77,15 @@ impl Kind {
     }
 }
 
-/// A change seen by a watch.
+/// A change seen by a watch. Objects are shared (`Arc`): the in-memory store hands every watcher
+/// the object it keeps instead of a copy each; a watcher that must own one takes it with
+/// `Arc::unwrap_or_clone` (free when it is the only holder, as with a Kubernetes watch).
 #[derive(Debug, Clone)]
 pub enum StoreEvent {
-    Applied(Value),
-    Deleted(Value),
+    Applied(Arc<Value>),
+    Deleted(Arc<Value>),
     /// The watch (re)started: this is the complete current list.
-    Restarted(Vec<Value>),
+    Restarted(Vec<Arc<Value>>),
 }
 
 /// A change seen by [`Store::watch_streaming`]: the (re)started list arrives one object at a time
@@ -91,10 +93,10 @@ pub enum StoreEvent {
 #[derive(Debug, Clone)]
 pub enum WatchEvent {
     Init,
-    InitApply(Value),
+    InitApply(Arc<Value>),
     InitDone,
-    Applied(Value),
-    Deleted(Value),
+    Applied(Arc<Value>),
+    Deleted(Arc<Value>),
 }
 
 impl WatchEvent {
@@ -130,7 +132,7 @@ fn streamed(
 fn collected(
     s: impl futures::Stream<Item = StoreResult<WatchEvent>> + Send + 'static,
 ) -> impl futures::Stream<Item = StoreResult<StoreEvent>> + Send + 'static {
-    let mut init: Option<Vec<Value>> = None;
+    let mut init: Option<Vec<Arc<Value>>> = None;
     s.filter_map(move |e| {
         futures::future::ready(match e {
             Ok(WatchEvent::Init) => {
@@ -417,10 +419,10 @@ impl Store for KubeStore {
             self.health.clone(),
         )
         .map(|e| match e {
-            Ok(W::Apply(o)) => Ok(WatchEvent::Applied(to_value(&o))),
-            Ok(W::Delete(o)) => Ok(WatchEvent::Deleted(to_value(&o))),
+            Ok(W::Apply(o)) => Ok(WatchEvent::Applied(Arc::new(to_value(&o)))),
+            Ok(W::Delete(o)) => Ok(WatchEvent::Deleted(Arc::new(to_value(&o)))),
             Ok(W::Init) => Ok(WatchEvent::Init),
-            Ok(W::InitApply(o)) => Ok(WatchEvent::InitApply(to_value(&o))),
+            Ok(W::InitApply(o)) => Ok(WatchEvent::InitApply(Arc::new(to_value(&o)))),
             Ok(W::InitDone) => Ok(WatchEvent::InitDone),
             Err(e) => Err(StoreError::Other(e.to_string())),
         })

@@ -232,7 +232,8 @@ async fn active_principal_crash_under_load_fails_over_with_nothing_lost() {
             let mut last: Option<(Value, u64)> = None;
             let mut w = s.watch(Kind::Application, Some("argocd"));
             while let Some(Ok(ev)) = w.next().await {
-                if let StoreEvent::Applied(mut o) = ev {
+                if let StoreEvent::Applied(o) = ev {
+                    let mut o = std::sync::Arc::unwrap_or_clone(o);
                     o["metadata"]
                         .as_object_mut()
                         .map(|m| m.remove("resourceVersion"));

@@ -665,20 +665,23 @@ mod tests {
             json!({"project": "default"}),
             json!({}),
         );
-        s.apply(Kind::Application, StoreEvent::Restarted(vec![a1.clone()]));
+        s.apply(
+            Kind::Application,
+            StoreEvent::Restarted(vec![a1.clone().into()]),
+        );
         // the hub's own Applications (principal namespace) are not replicated
         s.apply(
             Kind::Application,
-            StoreEvent::Applied(app("argocd", "x", "u0", json!({}), json!({}))),
+            StoreEvent::Applied(app("argocd", "x", "u0", json!({}), json!({})).into()),
         );
         let mut a2 = a1.clone();
         a2["status"] = json!({"sync": {"status": "Synced"}});
-        s.apply(Kind::Application, StoreEvent::Applied(a2.clone()));
+        s.apply(Kind::Application, StoreEvent::Applied(a2.clone().into()));
         let mut a3 = a2.clone();
         a3["spec"]["project"] = json!("p2");
         a3["operation"] = json!({"sync": {}});
-        s.apply(Kind::Application, StoreEvent::Applied(a3.clone()));
-        s.apply(Kind::Application, StoreEvent::Deleted(a3.clone()));
+        s.apply(Kind::Application, StoreEvent::Applied(a3.clone().into()));
+        s.apply(Kind::Application, StoreEvent::Deleted(a3.clone().into()));
         let mut got = Vec::new();
         while let Ok(e) = feed.rx.try_recv() {
             let ce = e.event.as_ref().unwrap();
@@ -721,7 +724,7 @@ mod tests {
         );
 
         // a snapshot is cut at the sequence it reports
-        s.apply(Kind::Application, StoreEvent::Applied(a1.clone()));
+        s.apply(Kind::Application, StoreEvent::Applied(a1.clone().into()));
         let snap = s.snapshot(&|| vec!["other".to_string()]);
         assert_eq!(snap.last_sequence_num, 6);
         let names: Vec<_> = snap
@@ -762,17 +765,20 @@ mod tests {
         let s = Source::new(Metrics::new("argocd_principal"), "argocd");
         let a = app("edge", "a", "u1", json!({}), json!({}));
         let b = app("edge", "b", "u2", json!({}), json!({}));
-        s.apply(Kind::Application, StoreEvent::Restarted(vec![a.clone(), b]));
+        s.apply(
+            Kind::Application,
+            StoreEvent::Restarted(vec![a.clone().into(), b.into()]),
+        );
         let mut feed = s.subscribe();
-        s.apply(Kind::Application, StoreEvent::Restarted(vec![a]));
+        s.apply(Kind::Application, StoreEvent::Restarted(vec![a.into()]));
         let e = feed.rx.try_recv().unwrap();
         assert_eq!(e.sequence_num, 3);
         assert!(feed.rx.try_recv().is_err());
         let repo = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "r", "namespace": "argocd",
             "labels": {"argocd.argoproj.io/secret-type": "repository"}}, "data": {}});
-        s.apply(Kind::Secret, StoreEvent::Applied(repo.clone()));
+        s.apply(Kind::Secret, StoreEvent::Applied(repo.clone().into()));
         let other = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tls", "namespace": "argocd"}});
-        s.apply(Kind::Secret, StoreEvent::Applied(other));
+        s.apply(Kind::Secret, StoreEvent::Applied(other.into()));
         let e = feed.rx.try_recv().unwrap();
         let ev =
             Event::from_sdk(crate::event::SdkEvent::from_proto(e.event.as_ref().unwrap()).unwrap())
