@@ -268,22 +268,6 @@ pub fn project_stub(name: &str, ns: &str, uid: &str) -> Value {
     json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject", "metadata": {"name": name, "namespace": ns, "uid": uid}})
 }
 
-/// Managed mode: the agent-specific form of a hub AppProject, or `None` when the project does not
-/// select the agent (destinations, deny patterns and `sourceNamespaces`, as argocd-agent: see
-/// [`crate::project_match`]). Metadata (uid, resourceVersion) is kept: it makes the event ids.
-/// `mapped` (destination-based mapping): `sourceNamespaces` is neither required nor removed.
-pub fn project_for_agent(p: &Value, agent: &str, mapped: bool) -> Option<Value> {
-    use crate::project_match as pm;
-    if !pm::agent_matches(agent, p, mapped) {
-        return None;
-    }
-    let mut out = pm::agent_specific(p, agent, mapped, crate::Mode::Managed);
-    if let Some(m) = out.as_object_mut() {
-        m.remove("status");
-    }
-    Some(out)
-}
-
 /// Autonomous mode: the principal's form of an agent's AppProject: named `<agent>-<name>` in the
 /// principal's namespace, destinations pointing at the agent (`name: <agent>`, server dropped),
 /// `sourceNamespaces: [<agent>]` (the agent's Applications live in namespace `<agent>` on the

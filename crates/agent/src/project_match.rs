@@ -165,6 +165,21 @@ pub fn agent_specific(
     out
 }
 
+/// Managed mode: the agent-specific form of a hub AppProject, or `None` when the project does not
+/// select the agent (destinations, deny patterns and `sourceNamespaces`, as argocd-agent: see
+/// this module). Metadata (uid, resourceVersion) is kept: it makes the event ids.
+/// `mapped` (destination-based mapping): `sourceNamespaces` is neither required nor removed.
+pub fn project_for_agent(p: &Value, agent: &str, mapped: bool) -> Option<Value> {
+    if !agent_matches(agent, p, mapped) {
+        return None;
+    }
+    let mut out = agent_specific(p, agent, mapped, crate::Mode::Managed);
+    if let Some(m) = out.as_object_mut() {
+        m.remove("status");
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,11 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+/// The `controller` label of the propagation controller's series.
+pub(crate) const PROPAGATION: &str = "propagation";
+/// The `controller` label of the status controller's series.
+pub(crate) const STATUS: &str = "status";
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabels {
     pub controller: &'static str,
@@ -83,7 +88,7 @@ impl Metrics {
     /// counter whose series appears with its first increment loses that increment to `rate()`
     /// and `increase()` (and the alert on reconcile errors would miss the first one).
     fn init_series(&self) {
-        for controller in [crate::propagation::CONTROLLER, crate::status::CONTROLLER] {
+        for controller in [PROPAGATION, STATUS] {
             for reason in crate::error::Error::REASONS {
                 let _ = self
                     .reconcile_errors

@@ -21,7 +21,7 @@ use crate::error::{Error, is_status};
 use crate::metrics::{ControllerLabels, ErrorLabels, OpLabels};
 use crate::write::patch_with_retry;
 
-pub(crate) const CONTROLLER: &str = "propagation";
+const CONTROLLER: &str = crate::metrics::PROPAGATION;
 
 /// Reconciles one selected Application (steps 2–6 of the spec; step 1, a deleted Application, is
 /// the sweep's: the object is no longer in the cache).

@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::metrics::{ControllerLabels, ErrorLabels};
 use crate::write::patch_with_retry;
 
-pub(crate) const CONTROLLER: &str = "status";
+const CONTROLLER: &str = crate::metrics::STATUS;
 
 fn now() -> String {
     jiff::Timestamp::now()

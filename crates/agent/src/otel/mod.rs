@@ -25,7 +25,6 @@ use tracing::field::Empty;
 
 use crate::Mode;
 use crate::event::{AttrValue, Event, attr};
-use crate::store::{Kind, StoreResult};
 
 pub use argocd_pull_ops::otel::enabled;
 
@@ -172,13 +171,13 @@ pub fn record_result<E: std::fmt::Display>(span: &tracing::Span, r: &Result<(), 
 
 /// Runs one Kubernetes API call (`verb` on `kind` `ns/name`) in a `k8s.<verb>` span, a child of
 /// the current span (the event or watch being handled).
-pub async fn k8s<T>(
+pub async fn k8s<T, E: std::fmt::Display>(
     verb: &'static str,
-    kind: Kind,
+    kind: &str,
     ns: &str,
     name: &str,
-    call: impl Future<Output = StoreResult<T>>,
-) -> StoreResult<T> {
+    call: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
     if !ops::enabled() {
         return call.await;
     }
@@ -188,7 +187,7 @@ pub async fn k8s<T>(
         otel.name = %format!("k8s.{verb}"),
         otel.kind = "client",
         "argocd.operation.type" = verb,
-        "k8s.resource.kind" = kind.as_str(),
+        "k8s.resource.kind" = kind,
         "k8s.resource.namespace" = ns,
         "k8s.resource.name" = name,
         otel.status_code = Empty,

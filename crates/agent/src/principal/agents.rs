@@ -142,9 +142,13 @@ impl Inner {
                 return vec![];
             }
             let cur = self.projects.lock().expect("poisoned").get(pname).cloned();
-            return match cur
-                .and_then(|p| o::project_for_agent(&p, agent, self.cfg.destination_based_mapping))
-            {
+            return match cur.and_then(|p| {
+                crate::project_match::project_for_agent(
+                    &p,
+                    agent,
+                    self.cfg.destination_based_mapping,
+                )
+            }) {
                 Some(f) => vec![Event::for_object(
                     SOURCE,
                     EventType::SpecUpdate,

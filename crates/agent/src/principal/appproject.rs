@@ -30,7 +30,11 @@ impl Inner {
                     .get(&name)
                     .filter(|p| !o::ignored(p))
                     .and_then(|p| {
-                        o::project_for_agent(p, agent, self.cfg.destination_based_mapping)
+                        crate::project_match::project_for_agent(
+                            p,
+                            agent,
+                            self.cfg.destination_based_mapping,
+                        )
                     });
                 match cur {
                     None => {

@@ -372,7 +372,13 @@ impl Inner {
             .expect("poisoned")
             .values()
             .filter(|p| !o::ignored(p))
-            .filter_map(|p| o::project_for_agent(p, &a.name, self.cfg.destination_based_mapping))
+            .filter_map(|p| {
+                crate::project_match::project_for_agent(
+                    p,
+                    &a.name,
+                    self.cfg.destination_based_mapping,
+                )
+            })
             .collect();
         let ns = self.cfg.namespace.clone();
         self.sync_set(

@@ -299,7 +299,7 @@ fn ns_name(v: &Value) -> (String, String) {
 impl Store for KubeStore {
     // every call in a `k8s.<verb>` span with OTLP tracing on (crate::otel::k8s)
     async fn list(&self, kind: Kind, ns: Option<&str>) -> StoreResult<Vec<Value>> {
-        otel::k8s("list", kind, ns.unwrap_or_default(), "", async {
+        otel::k8s("list", kind.as_str(), ns.unwrap_or_default(), "", async {
             let l = self
                 .api(kind, ns)
                 .list(&Default::default())
@@ -310,7 +310,7 @@ impl Store for KubeStore {
         .await
     }
     async fn get(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<Option<Value>> {
-        otel::k8s("get", kind, ns, name, async {
+        otel::k8s("get", kind.as_str(), ns, name, async {
             Ok(self
                 .api(kind, Some(ns))
                 .get_opt(name)
@@ -323,7 +323,7 @@ impl Store for KubeStore {
     }
     async fn create(&self, kind: Kind, obj: Value) -> StoreResult<Value> {
         let (ns, name) = ns_name(&obj);
-        otel::k8s("create", kind, &ns, &name, async {
+        otel::k8s("create", kind.as_str(), &ns, &name, async {
             let o = from_value(kind, obj)?;
             let r = self
                 .api(kind, Some(&ns))
@@ -336,7 +336,7 @@ impl Store for KubeStore {
     }
     async fn replace(&self, kind: Kind, obj: Value) -> StoreResult<Value> {
         let (ns, name) = ns_name(&obj);
-        otel::k8s("update", kind, &ns, &name, async {
+        otel::k8s("update", kind.as_str(), &ns, &name, async {
             let o = from_value(kind, obj)?;
             let r = self
                 .api(kind, Some(&ns))
@@ -354,7 +354,7 @@ impl Store for KubeStore {
         name: &str,
         patch: Value,
     ) -> StoreResult<Value> {
-        otel::k8s("patch", kind, ns, name, async {
+        otel::k8s("patch", kind.as_str(), ns, name, async {
             let r = self
                 .api(kind, Some(ns))
                 .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -365,7 +365,7 @@ impl Store for KubeStore {
         .await
     }
     async fn delete(&self, kind: Kind, ns: &str, name: &str) -> StoreResult<()> {
-        otel::k8s("delete", kind, ns, name, async {
+        otel::k8s("delete", kind.as_str(), ns, name, async {
             match self
                 .api(kind, Some(ns))
                 .delete(name, &DeleteParams::foreground())

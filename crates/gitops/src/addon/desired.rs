@@ -336,9 +336,16 @@ pub fn plan(inp: &Inputs) -> Result<Plan, Invalid> {
             "supportedConfigs": [
                 {"group": ADDON_GROUP, "resource": "addondeploymentconfigs"},
                 {"group": ADDON_GROUP, "resource": "addontemplates"}]}}));
+    let agent = super::template::Agent {
+        image: inp.agent_image,
+        address: inp.address,
+        port: inp.port,
+        mode: mode(inp.spec),
+        ca_namespace: inp.namespace,
+    };
     plan.objects.push(super::template::addon_template(
         &tmpl,
-        inp,
+        &agent,
         labels("addon-template", inp),
     ));
 

@@ -7,7 +7,6 @@
 
 use serde_json::{Value, json};
 
-use super::desired::{Inputs, mode};
 use super::*;
 
 /// Where the agent mounts its client certificate and the CA (the kubelet refreshes both files
@@ -32,7 +31,19 @@ pub fn readiness_probe() -> Value {
         "periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 2, "successThreshold": 1})
 }
 
-pub fn addon_template(name: &str, inp: &Inputs, labels: Value) -> Value {
+/// What the AddOnTemplate's agent is given.
+pub struct Agent<'a> {
+    pub image: &'a str,
+    /// The principal's address and port.
+    pub address: &'a str,
+    pub port: &'a str,
+    /// `managed` or `autonomous`.
+    pub mode: &'static str,
+    /// Where the signing CA's Secret is (the GitOpsCluster's namespace).
+    pub ca_namespace: &'a str,
+}
+
+pub fn addon_template(name: &str, agent: &Agent, labels: Value) -> Value {
     let sa = ADDON_NAME;
     let env = |n: &str, v: &str| json!({"name": n, "value": v});
     json!({
@@ -56,12 +67,12 @@ pub fn addon_template(name: &str, inp: &Inputs, labels: Value) -> Value {
                     "selector": {"matchLabels": {"app": ADDON_NAME}},
                     "template": {"metadata": {"labels": {"app": ADDON_NAME}},
                       "spec": {"serviceAccountName": sa,
-                        "containers": [{"name": "agent", "image": inp.agent_image,
+                        "containers": [{"name": "agent", "image": agent.image,
                           "args": ["agent"],
                           "env": [
-                            env("ARGOCD_AGENT_REMOTE_SERVER", inp.address),
-                            env("ARGOCD_AGENT_REMOTE_PORT", inp.port),
-                            env("ARGOCD_AGENT_MODE", mode(inp.spec)),
+                            env("ARGOCD_AGENT_REMOTE_SERVER", agent.address),
+                            env("ARGOCD_AGENT_REMOTE_PORT", agent.port),
+                            env("ARGOCD_AGENT_MODE", agent.mode),
                             env("ARGOCD_AGENT_NAMESPACE", "{{INSTALL_NAMESPACE}}"),
                             env("ARGOCD_AGENT_TLS_CLIENT_CERT_PATH", &format!("{TLS_DIR}/tls.crt")),
                             env("ARGOCD_AGENT_TLS_CLIENT_KEY_PATH", &format!("{TLS_DIR}/tls.key")),
@@ -85,7 +96,7 @@ pub fn addon_template(name: &str, inp: &Inputs, labels: Value) -> Value {
             ]}},
             "registration": [{"type": "CustomSigner", "customSigner": {
                 "signerName": SIGNER_NAME,
-                "signingCA": {"name": SECRET_CA, "namespace": inp.namespace}}}]
+                "signingCA": {"name": SECRET_CA, "namespace": agent.ca_namespace}}}]
         }
     })
 }
