@@ -74,7 +74,8 @@ pub fn hash_value(v: &Value) -> String {
 }
 
 /// [`hash_value`] of the JSON array of `parts` (`hash_value(&json!([a, b]))`), without building
-/// the array: each part is encoded straight into the hash.
+/// the array: each part is encoded straight into the hash. One part is hashed as itself
+/// (`hash_parts(&[a])` is `hash_value(a)`, not the hash of `[a]`).
 pub fn hash_parts(parts: &[&Value]) -> String {
     use std::io::Write as _;
     let mut h = Sha256::new();

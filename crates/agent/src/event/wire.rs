@@ -60,6 +60,11 @@ impl AttrValue {
         CloudEventAttributeValue { attr: Some(attr) }
     }
 
+    /// `None` for an attribute value with no kind set (the SDK fails on it).
+    pub fn from_proto(v: &CloudEventAttributeValue) -> Option<Self> {
+        Self::from_proto_owned(v.clone())
+    }
+
     /// As [`Self::from_proto`], consuming the value.
     pub fn from_proto_owned(v: CloudEventAttributeValue) -> Option<Self> {
         Some(match v.attr? {
@@ -70,19 +75,6 @@ impl AttrValue {
             Attr::CeUri(s) => Self::Uri(s),
             Attr::CeUriRef(s) => Self::UriRef(s),
             Attr::CeTimestamp(t) => Self::Timestamp(t),
-        })
-    }
-
-    /// `None` for an attribute value with no kind set (the SDK fails on it).
-    pub fn from_proto(v: &CloudEventAttributeValue) -> Option<Self> {
-        Some(match v.attr.as_ref()? {
-            Attr::CeBoolean(b) => Self::Boolean(*b),
-            Attr::CeInteger(i) => Self::Integer(*i),
-            Attr::CeString(s) => Self::String(s.clone()),
-            Attr::CeBytes(b) => Self::Bytes(b.clone()),
-            Attr::CeUri(s) => Self::Uri(s.clone()),
-            Attr::CeUriRef(s) => Self::UriRef(s.clone()),
-            Attr::CeTimestamp(t) => Self::Timestamp(*t),
         })
     }
 

@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::Mode;
 use crate::event::{Event, EventType, Target};
 use crate::objects as o;
+use crate::project_match::project_for_agent;
 use crate::queue::{Pushed, SendQueue};
 use crate::store::{Kind, StoreResult};
 
@@ -142,13 +143,9 @@ impl Inner {
                 return vec![];
             }
             let cur = self.projects.lock().expect("poisoned").get(pname).cloned();
-            return match cur.and_then(|p| {
-                crate::project_match::project_for_agent(
-                    &p,
-                    agent,
-                    self.cfg.destination_based_mapping,
-                )
-            }) {
+            return match cur
+                .and_then(|p| project_for_agent(&p, agent, self.cfg.destination_based_mapping))
+            {
                 Some(f) => vec![Event::for_object(
                     SOURCE,
                     EventType::SpecUpdate,

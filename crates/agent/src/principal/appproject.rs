@@ -6,6 +6,7 @@ use crate::Mode;
 use crate::checksum::spec_checksum;
 use crate::event::{Event, EventType, Target};
 use crate::objects as o;
+use crate::project_match::project_for_agent;
 use crate::session::HandleError;
 use crate::store::Kind;
 
@@ -29,13 +30,7 @@ impl Inner {
                     .expect("poisoned")
                     .get(&name)
                     .filter(|p| !o::ignored(p))
-                    .and_then(|p| {
-                        crate::project_match::project_for_agent(
-                            p,
-                            agent,
-                            self.cfg.destination_based_mapping,
-                        )
-                    });
+                    .and_then(|p| project_for_agent(p, agent, self.cfg.destination_based_mapping));
                 match cur {
                     None => {
                         a.projects.lock().expect("poisoned").remove(&name);

@@ -16,6 +16,7 @@ use crate::store::{Kind, StoreEvent, WatchEvent};
 
 use super::{AgentState, Inner, View};
 use crate::otel;
+use crate::project_match::project_for_agent;
 
 /// The watch span of a hub AppProject, repository Secret or GPG key ConfigMap (the peer's kinds
 /// `AppProject`, `Repository`, `GPGKey`).
@@ -372,13 +373,7 @@ impl Inner {
             .expect("poisoned")
             .values()
             .filter(|p| !o::ignored(p))
-            .filter_map(|p| {
-                crate::project_match::project_for_agent(
-                    p,
-                    &a.name,
-                    self.cfg.destination_based_mapping,
-                )
-            })
+            .filter_map(|p| project_for_agent(p, &a.name, self.cfg.destination_based_mapping))
             .collect();
         let ns = self.cfg.namespace.clone();
         self.sync_set(
