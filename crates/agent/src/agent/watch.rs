@@ -337,7 +337,7 @@ impl Inner {
                     let Some(copy) = copies.get(&name) else {
                         return;
                     };
-                    (obj["spec"] != copy["spec"]
+                    (!o::json_eq(&obj["spec"], &copy["spec"])
                         && o::full_spec_hash(obj) != o::full_spec_hash(copy))
                     .then(|| Value::clone(copy))
                 };

@@ -18,10 +18,9 @@
 
 mod front;
 mod holder;
-mod metrics;
 pub mod replication;
 
-pub use metrics::{ClientMetrics, ForwarderMetrics, HaMetrics};
+pub use crate::metrics::{ClientMetrics, ForwarderMetrics, HaMetrics};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

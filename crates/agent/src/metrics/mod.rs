@@ -27,11 +27,13 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
+mod ha;
 mod handles;
 mod peer;
 #[cfg(test)]
 mod tests;
 
+pub use ha::{ClientMetrics, ForwarderMetrics, HaMetrics};
 pub use handles::PeerProcessing;
 use handles::PerEvent;
 pub use peer::{AvgConnectionTime, PeerMetrics, PlainCounter, Side};
@@ -72,7 +74,7 @@ pub struct Metrics {
     /// The peer's metrics (exact names and labels).
     pub peer: PeerMetrics,
     /// Principal HA (`--leader-elect`), under the peer's HA metric names.
-    pub ha: crate::ha::HaMetrics,
+    pub ha: HaMetrics,
     /// `grpc_server_*` (principal) or `grpc_client_*` (agent), as go-grpc-middleware's
     pub grpc: crate::grpc_metrics::GrpcMetrics,
     /// `<prefix>_workqueue_*{queue}` of the send and receive queues.

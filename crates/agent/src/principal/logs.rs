@@ -31,7 +31,7 @@ use crate::proto::logstreamapi::{
 use crate::resource::PathParams;
 use crate::session::Outbox;
 
-use super::resource_proxy::{Resp, failure};
+use super::resource_proxy::reply::{Resp, failure};
 use super::server::Svc;
 use super::{Inner, SOURCE};
 
@@ -180,7 +180,7 @@ pub(super) async fn serve(
         Some(LogMsg::Error(e)) => {
             inner.metrics.resource_proxy_error(agent, "agent_error");
             let (code, body) = error_to_status(&e);
-            return super::resource_proxy::respond(code, body.to_string());
+            return super::resource_proxy::reply::respond(code, body.to_string());
         }
         None => {
             inner.metrics.resource_proxy_error(agent, "agent_error");
@@ -253,7 +253,7 @@ struct BodyState {
     agent: String,
     metrics: Arc<crate::metrics::Metrics>,
     _registration: Registration,
-    _pending: super::resource_proxy::PendingRegistration,
+    _pending: super::resource_proxy::pending::Registration,
 }
 
 #[tonic::async_trait]

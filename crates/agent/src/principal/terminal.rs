@@ -36,7 +36,7 @@ use crate::proto::terminalstreamapi::{
 };
 use crate::resource::PathParams;
 
-use super::resource_proxy::{Resp, failure};
+use super::resource_proxy::reply::{Resp, failure};
 use super::server::Svc;
 use super::{Inner, SOURCE};
 
@@ -196,7 +196,7 @@ pub(super) async fn serve(
         .resource_proxy
         .as_ref()
         .map(|r| r.timeout)
-        .unwrap_or(super::resource_proxy::DEFAULT_TIMEOUT);
+        .unwrap_or(super::resource_proxy::config::DEFAULT_TIMEOUT);
     let modern = protocol.is_some_and(|p| p.starts_with("v4.") || p.starts_with("v5."));
     tokio::spawn(async move {
         let upgraded = match hyper::upgrade::on(req).await {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use crate::ha::HaMetrics;
+use crate::metrics::HaMetrics;
 
 /// A principal's HA state (the peer's names, lower case on the wire and in metrics).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -163,9 +163,11 @@ struct Inner {
 
 impl Controller {
     pub fn new(metrics: Arc<crate::metrics::Metrics>, peer: &str) -> Self {
-        metrics
-            .ha
-            .record_state(State::Recovering, State::Recovering);
+        metrics.ha.record_state(
+            &State::ALL.map(State::as_str),
+            State::Recovering.as_str(),
+            State::Recovering.as_str(),
+        );
         Controller {
             inner: Arc::new(Inner {
                 state: Mutex::new(State::Recovering),
@@ -204,7 +206,8 @@ impl Controller {
             return false;
         }
         *s = to;
-        self.metrics().record_state(from, to);
+        self.metrics()
+            .record_state(&State::ALL.map(State::as_str), from.as_str(), to.as_str());
         tracing::info!(%from, %to, "HA state transition");
         self.inner.tx.send_replace(to);
         true
@@ -260,7 +263,7 @@ impl Controller {
     pub fn record_rejected_agent(&self) {
         let s = self.state();
         self.metrics()
-            .record_rejected(s, "not accepting connections");
+            .record_rejected(s.as_str(), "not accepting connections");
     }
 }
 

@@ -3,9 +3,13 @@
 //! each request becomes a resource-request event on that agent's stream and the HTTP request is
 //! woken by the agent's response event.
 
-mod pending;
+pub(super) mod config;
+pub(super) mod pending;
+pub(super) mod reply;
 
+pub use config::{DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_TIMEOUT, ResourceProxyConfig};
 pub use pending::{Pending, Registration as PendingRegistration, Unmatched};
+use reply::{Resp, failure, respond};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -13,57 +17,20 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http::{Method, Request};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
 
 use crate::event::HttpMethod;
-use crate::resource::{PathParams, ResourceRequest, ResourceResponse, reason_of, status_body};
-use crate::tls::{self, TlsMaterial};
+use crate::resource::{PathParams, ResourceRequest, ResourceResponse};
+use crate::tls;
 
 use super::{Inner, SOURCE};
 
-/// The peer's listener address (principal/server.go `defaultResourceProxyListenerAddr`).
-pub const DEFAULT_LISTEN: &str = "0.0.0.0:9090";
-/// The peer's `requestTimeout`.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The peer's `ReadHeaderTimeout`.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
-/// Largest request body accepted (it travels base64 in one event).
-pub const DEFAULT_MAX_BODY: usize = 2 * 1024 * 1024;
-
-/// Resource-proxy settings.
-#[derive(Clone, Debug)]
-pub struct ResourceProxyConfig {
-    pub listen: SocketAddr,
-    /// The proxy's server certificate and key, and the CA that signs callers' client certificates.
-    pub tls: TlsMaterial,
-    pub allow_tls12: bool,
-    /// `--tls-ciphersuites` (`None`: every ring suite).
-    pub cipher_suites: Option<Vec<rustls::SupportedCipherSuite>>,
-    /// How long a request waits for its agent (then 504).
-    pub timeout: Duration,
-    /// Largest request body (then 413).
-    pub max_body: usize,
-}
-
-impl ResourceProxyConfig {
-    pub fn new(listen: SocketAddr, tls: TlsMaterial) -> Self {
-        Self {
-            listen,
-            tls,
-            allow_tls12: false,
-            cipher_suites: None,
-            timeout: DEFAULT_TIMEOUT,
-            max_body: DEFAULT_MAX_BODY,
-        }
-    }
-}
-
-pub(super) type Resp = Response<http_body_util::combinators::BoxBody<Bytes, Infallible>>;
 
 /// Binds and serves; returns the bound address and the accept task.
 pub(super) async fn start(
@@ -137,20 +104,6 @@ fn common_name(der: &[u8]) -> Result<String, String> {
     } else {
         Ok(cn)
     }
-}
-
-pub(super) fn respond(code: u16, body: impl Into<Bytes>) -> Resp {
-    let mut r = Response::new(Full::new(body.into()).boxed());
-    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    r
-}
-
-pub(super) fn failure(code: u16, message: &str) -> Resp {
-    respond(code, status_body(code, reason_of(code), message))
 }
 
 /// The peer's fake `/version` answer.

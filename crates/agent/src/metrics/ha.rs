@@ -10,8 +10,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::replication::State;
-
 type Labels = Vec<(String, String)>;
 
 /// Every HA metric of the peer. Families without labels are exposed from the start (at zero);
@@ -247,12 +245,11 @@ impl HaMetrics {
         }
     }
 
-    /// Cross-cluster mode: the peer's `RecordStateTransition` (every state's gauge set, the
-    /// transition counted, also `from == to` at start as the peer's `Start`).
-    pub(crate) fn record_state(&self, from: State, to: State) {
-        let all = State::ALL.map(State::as_str);
-        self.set_state(&all, to.as_str());
-        self.count_transition(from.as_str(), to.as_str());
+    /// Cross-cluster mode: the peer's `RecordStateTransition` (the gauge of every state in `all`
+    /// set, the transition counted, also `from == to` at start as the peer's `Start`).
+    pub(crate) fn record_state(&self, all: &[&str], from: &str, to: &str) {
+        self.set_state(all, to);
+        self.count_transition(from, to);
     }
 
     fn set_state(&self, states: &[&str], to: &str) {
@@ -273,10 +270,10 @@ impl HaMetrics {
     }
 
     /// An agent refused because of the HA state.
-    pub(crate) fn record_rejected(&self, state: State, reason: &str) {
+    pub(crate) fn record_rejected(&self, state: &str, reason: &str) {
         self.rejected
             .get_or_create(&vec![
-                ("state".into(), state.as_str().into()),
+                ("state".into(), state.into()),
                 ("reason".into(), reason.into()),
             ])
             .inc();
