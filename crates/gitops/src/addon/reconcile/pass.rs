@@ -1,262 +1,33 @@
-//! The controller: a GitOpsCluster with `spec.argoCDAgentAddon` (read as v1alpha1) → its plan
-//! ([`super::desired::plan`]) applied with writes only where something differs, objects no
-//! longer wanted deleted, and a finalizer that removes everything on delete.
-//!
-//! Bad input (placement kind, missing Placement, invalid custom CR list, no principal address)
-//! is found *before* anything is written: a False condition naming the fix, and a retry with
-//! backoff; never a half-made set of secrets.
+//! One pass of the addon controller over a GitOpsCluster: the finalizer, the input checked
+//! before any write (placement, custom CRs, the principal's address), what exists read, the plan
+//! ([`desired::plan`]) written where it differs, the conditions reported and the objects no longer
+//! wanted swept.
 
-use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff};
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use argocd_pull_api::ocm::cluster::{Placement, PlacementDecision};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
+use kube::runtime::controller::Action;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
-use super::apply::{self, Key};
-use super::desired::{self, Inputs, Invalid};
-use super::discovery::{self, PRINCIPAL_SERVICES};
-use super::pki;
-use super::write;
-use super::*;
-use crate::metrics::Metrics;
+use super::cleanup::finalize;
+use super::context::{CONTROLLER, Ctx, Error, kube_err};
+use super::status::{invalid, now_time, reject, report_pass, write_status};
+use crate::addon::apply::{self, Key};
+use crate::addon::desired::{self, Inputs};
+use crate::addon::discovery::{self, PRINCIPAL_SERVICES};
+use crate::addon::pki;
+use crate::addon::write;
+use crate::addon::*;
 
-const CONTROLLER: &str = "argocd-agent-addon";
 /// Longest wait between passes (certificate checks are also scheduled for their renewal point).
 const RESYNC: Duration = Duration::from_secs(600);
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{0}")]
-    Kube(String),
-    /// Bad input or a failed step: already reported in a condition.
-    #[error("{0}")]
-    Reported(String),
-}
-
-fn kube_err(what: &str) -> impl Fn(kube::Error) -> Error + '_ {
-    move |e| Error::Kube(format!("{what}: {e}"))
-}
-
-/// Settings of the addon controller.
-#[derive(Clone, Debug)]
-pub struct AddonConfig {
-    /// The `argocd-pull` image the AddOnTemplate deploys as the agent.
-    pub agent_image: String,
-}
-
-struct Ctx {
-    client: Client,
-    config: AddonConfig,
-    metrics: Metrics,
-    /// Consecutive failed passes per GitOpsCluster (`ns/name`), for the retry backoff.
-    failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
-}
-
-/// Retry delay after `n` consecutive failures: 5 s doubling to 5 min.
-pub fn retry_delay(n: u32) -> Duration {
-    Duration::from_secs(
-        5u64.saturating_mul(1 << n.saturating_sub(1).min(6))
-            .min(300),
-    )
-}
-
-pub async fn run(
-    client: Client,
-    config: AddonConfig,
-    metrics: Metrics,
-    health: ApiHealth,
-    shutdown: CancellationToken,
-) {
-    let ctx = Arc::new(Ctx {
-        client: client.clone(),
-        config,
-        metrics,
-        failures: Default::default(),
-    });
-    let token = shutdown.clone();
-    let controller = Controller::new(
-        Api::<GitOpsCluster>::all(client.clone()),
-        watcher::Config::default(),
-    );
-    let store = controller.store();
-    let gcs = store.clone();
-    let gcs_for_services = store.clone();
-    let run = controller
-        .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
-        // the end of an API-server outage: every GitOpsCluster at once, not at its next retry
-        // (5 s doubling per failure)
-        .trigger_backoff(ControllerBackoff::new(health.clone()))
-        .reconcile_all_on(health.recovered())
-        // The principal Service changing (a new LoadBalancer address: new SANs) reconciles the
-        // GitOpsClusters of its namespace.
-        .watches(
-            Api::<Service>::all(client.clone()),
-            watcher::Config::default().fields(&format!("metadata.name={}", PRINCIPAL_SERVICES[0])),
-            move |svc: Service| {
-                let ns = svc.namespace().unwrap_or_default();
-                gcs_for_services
-                    .state()
-                    .into_iter()
-                    .filter(|g| g.namespace().as_deref() == Some(ns.as_str()))
-                    .map(|g| ObjectRef::from_obj(&*g))
-                    .collect::<Vec<_>>()
-            },
-        )
-        // A PlacementDecision change reconciles the GitOpsClusters of that Placement at once.
-        .watches(
-            Api::<PlacementDecision>::all(client),
-            watcher::Config::default(),
-            move |d: PlacementDecision| {
-                let ns = d.namespace().unwrap_or_default();
-                let placement = d
-                    .labels()
-                    .get(argocd_pull_api::names::LABEL_PLACEMENT)
-                    .cloned()
-                    .unwrap_or_default();
-                gcs.state()
-                    .into_iter()
-                    .filter(|g| {
-                        g.namespace().as_deref() == Some(ns.as_str())
-                            && g.spec.placement_ref.name.as_deref() == Some(placement.as_str())
-                    })
-                    .map(|g| ObjectRef::from_obj(&*g))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .graceful_shutdown_on(async move { token.cancelled().await })
-        .run(
-            |gc, ctx: Arc<Ctx>| async move {
-                if gc.spec.argo_cd_agent_addon.is_none() {
-                    return Ok(Action::await_change());
-                }
-                let started = Instant::now();
-                let key = format!("{}/{}", gc.namespace().unwrap_or_default(), gc.name_any());
-                let r = reconcile(gc, ctx.clone()).await;
-                if r.is_ok() {
-                    ctx.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
-                }
-                ctx.metrics
-                    .reconciled(CONTROLLER, started.elapsed().as_secs_f64(), r.is_ok());
-                r
-            },
-            |gc, err: &Error, ctx| {
-                let key = format!("{}/{}", gc.namespace().unwrap_or_default(), gc.name_any());
-                let n = {
-                    let mut f = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
-                    let n = f.entry(key.clone()).or_default();
-                    *n += 1;
-                    *n
-                };
-                let delay = retry_delay(n);
-                tracing::warn!(gitopscluster = %key, error = %err, retry_in = ?delay, "argocd-agent-addon reconcile failed");
-                Action::requeue(delay)
-            },
-            ctx,
-        )
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "argocd-agent-addon controller event");
-            }
-        });
-    crate::until_shutdown(run, store, shutdown, CONTROLLER).await;
-}
-
-fn now_time() -> Time {
-    Time(jiff::Timestamp::now())
-}
-
-async fn write_status(ctx: &Ctx, gc: &GitOpsCluster, conds: &Conditions) -> Result<(), Error> {
-    let current = gc
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
-    if current == conds.list {
-        return Ok(());
-    }
-    let api: Api<GitOpsCluster> =
-        Api::namespaced(ctx.client.clone(), &gc.namespace().unwrap_or_default());
-    api.patch_status(
-        &gc.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"conditions": conds.list}})),
-    )
-    .await
-    .map_err(kube_err("writing status"))?;
-    ctx.metrics.write(CONTROLLER, "GitOpsCluster", "status");
-    Ok(())
-}
-
-/// Reports a failure found before any write, and retries with backoff.
-async fn reject(
-    ctx: &Ctx,
-    gc: &GitOpsCluster,
-    mut conds: Conditions,
-    bad: Invalid,
-) -> Result<Action, Error> {
-    conds.set(bad.condition, "False", bad.reason, bad.message.clone());
-    write_status(ctx, gc, &conds).await?;
-    Err(Error::Reported(bad.message))
-}
-
-fn invalid(condition: &'static str, reason: &'static str, message: String) -> Invalid {
-    Invalid {
-        condition,
-        reason,
-        message,
-    }
-}
-
-async fn finalize(ctx: &Ctx, gc: &GitOpsCluster, ns: &str, name: &str) -> Result<Action, Error> {
-    let owned = apply::list_owned(&ctx.client, ns, name)
-        .await
-        .map_err(kube_err("listing owned objects"))?;
-    let (_, errors) = apply::sweep(&ctx.client, &owned, &BTreeSet::new()).await;
-    if !errors.is_empty() {
-        return Err(Error::Kube(format!("cleanup: {}", errors.join("; "))));
-    }
-    // The shared ClusterManagementAddOn goes with the last AddOnTemplate of ours.
-    let (ar, _) = apply::resource("AddOnTemplate");
-    let left = Api::<kube::api::DynamicObject>::all_with(ctx.client.clone(), &ar)
-        .list(&ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")))
-        .await
-        .map_err(kube_err("listing AddOnTemplates"))?;
-    if left.items.is_empty() {
-        let (ar, _) = apply::resource("ClusterManagementAddOn");
-        let _ = Api::<kube::api::DynamicObject>::all_with(ctx.client.clone(), &ar)
-            .delete(ADDON_NAME, &Default::default())
-            .await;
-    }
-    let finalizers: Vec<String> = gc
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    Api::<GitOpsCluster>::namespaced(ctx.client.clone(), ns)
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": finalizers, "resourceVersion": gc.resource_version()}})),
-        )
-        .await
-        .map_err(kube_err("removing the finalizer"))?;
-    tracing::info!(gitopscluster = %format!("{ns}/{name}"), objects = owned.len(), "cleaned up");
-    Ok(Action::await_change())
-}
-
-async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+pub(super) async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let ns = gc.namespace().unwrap_or_default();
     let name = gc.name_any();
     let client = &ctx.client;
@@ -562,99 +333,7 @@ async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<Action, Erro
         write_status(&ctx, &gc, &conds).await?;
         return Err(Error::Reported(e));
     }
-    for (c, m) in [
-        (COND_RBAC_READY, "RBAC resources created successfully"),
-        (COND_JWT_SECRET_READY, "JWT secret created successfully"),
-        (
-            COND_CA_CERTIFICATE_READY,
-            "CA certificate created successfully",
-        ),
-        (
-            COND_PRINCIPAL_CERTIFICATE_READY,
-            "Principal certificate generated successfully",
-        ),
-        (
-            COND_RESOURCE_PROXY_CERTIFICATE_READY,
-            "Resource proxy certificate generated successfully",
-        ),
-        (
-            COND_ADDON_TEMPLATE_READY,
-            "AddOnTemplate created/updated successfully",
-        ),
-    ] {
-        conds.ok(c, m);
-    }
-    let non_local = clusters.iter().filter(|c| *c != LOCAL_CLUSTER).count();
-    if clusters.is_empty() {
-        conds.set(
-            COND_PLACEMENT_EVALUATED,
-            "True",
-            REASON_NO_CLUSTERS,
-            "No managed clusters selected by placement",
-        );
-    } else {
-        conds.ok(
-            COND_PLACEMENT_EVALUATED,
-            format!("Evaluated {} managed clusters", clusters.len()),
-        );
-    }
-    let per_cluster =
-        |conds: &mut Conditions, c: &'static str, n: usize, ok: String, bad: &str| match failed
-            .get(c)
-        {
-            Some(l) => conds.failed(c, format!("{bad}: {}", cluster_list(l))),
-            None if n > 0 => conds.ok(c, ok),
-            None => {}
-        };
-    per_cluster(
-        &mut conds,
-        COND_CLUSTERS_IMPORTED,
-        clusters.len(),
-        format!("Imported {} clusters to ArgoCD", clusters.len()),
-        "Failed to import clusters",
-    );
-    if !others.is_empty() {
-        let owners: BTreeSet<&String> = others.iter().filter_map(|c| taken.get(c)).collect();
-        let owners: Vec<&str> = owners.into_iter().map(String::as_str).collect();
-        conds.failed(
-            COND_CLUSTERS_IMPORTED,
-            format!(
-                "Failed to import clusters: {} (already served by GitOpsCluster {}; select each cluster from one GitOpsCluster only)",
-                cluster_list(&others),
-                owners.join(", ")
-            ),
-        );
-    }
-    per_cluster(
-        &mut conds,
-        COND_MANIFEST_WORK_CREATED,
-        non_local,
-        format!("Created ManifestWorks for {non_local} clusters"),
-        "Failed to create ManifestWorks for clusters",
-    );
-    per_cluster(
-        &mut conds,
-        COND_ADDON_CONFIGURED,
-        clusters.len(),
-        format!("Addon configured for {} clusters", clusters.len()),
-        "Failed to configure addon for clusters",
-    );
-    if non_local == 0 && !failed.contains_key(COND_ARGOCD_CR_DELIVERED) {
-        conds.set(
-            COND_ARGOCD_CR_DELIVERED,
-            "True",
-            REASON_NO_CLUSTERS,
-            "No non-local clusters to deliver ArgoCD CR to",
-        );
-    } else {
-        per_cluster(
-            &mut conds,
-            COND_ARGOCD_CR_DELIVERED,
-            non_local,
-            format!("Delivered ArgoCD CR to {non_local} clusters"),
-            "Failed to deliver ArgoCD CR to clusters",
-        );
-    }
+    report_pass(&mut conds, &clusters, &others, &taken, &failed);
     let (removed, errors) = apply::sweep(client, &owned, &keep).await;
     if !removed.is_empty() {
         conds.ok(
@@ -708,13 +387,4 @@ async fn ensure_tolerations(ctx: &Ctx, placement: &Placement) -> Result<(), Stri
         .map_err(|e| e.to_string())?;
     ctx.metrics.write(CONTROLLER, "Placement", "update");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn retries_back_off_from_5_s_to_5_min() {
-        let d: Vec<u64> = (1..=9).map(|n| super::retry_delay(n).as_secs()).collect();
-        assert_eq!(d, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
-    }
 }

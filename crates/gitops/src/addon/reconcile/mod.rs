@@ -1,0 +1,143 @@
+//! The controller: a GitOpsCluster with `spec.argoCDAgentAddon` (read as v1alpha1) → its plan
+//! ([`super::desired::plan`]) applied with writes only where something differs, objects no
+//! longer wanted deleted, and a finalizer that removes everything on delete.
+//!
+//! Bad input (placement kind, missing Placement, invalid custom CR list, no principal address)
+//! is found *before* anything is written: a False condition naming the fix, and a retry with
+//! backoff; never a half-made set of secrets.
+//!
+//! * `context` — the controller's settings, [`Error`], the context a pass works from, and
+//!   [`retry_delay`].
+//! * `pass` — one pass: input checks, plan, writes, sweep.
+//! * `status` — the conditions: written, rejected input reported, a pass's outcome.
+//! * `cleanup` — a deleted GitOpsCluster's objects removed, then its finalizer.
+
+mod cleanup;
+mod context;
+mod pass;
+mod status;
+#[cfg(test)]
+mod tests;
+
+use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use argocd_pull_api::ocm::cluster::PlacementDecision;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+pub use context::{AddonConfig, Error, retry_delay};
+
+use crate::addon::GitOpsCluster;
+use crate::addon::discovery::PRINCIPAL_SERVICES;
+use crate::metrics::Metrics;
+use context::{CONTROLLER, Ctx};
+use pass::reconcile;
+
+pub async fn run(
+    client: Client,
+    config: AddonConfig,
+    metrics: Metrics,
+    health: ApiHealth,
+    shutdown: CancellationToken,
+) {
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        config,
+        metrics,
+        failures: Default::default(),
+    });
+    let token = shutdown.clone();
+    let controller = Controller::new(
+        Api::<GitOpsCluster>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let store = controller.store();
+    let gcs = store.clone();
+    let gcs_for_services = store.clone();
+    let run = controller
+        .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
+        // the end of an API-server outage: every GitOpsCluster at once, not at its next retry
+        // (5 s doubling per failure)
+        .trigger_backoff(ControllerBackoff::new(health.clone()))
+        .reconcile_all_on(health.recovered())
+        // The principal Service changing (a new LoadBalancer address: new SANs) reconciles the
+        // GitOpsClusters of its namespace.
+        .watches(
+            Api::<Service>::all(client.clone()),
+            watcher::Config::default().fields(&format!("metadata.name={}", PRINCIPAL_SERVICES[0])),
+            move |svc: Service| {
+                let ns = svc.namespace().unwrap_or_default();
+                gcs_for_services
+                    .state()
+                    .into_iter()
+                    .filter(|g| g.namespace().as_deref() == Some(ns.as_str()))
+                    .map(|g| ObjectRef::from_obj(&*g))
+                    .collect::<Vec<_>>()
+            },
+        )
+        // A PlacementDecision change reconciles the GitOpsClusters of that Placement at once.
+        .watches(
+            Api::<PlacementDecision>::all(client),
+            watcher::Config::default(),
+            move |d: PlacementDecision| {
+                let ns = d.namespace().unwrap_or_default();
+                let placement = d
+                    .labels()
+                    .get(argocd_pull_api::names::LABEL_PLACEMENT)
+                    .cloned()
+                    .unwrap_or_default();
+                gcs.state()
+                    .into_iter()
+                    .filter(|g| {
+                        g.namespace().as_deref() == Some(ns.as_str())
+                            && g.spec.placement_ref.name.as_deref() == Some(placement.as_str())
+                    })
+                    .map(|g| ObjectRef::from_obj(&*g))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(async move { token.cancelled().await })
+        .run(
+            |gc, ctx: Arc<Ctx>| async move {
+                if gc.spec.argo_cd_agent_addon.is_none() {
+                    return Ok(Action::await_change());
+                }
+                let started = Instant::now();
+                let key = format!("{}/{}", gc.namespace().unwrap_or_default(), gc.name_any());
+                let r = reconcile(gc, ctx.clone()).await;
+                if r.is_ok() {
+                    ctx.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+                }
+                ctx.metrics
+                    .reconciled(CONTROLLER, started.elapsed().as_secs_f64(), r.is_ok());
+                r
+            },
+            |gc, err: &Error, ctx| {
+                let key = format!("{}/{}", gc.namespace().unwrap_or_default(), gc.name_any());
+                let n = {
+                    let mut f = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
+                    let n = f.entry(key.clone()).or_default();
+                    *n += 1;
+                    *n
+                };
+                let delay = retry_delay(n);
+                tracing::warn!(gitopscluster = %key, error = %err, retry_in = ?delay, "argocd-agent-addon reconcile failed");
+                Action::requeue(delay)
+            },
+            ctx,
+        )
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "argocd-agent-addon controller event");
+            }
+        });
+    crate::until_shutdown(run, store, shutdown, CONTROLLER).await;
+}

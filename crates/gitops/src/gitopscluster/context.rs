@@ -1,0 +1,52 @@
+//! What every step of the GitOpsCluster controller shares: its name in metrics and logs, its
+//! [`Error`], and the context a reconcile works from (the client and the reflector stores).
+
+use std::time::Instant;
+
+use argocd_pull_api::ocm::cluster::{ManagedCluster, PlacementDecision};
+use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use kube::api::ApiResource;
+use kube::runtime::reflector::Store;
+
+use crate::GitOpsConfig;
+use crate::metrics::Metrics;
+
+pub(super) const CONTROLLER: &str = "gitopscluster";
+
+/// Argo CD server Service labels.
+pub(super) const ARGO_SERVER_SELECTOR: &str =
+    "app.kubernetes.io/component=server,app.kubernetes.io/part-of=argocd";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}: {1}")]
+    Kube(String, #[source] kube::Error),
+    #[error("{0}")]
+    Incomplete(String),
+}
+
+/// The ManagedServiceAccount API (`authentication.open-cluster-management.io`), probed lazily.
+pub(super) struct MsaApi {
+    pub(super) checked: Option<Instant>,
+    pub(super) resource: Option<ApiResource>,
+}
+
+pub(super) struct Ctx {
+    pub(super) client: Client,
+    pub(super) config: GitOpsConfig,
+    pub(super) metrics: Metrics,
+    pub(super) decisions: Store<PlacementDecision>,
+    pub(super) clusters: Store<ManagedCluster>,
+    pub(super) secrets: Store<Secret>,
+    pub(super) msa: tokio::sync::Mutex<MsaApi>,
+}
+
+pub(super) fn kerr(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let what = what.into();
+    move |e| Error::Kube(what, e)
+}
+
+pub(super) fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
