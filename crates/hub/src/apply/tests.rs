@@ -1,3 +1,4 @@
+use super::fields::{parse_fields, to_fields};
 use super::*;
 
 #[test]
