@@ -16,7 +16,7 @@ use crate::session::{self, SessionCtx};
 use crate::tls::{self};
 
 use super::Inner;
-use super::SessionHandler;
+use super::handler::SessionHandler;
 
 impl Inner {
     pub(super) async fn connect_loop(

@@ -5,7 +5,9 @@ mod agent_info;
 mod application;
 mod appproject;
 mod cache_info;
+mod config;
 mod connect;
+mod handler;
 mod logs;
 pub mod mapping;
 mod periodic_resync;
@@ -15,160 +17,37 @@ mod repository;
 mod resource;
 mod resource_scope;
 mod resync;
+mod send;
 mod terminal;
 pub mod update_buffer;
 mod watch;
 
 pub use agent_info::KubeVersionSource;
-use application::{status_payload, strip_local};
+use application::strip_local;
 use appproject::strip_project;
 pub use cache_info::LocalRedis;
+pub use config::AgentConfig;
 pub use redis_proxy::{LocalRedisProxy, LocalRedisTls};
 pub use resource::ResourceProxyClient;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::Mode;
-use crate::event::{Event, EventType, Target};
 use crate::metrics::Metrics;
 use crate::objects as o;
-use crate::queue::{Backoff, Pushed, SendQueue};
-use crate::session::{HandleError, Handler, Outbox};
+use crate::queue::SendQueue;
+use crate::session::Outbox;
 use crate::store::{Kind, Store};
 use crate::tls::{self, TlsMaterial};
 
 /// The agent's queues in `<prefix>_workqueue_*{queue}`: the peer's queue pair `default`.
 pub const SEND_QUEUE: &str = "default-send";
 pub const RECV_QUEUE: &str = "default-recv";
-
-/// Agent settings.
-#[derive(Clone, Debug)]
-pub struct AgentConfig {
-    pub principal: SocketAddr,
-    /// Name in the principal's server certificate.
-    pub server_name: String,
-    pub tls: TlsMaterial,
-    pub allow_tls12: bool,
-    /// `--tls-ciphersuites` (`None`: every ring suite).
-    pub cipher_suites: Option<Vec<rustls::SupportedCipherSuite>>,
-    /// `--insecure-tls`: the principal's certificate is not verified.
-    pub insecure_tls: bool,
-    pub mode: Mode,
-    /// Local Argo CD namespace.
-    pub namespace: String,
-    /// Version string sent at login (a peer principal demands string equality with its own).
-    pub version: String,
-    pub max_event_size: usize,
-    pub queue_capacity: usize,
-    /// Received events waiting for a handler at most (`ARGOCD_AGENT_RECV_QUEUE_SIZE`).
-    pub recv_queue_size: usize,
-    pub concurrency: usize,
-    pub compression: bool,
-    pub keepalive_interval: Duration,
-    pub backoff: Backoff,
-    pub reconnect_min: Duration,
-    pub reconnect_max: Duration,
-    /// `--heartbeat-interval`: a `ping` event every interval on the stream (zero: none)
-    pub heartbeat_interval: Duration,
-    /// `--resync-interval`: the resync of the start again every interval while connected (zero:
-    /// off; see `periodic_resync`)
-    pub resync_interval: Duration,
-    /// Where the cluster's Kubernetes version is read (`None`: reported as unknown).
-    pub kube_version: Option<KubeVersionSource>,
-    /// `--source-uid-mismatch-policy`
-    pub mismatch_policy: crate::policy::MismatchPolicy,
-    /// `--adoption-policy`
-    pub adoption_policy: crate::policy::AdoptionPolicy,
-    /// `--on-application-recreate`
-    pub on_recreate: crate::policy::RecreateAction,
-    /// `--insecure-plaintext`: dial the principal over plain HTTP/2 (a service-mesh sidecar
-    /// provides mTLS and the identity header); `tls` is not used.
-    pub insecure_plaintext: bool,
-    /// `--enable-websocket`: every call goes over a WebSocket (HTTP/1.1 proxies in between).
-    pub enable_websocket: bool,
-    /// The login method (`mtls`, or `header` with `--creds header:`).
-    pub auth_method: String,
-    /// Answer resource requests (the peer's `--enable-resource-proxy`, default true).
-    pub enable_resource_proxy: bool,
-    /// The agent's own API server for resource requests (`None`: requests are answered 403).
-    pub resource_proxy: Option<ResourceProxyClient>,
-    /// The peer's rule: serve only resources Argo CD manages (and list only events).
-    pub resource_proxy_managed_only: bool,
-    /// The local Argo CD's Redis (managed mode: its cluster info goes to the principal).
-    pub local_redis: Option<LocalRedis>,
-    /// The local Argo CD's Redis the principal's Redis proxy reads live state from (`None`:
-    /// redis requests are answered with an error).
-    pub redis_proxy: Option<LocalRedisProxy>,
-    /// How often the cluster cache info is sent (the peer's `--cache-refresh-interval`).
-    pub cache_refresh_interval: Duration,
-    /// `--informer-sync-timeout`: the initial list of the local Applications, AppProjects,
-    /// repositories and GPG keys and their watches must be in place within this time, else the
-    /// agent does not start (peer: `EnsureSynced(informerSyncTimeout)`).
-    pub informer_sync_timeout: Duration,
-    /// `--destination-based-mapping` (managed only): the principal's Applications keep their
-    /// namespace here (see [`mapping`]).
-    pub destination_based_mapping: bool,
-    /// `--create-namespace` (with mapping): create an Application's missing namespace.
-    pub create_namespace: bool,
-    /// `--allowed-namespaces` (with mapping): namespaces besides `namespace` Applications may
-    /// be written in (globs or `/regex/`).
-    pub allowed_namespaces: Vec<String>,
-    /// `--buffer-informer-event-interval`: updates of one local Application are handled at
-    /// most once per interval, the latest one winning (zero: unbuffered; see [`update_buffer`]).
-    pub informer_event_buffer_interval: Duration,
-}
-
-impl AgentConfig {
-    pub fn new(principal: SocketAddr, tls: TlsMaterial, mode: Mode) -> Self {
-        Self {
-            principal,
-            server_name: "localhost".into(),
-            tls,
-            allow_tls12: false,
-            cipher_suites: None,
-            insecure_tls: false,
-            mode,
-            namespace: "argocd".into(),
-            version: crate::VERSION.into(),
-            max_event_size: crate::DEFAULT_MAX_EVENT_SIZE,
-            queue_capacity: crate::DEFAULT_QUEUE_CAPACITY,
-            recv_queue_size: crate::env_tuning::DEFAULT_RECV_QUEUE_SIZE,
-            concurrency: crate::DEFAULT_CONCURRENCY,
-            compression: false,
-            keepalive_interval: Duration::from_secs(30),
-            backoff: Backoff::default(),
-            reconnect_min: Duration::from_millis(100),
-            reconnect_max: Duration::from_secs(30),
-            heartbeat_interval: Duration::ZERO,
-            resync_interval: Duration::ZERO,
-            kube_version: None,
-            mismatch_policy: Default::default(),
-            adoption_policy: Default::default(),
-            on_recreate: Default::default(),
-            insecure_plaintext: false,
-            enable_websocket: false,
-            auth_method: "mtls".into(),
-            enable_resource_proxy: true,
-            resource_proxy: None,
-            resource_proxy_managed_only: false,
-            local_redis: None,
-            redis_proxy: None,
-            cache_refresh_interval: Duration::from_secs(10),
-            informer_sync_timeout: Duration::from_secs(30),
-            destination_based_mapping: false,
-            create_namespace: false,
-            allowed_namespaces: Vec::new(),
-            informer_event_buffer_interval: Duration::ZERO,
-        }
-    }
-}
 
 struct Inner {
     cfg: AgentConfig,
@@ -513,155 +392,6 @@ impl Inner {
 
     fn source(&self) -> String {
         self.source.lock().expect("poisoned").clone()
-    }
-
-    fn regenerate(&self, key: &str) -> Vec<Event> {
-        let src = self.source();
-        let (target, name) = o::parse_qkey(key);
-        if matches!(target, Target::Repository | Target::GpgKey) {
-            return vec![]; // agents never send repositories or GPG keys
-        }
-        if target == Target::AppProject {
-            if self.cfg.mode != Mode::Autonomous {
-                return vec![];
-            }
-            let p = self.proj_cache.lock().expect("poisoned").get(name).cloned();
-            return vec![match p {
-                Some(p) => Event::for_object(&src, EventType::SpecUpdate, Target::AppProject, &p),
-                None => Event::for_object(
-                    &src,
-                    EventType::Delete,
-                    Target::AppProject,
-                    &o::project_stub(name, &self.cfg.namespace, ""),
-                ),
-            }];
-        }
-        let obj = self.cache.lock().expect("poisoned").get(name).cloned();
-        match (self.cfg.mode, obj) {
-            (Mode::Managed, Some(obj)) => vec![Event::for_object(
-                &src,
-                EventType::StatusUpdate,
-                Target::Application,
-                &status_payload(&obj),
-            )],
-            (Mode::Managed, None) => vec![],
-            (Mode::Autonomous, Some(obj)) => vec![Event::for_object(
-                &src,
-                EventType::SpecUpdate,
-                Target::Application,
-                &obj,
-            )],
-            (Mode::Autonomous, None) => {
-                vec![Event::for_object(
-                    &src,
-                    EventType::Delete,
-                    Target::Application,
-                    &o::stub(name, &self.cfg.namespace, ""),
-                )]
-            }
-        }
-    }
-
-    /// An `error` event about one of our objects (the peer's `addErrorEventToQueue`): target
-    /// `target`, `ErrorData{resourceName, resourceNamespace, message}`.
-    fn push_error(&self, target: Target, name: &str, ns: &str, message: &str) {
-        let ev = Event::request(
-            &self.source(),
-            EventType::Error,
-            target,
-            serde_json::json!({"resourceName": name, "resourceNamespace": ns, "message": message}),
-        );
-        let key = format!("error/{}", ev.id);
-        if let Pushed::Queued = self.queue.push(&key, ev) {
-            self.metrics.queued(EventType::Error.short());
-        }
-    }
-
-    fn push(&self, ty: EventType, obj: &Value) {
-        self.push_target(ty, Target::Application, obj)
-    }
-
-    fn push_target(&self, ty: EventType, target: Target, obj: &Value) {
-        let mut ev = Event::for_object(&self.source(), ty, target, obj);
-        crate::otel::inject(&mut ev);
-        let key = match target {
-            Target::Application => self.app_qkey(o::namespace(obj), o::name(obj)),
-            _ => o::qkey(target, o::name(obj)),
-        };
-        match self.queue.push(&key, ev) {
-            Pushed::Queued => self.metrics.queued(ty.short()),
-            Pushed::Coalesced => {
-                self.metrics.events_coalesced.inc();
-            }
-            Pushed::Deferred => {
-                self.metrics.events_deferred.inc();
-            }
-        }
-    }
-}
-
-struct SessionHandler {
-    inner: Arc<Inner>,
-}
-
-#[async_trait]
-impl Handler for SessionHandler {
-    async fn handle(&self, ev: Event, out: &Outbox) -> Result<(), HandleError> {
-        if ev.target == Target::Resource {
-            return self.inner.handle_resource_request(&ev, out).await;
-        }
-        if ev.target == Target::ContainerLog {
-            return self.inner.handle_container_log(&ev);
-        }
-        if ev.target == Target::Terminal {
-            return self.inner.handle_terminal_request(&ev);
-        }
-        if ev.target == Target::Redis {
-            return self.inner.handle_redis_request(ev, out).await;
-        }
-        match crate::checksum::resync_kind(&ev) {
-            crate::checksum::ResyncKind::Handled
-                if ev.ty == EventType::ResponseSyncedResource
-                    && self.inner.cfg.mode == Mode::Managed =>
-            {
-                self.inner.answer_synced_resource(&ev, out).await;
-                Ok(())
-            }
-            crate::checksum::ResyncKind::Handled => self.inner.handle_event(ev, out).await,
-            crate::checksum::ResyncKind::Refused(msg) => Err(HandleError::Permanent(msg)),
-        }
-    }
-    async fn on_connect(&self, out: &Outbox) {
-        *self.inner.outbox.lock().expect("poisoned") = Some(out.clone());
-        self.inner.resync_on_start(out).await;
-        // these end with the stream
-        tokio::join!(
-            self.heartbeats(out),
-            self.inner.report_agent_info(out),
-            self.inner.periodic_resync(out),
-        );
-    }
-}
-
-impl SessionHandler {
-    /// Application-level heartbeats, as the peer's `--heartbeat-interval` (its
-    /// `HeartbeatEvent(Ping)`): the principal ACKs each.
-    async fn heartbeats(&self, out: &Outbox) {
-        let every = self.inner.cfg.heartbeat_interval;
-        if every.is_zero() {
-            return;
-        }
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-        loop {
-            tick.tick().await;
-            let ping = Event::request(
-                &self.inner.source(),
-                EventType::Ping,
-                Target::Heartbeat,
-                Value::Null,
-            );
-            out.send(ping).await;
-        }
     }
 }
 

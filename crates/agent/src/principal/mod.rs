@@ -5,11 +5,14 @@ mod application;
 mod appproject;
 pub mod cluster_info;
 pub mod cluster_secrets;
+mod config;
 pub mod connection;
 mod hub;
 pub mod identity;
+mod inspect;
 mod logs;
 pub mod mapping;
+mod namespace_watch;
 pub mod redis_proxy;
 mod registration;
 mod repository;
@@ -18,17 +21,19 @@ mod resync;
 mod resync_limit;
 mod routing;
 mod server;
+mod state;
 mod status_writer;
 mod terminal;
 
+pub use config::{DEFAULT_HEARTBEAT, ExtraServices, NamespaceCreate, PrincipalConfig};
 pub use redis_proxy::RedisProxyConfig;
 pub use registration::{LABEL_SELF_REGISTERED, SelfRegistration};
 pub use resource_proxy::ResourceProxyConfig;
 use server::Svc;
+use state::{AgentState, HubCache, View};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,216 +41,15 @@ use regex::Regex;
 use serde_json::Value;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::Mode;
 use crate::auth::TokenIssuer;
 use crate::metrics::Metrics;
-use crate::objects as o;
 use crate::proto::authapi::authentication_server::AuthenticationServer;
 use crate::proto::eventstreamapi::event_stream_server::EventStreamServer;
 use crate::proto::versionapi::version_server::VersionServer;
-use crate::queue::{Backoff, SendQueue};
 use crate::store::Store;
 use crate::tls::{self, TlsMaterial};
 
 pub const SOURCE: &str = "argocd-agent-principal";
-
-/// The default `--heartbeat-interval` (the HTTP/2 keepalive interval the principal always had).
-pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(30);
-
-/// Principal settings.
-#[derive(Clone, Debug)]
-pub struct PrincipalConfig {
-    pub listen: SocketAddr,
-    pub tls: TlsMaterial,
-    pub allow_tls12: bool,
-    /// `--tls-ciphersuites` (`None`: every ring suite).
-    pub cipher_suites: Option<Vec<rustls::SupportedCipherSuite>>,
-    pub identity_regex: String,
-    /// `--auth mtls:uri:<regex>`: the regex applies to the client certificate's URI SANs (SPIFFE
-    /// IDs) instead of its subject.
-    pub identity_from_uri: bool,
-    /// `--auth header:<name>:<regex>`: the identity comes only from this request header (set by
-    /// a service-mesh sidecar that terminated the agent's mTLS); needs `insecure_plaintext`.
-    pub identity_header: Option<String>,
-    /// `--client-cert-subject-match`: the common name of the client certificate must equal the
-    /// agent name of the access token on every authenticated call (peer: principal/auth.go
-    /// `clientCertificateMatches`).
-    pub client_cert_subject_match: bool,
-    /// `--insecure-plaintext`: serve gRPC over plain HTTP/2 (h2c) behind a service mesh.
-    pub insecure_plaintext: bool,
-    /// `--enable-websocket`: the listener also takes gRPC over WebSocket (HTTP/1.1 upgrades).
-    pub enable_websocket: bool,
-    /// RSA PKCS#8 PEM signing key for JWTs.
-    pub jwt_key_pem: String,
-    /// The principal's own namespace (reported to agents).
-    pub namespace: String,
-    /// Version string reported to agents and required of them (string equality, as the peer).
-    pub version: String,
-    pub max_event_size: usize,
-    pub queue_capacity: usize,
-    /// Received events waiting for a handler at most (`ARGOCD_AGENT_RECV_QUEUE_SIZE`).
-    pub recv_queue_size: usize,
-    pub concurrency: usize,
-    pub compression: bool,
-    pub keepalive_min_interval: Duration,
-    /// `--heartbeat-interval`: every agent connection is pinged (HTTP/2 PING) this often; an
-    /// agent whose stream dropped is shown `Failed` after half of it (see [`connection`]), and
-    /// the send queues are sampled this often.
-    pub heartbeat: Duration,
-    /// `--resync-min-interval`: the least time between two resync rounds an agent asks for
-    /// (zero: no limit; see `resync_limit`).
-    pub resync_min_interval: Duration,
-    /// `--publish-agent-status`: each agent's status goes on its cluster secret (needs
-    /// `cluster_secrets`; see [`crate::agent_status`]).
-    pub publish_agent_status: bool,
-    pub backoff: Backoff,
-    /// The resource proxy (`None`: disabled, the peer's `--enable-resource-proxy=false`).
-    pub resource_proxy: Option<ResourceProxyConfig>,
-    /// The Redis proxy for Argo CD (`None`: disabled, the peer's `--disable-redis-proxy`).
-    pub redis_proxy: Option<RedisProxyConfig>,
-    /// Where agents' cluster info is written for Argo CD (`None`: kept in memory only).
-    pub argocd_cache: Option<crate::argocd_cache::ArgoCacheConfig>,
-    /// Reads Argo CD cluster secrets (agent → server URL) in the principal's namespace.
-    pub cluster_secrets: Option<cluster_secrets::SecretsClient>,
-    /// `--enable-self-cluster-registration` (needs `cluster_secrets`).
-    pub self_registration: Option<registration::SelfRegistration>,
-    /// `--namespace-create-*`: create the hub namespace of an autonomous agent when its
-    /// Applications arrive (`None`: never, the peer's default).
-    pub namespace_create: Option<NamespaceCreate>,
-    /// `--allowed-namespaces`: the hub namespaces whose Applications the principal handles
-    /// (globs or `/regex/`); empty: all (**Decision**: the peer then handles none).
-    pub allowed_namespaces: Vec<String>,
-    /// `--destination-based-mapping`: a managed agent gets the hub Applications whose
-    /// `spec.destination.name` names it, in their own namespace (see [`mapping`]).
-    pub destination_based_mapping: bool,
-    /// This principal's persistent identity (ConfigMap `argocd-agent-principal-identity`), sent
-    /// as the `principaluid` extension of its events: agents tell a failover to another
-    /// principal from a recreated object by it.
-    pub principal_uid: Option<String>,
-    /// More gRPC services on the agents' port (cross-cluster HA's replication API).
-    pub extra_services: Option<ExtraServices>,
-}
-
-/// Adds gRPC services to the principal's routes.
-#[derive(Clone)]
-pub struct ExtraServices(
-    Arc<dyn Fn(tonic::service::Routes) -> tonic::service::Routes + Send + Sync>,
-);
-
-impl ExtraServices {
-    pub fn new(
-        f: impl Fn(tonic::service::Routes) -> tonic::service::Routes + Send + Sync + 'static,
-    ) -> Self {
-        ExtraServices(Arc::new(f))
-    }
-}
-
-impl std::fmt::Debug for ExtraServices {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ExtraServices")
-    }
-}
-
-/// Automatic creation of autonomous agents' hub namespaces (peer: `WithAutoNamespaceCreate`).
-#[derive(Clone, Debug, Default)]
-pub struct NamespaceCreate {
-    /// Only names this regex matches (anywhere, as Go's `MatchString`); `None`: all.
-    pub pattern: Option<Regex>,
-    /// Labels of a created namespace.
-    pub labels: std::collections::BTreeMap<String, String>,
-}
-
-impl PrincipalConfig {
-    pub fn new(listen: SocketAddr, tls: TlsMaterial, jwt_key_pem: String) -> Self {
-        Self {
-            listen,
-            tls,
-            allow_tls12: false,
-            cipher_suites: None,
-            identity_regex: tls::DEFAULT_IDENTITY_REGEX.into(),
-            identity_from_uri: false,
-            identity_header: None,
-            client_cert_subject_match: false,
-            insecure_plaintext: false,
-            enable_websocket: false,
-            jwt_key_pem,
-            namespace: "argocd".into(),
-            version: crate::VERSION.into(),
-            max_event_size: crate::DEFAULT_MAX_EVENT_SIZE,
-            queue_capacity: crate::DEFAULT_QUEUE_CAPACITY,
-            recv_queue_size: crate::env_tuning::DEFAULT_RECV_QUEUE_SIZE,
-            concurrency: crate::DEFAULT_CONCURRENCY,
-            compression: false,
-            keepalive_min_interval: Duration::from_secs(10),
-            heartbeat: DEFAULT_HEARTBEAT,
-            resync_min_interval: Duration::ZERO,
-            publish_agent_status: true,
-            backoff: Backoff::default(),
-            namespace_create: None,
-            allowed_namespaces: Vec::new(),
-            destination_based_mapping: false,
-            principal_uid: None,
-            extra_services: None,
-            resource_proxy: None,
-            redis_proxy: None,
-            argocd_cache: None,
-            cluster_secrets: None,
-            self_registration: None,
-        }
-    }
-}
-
-/// Hub Applications by namespace, then name, each as its JSON bytes.
-type HubCache = HashMap<String, HashMap<String, Arc<[u8]>>>;
-
-/// The cache form of a hub object: its JSON as the wire carries it (Go's encoding), so that a
-/// `create` for an agent shares these bytes instead of copying and encoding the object again.
-fn compact(h: &Value) -> Arc<[u8]> {
-    crate::event::gojson::to_vec(h).into()
-}
-
-#[derive(Default, Clone)]
-struct View {
-    /// spec checksum the agent has (managed) / the agent's (autonomous)
-    spec: String,
-    op: String,
-    status: String,
-    /// autonomous: the hub form of the agent's object (what hub edits are reverted to)
-    copy: Option<Value>,
-    /// managed: the hub object's deletionTimestamp was sent to the agent
-    deleting: bool,
-    /// the refresh annotation (`argocd.argoproj.io/refresh`) last forwarded to the agent
-    refresh: String,
-}
-
-struct AgentState {
-    name: String,
-    mode: Mutex<Mode>,
-    queue: Arc<SendQueue>,
-    views: Mutex<HashMap<String, View>>,
-    generation: AtomicU64,
-    session: Mutex<Option<(u64, tokio::task::AbortHandle)>>,
-    connected: AtomicBool,
-    locks: o::KeyedLocks,
-    /// managed: AppProjects the agent has, by name -> hash of the agent form sent
-    projects: Mutex<HashMap<String, String>>,
-    /// managed: repository Secrets the agent has, by name -> hash of the form sent
-    repos: Mutex<HashMap<String, String>>,
-    /// managed: the GPG keys ConfigMap the agent has, by name -> hash of the form sent
-    gpg: Mutex<HashMap<String, String>>,
-    /// this principal process has resynced with the agent (the peer's `resyncStatus`): the resync
-    /// requests go out on the first stream only
-    resynced: AtomicBool,
-    /// the live stream's direct sender (with its generation): resource requests go here
-    outbox: Mutex<Option<(u64, crate::session::Outbox)>>,
-    /// when the last resync round this agent asked for was served (`--resync-min-interval`)
-    resync_round: Mutex<Option<tokio::time::Instant>>,
-    /// the principal asked this managed agent for a resync round: its answer is always served
-    resync_solicited: AtomicBool,
-    /// destination-based mapping routes this agent's Applications (mapping on, managed); read
-    /// without the mode lock (the send path runs under the views lock)
-    mapped: AtomicBool,
-}
 
 struct Inner {
     cfg: PrincipalConfig,
@@ -611,91 +415,6 @@ impl Principal {
         tx.send_replace(Arc::new(cfg));
         tracing::info!("principal TLS certificate and client CA bundle reloaded");
         Ok(())
-    }
-
-    /// Where the resource proxy listens (`None`: disabled).
-    pub fn resource_proxy_addr(&self) -> Option<SocketAddr> {
-        self.resource_proxy_addr
-    }
-
-    /// Where the Redis proxy listens (`None`: disabled).
-    pub fn redis_proxy_addr(&self) -> Option<SocketAddr> {
-        self.redis_proxy_addr
-    }
-
-    /// Redis-proxy requests waiting for an agent's answer, and open Argo CD connections.
-    pub fn redis_proxy_load(&self) -> (usize, usize) {
-        (self.inner.redis.pending(), self.inner.redis.connections())
-    }
-
-    /// Argo CD's `ClusterInfo` for `agent` (connection state and cache counts), as the peer
-    /// writes it to Argo CD's cache; `None` for an agent never seen.
-    pub fn cluster_info(&self, agent: &str) -> Option<Value> {
-        let s = self.inner.cluster_state(agent)?;
-        Some(s.argocd_cluster_info(agent))
-    }
-
-    /// What this principal shows of `agent` on the hub (its cluster secret's annotations);
-    /// `None` for an agent it knows nothing of.
-    pub fn agent_status(&self, agent: &str) -> Option<crate::agent_status::AgentStatus> {
-        Some(self.inner.cluster_state(agent)?.status(agent))
-    }
-
-    /// Resource-proxy requests waiting for an agent's answer.
-    pub fn pending_resource_requests(&self) -> usize {
-        self.inner.pending.len()
-    }
-
-    /// Container-log requests and web-terminal sessions in flight.
-    pub fn log_and_terminal_sessions(&self) -> (usize, usize) {
-        (self.inner.logs.len(), self.inner.terminals.len())
-    }
-
-    pub fn metrics(&self) -> Arc<Metrics> {
-        self.inner.metrics.clone()
-    }
-
-    /// Agents with a live stream.
-    pub fn connected_agents(&self) -> Vec<String> {
-        let g = self.inner.agents.lock().expect("poisoned");
-        let mut v: Vec<String> = g
-            .values()
-            .filter(|a| a.connected.load(Ordering::Relaxed))
-            .map(|a| a.name.clone())
-            .collect();
-        v.sort();
-        v
-    }
-
-    /// Whether an agent's send queue is empty (everything ACKed).
-    pub fn agent_idle(&self, agent: &str) -> bool {
-        let g = self.inner.agents.lock().expect("poisoned");
-        g.get(agent).is_none_or(|a| a.queue.is_idle())
-    }
-
-    /// One line about an agent's state here (for diagnostics: benchmarks, support).
-    pub fn agent_debug(&self, agent: &str) -> String {
-        let Some(a) = self.inner.agent(agent) else {
-            return format!("{agent}: never seen");
-        };
-        let q = a.queue.stats();
-        format!(
-            "{agent}: mode={} connected={} generation={} session={:?} resynced={} outbox={:?} queue(pending={} inflight={} deferred={}) views={}",
-            a.mode.lock().expect("poisoned").as_str(),
-            a.connected.load(Ordering::SeqCst),
-            a.generation.load(Ordering::SeqCst),
-            a.session
-                .lock()
-                .expect("poisoned")
-                .as_ref()
-                .map(|(g, _)| *g),
-            a.resynced.load(Ordering::SeqCst),
-            a.outbox.lock().expect("poisoned").as_ref().map(|(g, _)| *g),
-            q.pending,
-            q.inflight,
-            q.deferred,
-            a.views.lock().expect("poisoned").len(),
-        )
     }
 
     /// Stops serving and drops every stream.

@@ -12,6 +12,9 @@
 //! sequence `n` holds exactly the changes up to `n`: a replica that applies it and then every
 //! event after `n` misses nothing. (The peer lists from its informers while numbering goes on.)
 
+mod entry;
+mod kind;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,11 +24,13 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
 
-use crate::event::{Event, EventType, Target};
+use crate::event::{Event, EventType};
 use crate::metrics::Metrics;
 use crate::objects as o;
 use crate::proto::replicationapi as api;
 use crate::store::{Kind, Store, StoreEvent};
+use entry::{Entry, entry, resource};
+pub use kind::{Key, RKind, secret_kind};
 
 /// The source of the peer's events (`principal` in its `EventSource`).
 const SOURCE: &str = crate::principal::SOURCE;
@@ -34,153 +39,6 @@ const SOURCE: &str = crate::principal::SOURCE;
 /// forwarder drops on a full queue. Also bounds what waits while a replica applies its
 /// snapshot (the peer buffers that without a bound).
 pub const SUBSCRIBER_BACKLOG: usize = 65_536;
-
-/// What a replicated object is, in the peer's `Resource.kind` words.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum RKind {
-    Application,
-    AppProject,
-    ApplicationSet,
-    Repository,
-    ClusterSecret,
-}
-
-impl RKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RKind::Application => "Application",
-            RKind::AppProject => "AppProject",
-            RKind::ApplicationSet => "ApplicationSet",
-            RKind::Repository => "Repository",
-            RKind::ClusterSecret => "ClusterSecret",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        [
-            RKind::Application,
-            RKind::AppProject,
-            RKind::ApplicationSet,
-            RKind::Repository,
-            RKind::ClusterSecret,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == s)
-    }
-
-    pub fn store_kind(self) -> Kind {
-        match self {
-            RKind::Application => Kind::Application,
-            RKind::AppProject => Kind::AppProject,
-            RKind::ApplicationSet => Kind::ApplicationSet,
-            RKind::Repository | RKind::ClusterSecret => Kind::Secret,
-        }
-    }
-
-    /// The event target (`None`: replicated by snapshot only, as the peer's cluster secrets).
-    pub fn target(self) -> Option<Target> {
-        match self {
-            RKind::Application => Some(Target::Application),
-            RKind::AppProject => Some(Target::AppProject),
-            RKind::ApplicationSet => Some(Target::ApplicationSet),
-            RKind::Repository => Some(Target::Repository),
-            RKind::ClusterSecret => None,
-        }
-    }
-
-    pub fn from_target(t: Target) -> Option<Self> {
-        match t {
-            Target::Application => Some(RKind::Application),
-            Target::AppProject => Some(RKind::AppProject),
-            Target::ApplicationSet => Some(RKind::ApplicationSet),
-            Target::Repository => Some(RKind::Repository),
-            _ => None,
-        }
-    }
-}
-
-/// Label of Argo CD's typed Secrets.
-const SECRET_TYPE: &str = "argocd.argoproj.io/secret-type";
-
-/// Which replicated kind a hub Secret of the principal's namespace is, if any: repository and
-/// repo-creds Secrets, and cluster secrets of self-registered agents (the peer's
-/// `GetClusterSecrets`: label `argocd-agent.argoproj-labs.io/self-registered-cluster=true`).
-pub fn secret_kind(s: &Value) -> Option<RKind> {
-    let labels = &s["metadata"]["labels"];
-    match labels[SECRET_TYPE].as_str() {
-        Some("repository" | "repo-creds") => Some(RKind::Repository),
-        Some("cluster") if labels[crate::principal::LABEL_SELF_REGISTERED] == "true" => {
-            Some(RKind::ClusterSecret)
-        }
-        _ => None,
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key {
-    pub kind: RKind,
-    pub namespace: String,
-    pub name: String,
-}
-
-/// A cached object.
-struct Entry {
-    json: Arc<[u8]>,
-    uid: String,
-    /// the agent it belongs to ("" for principal-scoped objects)
-    agent: String,
-    /// an autonomous agent's hub copy (it carries the agent's UID as source-uid)
-    autonomous: bool,
-    /// hash of what a `spec-update` carries (spec, labels, annotations, finalizers, deletion)
-    spec: u64,
-    /// hash of what a `status-update` carries (status, operation)
-    status: u64,
-}
-
-fn hash(v: &[&Value]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for x in v {
-        serde_json::to_string(x).unwrap_or_default().hash(&mut h);
-    }
-    h.finish()
-}
-
-fn entry(kind: RKind, obj: &Value) -> Entry {
-    let m = &obj["metadata"];
-    let spec = match kind {
-        RKind::Application | RKind::AppProject | RKind::ApplicationSet => hash(&[
-            &obj["spec"],
-            &m["labels"],
-            &m["annotations"],
-            &m["finalizers"],
-            &m["deletionTimestamp"],
-        ]),
-        RKind::Repository | RKind::ClusterSecret => {
-            hash(&[&obj["data"], &obj["type"], &m["labels"], &m["annotations"]])
-        }
-    };
-    let status = match kind {
-        RKind::Application => hash(&[&obj["status"], &obj["operation"]]),
-        _ => 0,
-    };
-    let agent = match kind {
-        RKind::Application => o::namespace(obj).to_string(),
-        RKind::ClusterSecret => m["labels"][crate::ctl::LABEL_AGENT_NAME]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        _ => String::new(),
-    };
-    Entry {
-        json: serde_json::to_vec(obj).unwrap_or_default().into(),
-        uid: o::uid(obj).to_string(),
-        agent,
-        autonomous: kind == RKind::Application && !o::source_uid(obj).is_empty(),
-        spec,
-        status,
-    }
-}
 
 /// One connected replica's feed.
 struct Subscriber {
@@ -221,18 +79,6 @@ fn now_unix() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or_default()
-}
-
-/// A resource of a snapshot or a `ConfirmMissingResources` answer.
-fn resource(k: &Key, e: &Entry) -> api::Resource {
-    api::Resource {
-        name: k.name.clone(),
-        namespace: k.namespace.clone(),
-        kind: k.kind.as_str().into(),
-        uid: e.uid.clone(),
-        spec_checksum: Vec::new(),
-        data: e.json.to_vec(),
-    }
 }
 
 impl Source {
@@ -643,150 +489,4 @@ impl Source {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn app(ns: &str, name: &str, uid: &str, spec: Value, status: Value) -> Value {
-        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-               "metadata": {"name": name, "namespace": ns, "uid": uid, "resourceVersion": "1"},
-               "spec": spec, "status": status})
-    }
-
-    #[test]
-    fn changes_become_the_peers_events_in_sequence_and_a_snapshot_matches_the_sequence() {
-        let m = Metrics::new("argocd_principal");
-        let s = Source::new(m.clone(), "argocd");
-        let mut feed = s.subscribe();
-        let a1 = app(
-            "edge",
-            "guestbook",
-            "u1",
-            json!({"project": "default"}),
-            json!({}),
-        );
-        s.apply(
-            Kind::Application,
-            StoreEvent::Restarted(vec![a1.clone().into()]),
-        );
-        // the hub's own Applications (principal namespace) are not replicated
-        s.apply(
-            Kind::Application,
-            StoreEvent::Applied(app("argocd", "x", "u0", json!({}), json!({})).into()),
-        );
-        let mut a2 = a1.clone();
-        a2["status"] = json!({"sync": {"status": "Synced"}});
-        s.apply(Kind::Application, StoreEvent::Applied(a2.clone().into()));
-        let mut a3 = a2.clone();
-        a3["spec"]["project"] = json!("p2");
-        a3["operation"] = json!({"sync": {}});
-        s.apply(Kind::Application, StoreEvent::Applied(a3.clone().into()));
-        s.apply(Kind::Application, StoreEvent::Deleted(a3.clone().into()));
-        let mut got = Vec::new();
-        while let Ok(e) = feed.rx.try_recv() {
-            let ce = e.event.as_ref().unwrap();
-            let ev = Event::from_sdk(crate::event::SdkEvent::from_proto(ce).unwrap()).unwrap();
-            got.push((
-                e.sequence_num,
-                ev.ty.short(),
-                e.direction.clone(),
-                e.agent_name.clone(),
-                ev.data,
-            ));
-        }
-        let kinds: Vec<_> = got
-            .iter()
-            .map(|g| (g.0, g.1, g.2.as_str(), g.3.as_str()))
-            .collect();
-        assert_eq!(
-            kinds,
-            vec![
-                (1, "create", "outbound", "edge"),
-                (2, "status-update", "inbound", "edge"),
-                (3, "spec-update", "outbound", "edge"),
-                (4, "status-update", "inbound", "edge"),
-                (5, "delete", "outbound", "edge"),
-            ]
-        );
-        assert!(
-            got[2].4.get("operation").is_none(),
-            "spec-update without operation"
-        );
-        assert_eq!(
-            got[3].4["operation"],
-            json!({"sync": {}}),
-            "status-update carries it"
-        );
-        assert_eq!(s.sequence(), 5);
-        assert!(
-            m.encode()
-                .contains("argocd_agent_replication_last_sequence_number 5")
-        );
-
-        // a snapshot is cut at the sequence it reports
-        s.apply(Kind::Application, StoreEvent::Applied(a1.clone().into()));
-        let snap = s.snapshot(&|| vec!["other".to_string()]);
-        assert_eq!(snap.last_sequence_num, 6);
-        let names: Vec<_> = snap
-            .agents
-            .iter()
-            .map(|a| (a.name.as_str(), a.resources.len(), a.connected))
-            .collect();
-        assert_eq!(names, vec![("edge", 1, false), ("other", 0, true)]);
-        let data: Value = serde_json::from_slice(&snap.agents[0].resources[0].data).unwrap();
-        assert_eq!(data, a1);
-
-        // what a replica holds but the snapshot lacks: deleted, or here (with its data)
-        let r = s.confirm_missing(&api::ConfirmMissingResourcesRequest {
-            agent_name: "edge".into(),
-            snapshot_sequence_num: 1,
-            resources: vec![
-                api::Resource {
-                    name: "guestbook".into(),
-                    namespace: "edge".into(),
-                    kind: "Application".into(),
-                    ..Default::default()
-                },
-                api::Resource {
-                    name: "gone".into(),
-                    namespace: "edge".into(),
-                    kind: "Application".into(),
-                    ..Default::default()
-                },
-            ],
-        });
-        assert_eq!(r[0].status, "exists");
-        assert!(!r[0].resource.as_ref().unwrap().data.is_empty());
-        assert_eq!(r[1].status, "deleted");
-    }
-
-    #[test]
-    fn a_relist_emits_deletes_for_what_vanished_and_nothing_for_what_did_not_change() {
-        let s = Source::new(Metrics::new("argocd_principal"), "argocd");
-        let a = app("edge", "a", "u1", json!({}), json!({}));
-        let b = app("edge", "b", "u2", json!({}), json!({}));
-        s.apply(
-            Kind::Application,
-            StoreEvent::Restarted(vec![a.clone().into(), b.into()]),
-        );
-        let mut feed = s.subscribe();
-        s.apply(Kind::Application, StoreEvent::Restarted(vec![a.into()]));
-        let e = feed.rx.try_recv().unwrap();
-        assert_eq!(e.sequence_num, 3);
-        assert!(feed.rx.try_recv().is_err());
-        let repo = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "r", "namespace": "argocd",
-            "labels": {"argocd.argoproj.io/secret-type": "repository"}}, "data": {}});
-        s.apply(Kind::Secret, StoreEvent::Applied(repo.clone().into()));
-        let other = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tls", "namespace": "argocd"}});
-        s.apply(Kind::Secret, StoreEvent::Applied(other.into()));
-        let e = feed.rx.try_recv().unwrap();
-        let ev =
-            Event::from_sdk(crate::event::SdkEvent::from_proto(e.event.as_ref().unwrap()).unwrap())
-                .unwrap();
-        assert_eq!((ev.ty, ev.target), (EventType::Create, Target::Repository));
-        assert!(
-            feed.rx.try_recv().is_err(),
-            "an unrelated Secret is not replicated"
-        );
-    }
-}
+mod tests;
