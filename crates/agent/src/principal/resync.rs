@@ -186,6 +186,7 @@ impl Inner {
             .chain(projects.iter().map(|(n, u)| set_item("AppProject", n, u)))
             .chain(data.iter().map(|(k, n, u)| set_item(k, n, u)));
         if set_checksum(items) == theirs {
+            tracing::info!(agent, "resync: resource sets agree; nothing to send");
             return Ok(());
         }
         tracing::info!(

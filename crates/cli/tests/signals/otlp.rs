@@ -342,6 +342,9 @@ fn one_trace_follows_a_hub_change_from_the_principal_watch_to_the_agent_write() 
     );
     agent.wait_for_line("OpenTelemetry tracing initialized");
     principal.wait_for_line("agent subscribed");
+    // the resync of the connect is over before the hub changes: otherwise a change can reach the
+    // agent as the resync's answer (continuing its spans) instead of from the watch
+    principal.wait_for_line("resync: resource sets");
 
     // create, then change, an Application of agent `edge` on the hub
     hub.create_namespace("edge");
