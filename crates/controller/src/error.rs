@@ -40,9 +40,7 @@ impl Error {
     }
 }
 
-pub(crate) fn is_status(e: &kube::Error, code: u16) -> bool {
-    matches!(e, kube::Error::Api(ae) if ae.code == code)
-}
+pub(crate) use argocd_pull_ops::api_error::is_status;
 
 #[cfg(test)]
 mod tests {

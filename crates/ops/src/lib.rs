@@ -38,6 +38,7 @@
 //! ```
 
 pub mod admin;
+pub mod api_error;
 pub mod api_health;
 pub mod apis;
 pub mod client;

@@ -71,10 +71,7 @@ fn text_rows(
     }
 }
 
-/// Whether a kube error is "not found" / "already exists".
-pub fn is_status(e: &kube::Error, code: u16) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == code)
-}
+pub use argocd_pull_ops::api_error::is_status;
 
 /// Creates `secret`; when it exists, replaces it if `upsert` (keeping nothing of the old one but
 /// its resourceVersion), else fails with `exists_msg`. Returns `true` when it was created.

@@ -47,6 +47,4 @@ pub(super) fn kerr(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error
     move |e| Error::Kube(what, e)
 }
 
-pub(super) fn is_status(e: &kube::Error, code: u16) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == code)
-}
+pub(super) use argocd_pull_ops::api_error::is_status;
