@@ -25,18 +25,14 @@ impl Objects {
         self.0.get(&kind)?.get(ns)?.get(name)
     }
 
-    fn insert(&mut self, kind: Kind, ns: &str, name: &str, o: Stored) {
+    /// Stores `o` as `name` (owned: a new object's name is moved in, not copied).
+    fn insert(&mut self, kind: Kind, ns: &str, name: String, o: Stored) {
         let by_ns = self.0.entry(kind).or_default();
         let names = match by_ns.get_mut(ns) {
             Some(m) => m,
             None => by_ns.entry(ns.to_string()).or_default(),
         };
-        match names.get_mut(name) {
-            Some(slot) => *slot = o,
-            None => {
-                names.insert(name.to_string(), o);
-            }
-        }
+        names.insert(name, o);
     }
 
     fn remove(&mut self, kind: Kind, ns: &str, name: &str) -> Option<Stored> {
@@ -215,7 +211,7 @@ impl MemStore {
         obj["apiVersion"] = json!(kind.api_version());
         obj["kind"] = json!(kind.as_str());
         let stored = Arc::new(obj);
-        g.objects.insert(kind, &ns, &name, stored.clone());
+        g.objects.insert(kind, &ns, name, stored.clone());
         let _ = self.tx.send((kind, false, stored.clone()));
         Ok(stored)
     }
@@ -355,7 +351,7 @@ impl Store for MemStore {
                 n["metadata"]["deletionTimestamp"] = json!(jiff::Timestamp::now().to_string());
                 n["metadata"]["resourceVersion"] = json!(g.rv.to_string());
                 let n = Arc::new(n);
-                g.objects.insert(kind, ns, name, n.clone());
+                g.objects.insert(kind, ns, name.to_string(), n.clone());
                 let _ = self.tx.send((kind, false, n));
             }
             return Ok(());
