@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures::StreamExt;
 use kube::Client;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
@@ -275,51 +276,62 @@ pub async fn ensure_shared(client: &Client, want: &Value) -> Result<Option<Value
     ensure(client, live.as_ref(), want).await
 }
 
-/// Deletes every owned object not in `keep`; returns the namespaces of the per-cluster objects
-/// deleted (the clusters cleaned up) and the errors.
+/// Objects deleted at once by [`sweep`] (the same width as the writes of a plan: one delete
+/// after the other took about 30 s for the 250 objects of 50 clusters on a restarted API server).
+const DELETES_AT_ONCE: usize = 16;
+
+/// Deletes every owned object not in `keep`, [`DELETES_AT_ONCE`] at a time; returns the
+/// namespaces of the per-cluster objects deleted (the clusters cleaned up) and the errors.
 pub async fn sweep(
     client: &Client,
     owned: &BTreeMap<Key, Value>,
     keep: &BTreeSet<Key>,
 ) -> (BTreeSet<String>, Vec<String>) {
+    let deletes: Vec<_> = owned
+        .iter()
+        .filter(|(k, _)| !keep.contains(*k))
+        .map(|(k, v)| delete_unwanted(client, k, v))
+        .collect();
+    let results: Vec<Result<Option<String>, String>> = futures::stream::iter(deletes)
+        .buffer_unordered(DELETES_AT_ONCE)
+        .collect()
+        .await;
     let mut clusters = BTreeSet::new();
     let mut errors = Vec::new();
-    for (k, v) in owned {
-        if keep.contains(k) {
-            continue;
+    for r in results {
+        match r {
+            Ok(cluster) => clusters.extend(cluster),
+            Err(e) => errors.push(e),
         }
-        let (kind, ns, name) = k;
-        match api(client, kind, ns)
-            .delete(name, &DeleteParams::background())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => {
-                errors.push(format!("{kind} {ns}/{name}: {e}"));
-                continue;
-            }
-        }
-        match kind.as_str() {
-            "ManifestWork" | "ManagedClusterAddOn" | "AddOnDeploymentConfig" => {
-                clusters.insert(ns.clone());
-            }
-            "Secret" => {
-                if let Some(c) = v
-                    .pointer(&format!(
-                        "/metadata/labels/{}",
-                        super::LABEL_CLUSTER_NAME.replace('/', "~1")
-                    ))
-                    .and_then(Value::as_str)
-                {
-                    clusters.insert(c.to_string());
-                }
-            }
-            _ => {}
-        }
-        tracing::info!(kind = %kind, namespace = %ns, name = %name, "deleted (no longer wanted)");
     }
+    errors.sort();
     (clusters, errors)
+}
+
+/// Deletes one object no longer wanted (gone already counts as deleted); returns the cluster it
+/// belonged to, if it is a per-cluster object.
+async fn delete_unwanted(client: &Client, k: &Key, v: &Value) -> Result<Option<String>, String> {
+    let (kind, ns, name) = k;
+    match api(client, kind, ns)
+        .delete(name, &DeleteParams::background())
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(format!("{kind} {ns}/{name}: {e}")),
+    }
+    tracing::info!(kind = %kind, namespace = %ns, name = %name, "deleted (no longer wanted)");
+    Ok(match kind.as_str() {
+        "ManifestWork" | "ManagedClusterAddOn" | "AddOnDeploymentConfig" => Some(ns.clone()),
+        "Secret" => v
+            .pointer(&format!(
+                "/metadata/labels/{}",
+                super::LABEL_CLUSTER_NAME.replace('/', "~1")
+            ))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        _ => None,
+    })
 }
 
 /// Clusters whose ManagedClusterAddOn `argocd-agent-addon` belongs to another GitOpsCluster

@@ -245,6 +245,7 @@ fn report_target(ctl: &Controller, took: Duration) {
 // ----- argoCDAgentAddon (v1alpha1) --------------------------------------------------------------
 
 const ADDON_NS: &str = "gfaults-addon";
+const ADDON_NS_DELETE: &str = "gfaults-addon-delete";
 const AGENT_NS: &str = "gfaults-agent";
 
 /// What the addon automation writes per cluster, by view name, namespace and name.
@@ -339,20 +340,10 @@ fn addon_status_lists(view: &View, want: &BTreeSet<String>) -> (bool, String) {
     (ok, last)
 }
 
-/// A GitOpsCluster (v1alpha1, `spec.argoCDAgentAddon`) over a Placement of the `gfaults` set, 10
-/// clusters set up; while 40 more clusters join, the hub API server is SIGKILLed for [`OUTAGE`].
-/// After it answers again: every cluster has its cluster secret, CA and ArgoCD CR ManifestWorks,
-/// AddOnDeploymentConfig and ManagedClusterAddOn, nothing else; the conditions count the 50;
-/// every object of before the kill kept its UID.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn addon_recovers_after_apiserver_kill_mid_creates() {
-    const TEST: &str = "addon_recovers_after_apiserver_kill_mid_creates";
-    let Some(real) = real(TEST).await else {
-        return;
-    };
-    let _serial = SERIAL.lock().await;
-    let ns = ADDON_NS;
-    let scene = Scene::new(&real, ns).await;
+/// A GitOpsCluster (v1alpha1, `spec.argoCDAgentAddon`, managed agents) over a Placement of the
+/// `gfaults` set in `ns`, and a view of the objects it owns.
+async fn addon_scene(real: &Real, ns: &str) -> (Scene, View) {
+    let scene = Scene::new(real, ns).await;
     apply(
         &scene.hub,
         &gitopsclusters("v1alpha1"),
@@ -385,6 +376,62 @@ async fn addon_recovers_after_apiserver_kill_mid_creates() {
             ],
         )
         .await;
+    (scene, view)
+}
+
+/// The objects the GitOpsCluster in `ns` owns of the viewed kinds, as a fresh LIST reads them:
+/// `<view>/<namespace>/<name>` → UID.
+async fn addon_uids(hub: &kube::Client, ns: &str) -> BTreeMap<String, String> {
+    let owned = addon::apply::list_owned(hub, ns, GC).await.unwrap();
+    let view_name = |kind: &str| match kind {
+        "Secret" => "secrets",
+        "ManagedClusterAddOn" => "addons",
+        "AddOnDeploymentConfig" => "configs",
+        "ManifestWork" => "works",
+        _ => "",
+    };
+    owned
+        .iter()
+        .filter(|(k, _)| !view_name(&k.0).is_empty())
+        .map(|((kind, ons, name), v)| {
+            (
+                format!("{}/{ons}/{name}", view_name(kind)),
+                v["metadata"]["uid"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The per-cluster entries of [`addon_uids`] (the hub-wide secrets left out), as
+/// [`addon_objects`] names them.
+fn per_cluster_keys(uids: &BTreeMap<String, String>) -> BTreeSet<(String, String, String)> {
+    uids.keys()
+        .filter_map(|k| {
+            let mut p = k.splitn(3, '/');
+            let (v, ons, name) = (p.next()?, p.next()?, p.next()?);
+            (v != "secrets" || name.starts_with("cluster-"))
+                .then(|| (v.to_string(), ons.to_string(), name.to_string()))
+        })
+        .collect()
+}
+
+/// A GitOpsCluster (v1alpha1, `spec.argoCDAgentAddon`) over a Placement of the `gfaults` set, 10
+/// clusters set up; while 40 more clusters join, the hub API server is SIGKILLed for [`OUTAGE`].
+/// After it answers again: every cluster has its cluster secret, CA and ArgoCD CR ManifestWorks,
+/// AddOnDeploymentConfig and ManagedClusterAddOn, nothing else; the conditions count the 50;
+/// every object of before the kill kept its UID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn addon_recovers_after_apiserver_kill_mid_creates() {
+    const TEST: &str = "addon_recovers_after_apiserver_kill_mid_creates";
+    let Some(real) = real(TEST).await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let ns = ADDON_NS;
+    let (scene, view) = addon_scene(&real, ns).await;
     let mut ctl = Controller::spawn(&real, "addon-creates");
     scene.create_clusters(0..FIRST).await;
     let first = clusters(0..FIRST);
@@ -441,37 +488,8 @@ async fn addon_recovers_after_apiserver_kill_mid_creates() {
     ctl.assert_survived_the_outage();
     up.await.unwrap();
     // confirmed by a fresh read: exactly one of each, none written twice
-    let owned = addon::apply::list_owned(&scene.hub, ns, GC).await.unwrap();
-    let view_name = |kind: &str| match kind {
-        "Secret" => "secrets",
-        "ManagedClusterAddOn" => "addons",
-        "AddOnDeploymentConfig" => "configs",
-        "ManifestWork" => "works",
-        _ => "",
-    };
-    let listed: BTreeMap<String, String> = owned
-        .iter()
-        .filter(|(k, _)| !view_name(&k.0).is_empty())
-        .map(|((kind, ons, name), v)| {
-            (
-                format!("{}/{ons}/{name}", view_name(kind)),
-                v["metadata"]["uid"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            )
-        })
-        .collect();
-    let listed_per_cluster: BTreeSet<(String, String, String)> = listed
-        .keys()
-        .filter_map(|k| {
-            let mut p = k.splitn(3, '/');
-            let (v, ons, name) = (p.next()?, p.next()?, p.next()?);
-            (v != "secrets" || name.starts_with("cluster-"))
-                .then(|| (v.to_string(), ons.to_string(), name.to_string()))
-        })
-        .collect();
-    assert_eq!(listed_per_cluster, addon_objects(ns, &all));
+    let listed = addon_uids(&scene.hub, ns).await;
+    assert_eq!(per_cluster_keys(&listed), addon_objects(ns, &all));
     assert_not_recreated(&before, &listed);
     let loaded = loaded.expect("the loader finished");
     let from = back.max(decided_at);
@@ -482,6 +500,107 @@ async fn addon_recovers_after_apiserver_kill_mid_creates() {
          {:.2} s after the API server answered again ({:.2} s / {:.2} s after the later of that \
          and the decision)",
         secs(loaded.saturating_duration_since(back)),
+        secs(decided_at.saturating_duration_since(back)),
+        secs(objects_at.saturating_duration_since(back)),
+        secs(status_at.saturating_duration_since(back)),
+        secs(objects_at.saturating_duration_since(from)),
+        secs(status_at.saturating_duration_since(from)),
+    );
+    report_target(
+        &ctl,
+        status_at.max(objects_at).saturating_duration_since(from),
+    );
+    drop(view);
+    scene.finish(ctl).await;
+}
+
+/// The same GitOpsCluster with 50 clusters set up; while 40 of them leave the fleet (their
+/// ManagedClusters deleted), the hub API server is SIGKILLed for [`OUTAGE`]. After it answers
+/// again: the objects of the 40 are deleted, the 10 others' kept with their UIDs, and the
+/// conditions count the 10.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn addon_recovers_after_apiserver_kill_mid_deletes() {
+    const TEST: &str = "addon_recovers_after_apiserver_kill_mid_deletes";
+    let Some(real) = real(TEST).await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let ns = ADDON_NS_DELETE;
+    let (scene, view) = addon_scene(&real, ns).await;
+    let mut ctl = Controller::spawn(&real, "addon-deletes");
+    scene.create_clusters(0..TOTAL).await;
+    let all = clusters(0..TOTAL);
+    view.until("the 50 set up", |v| has_addon_objects_of(v, ns, &all))
+        .await;
+    let kept = clusters(0..FIRST);
+    let kept_keys: BTreeSet<String> = addon_objects(ns, &kept)
+        .into_iter()
+        .map(|(v, ons, name)| format!("{v}/{ons}/{name}"))
+        .collect();
+    let before: BTreeMap<String, String> = view
+        .uids(&ADDON_VIEWS)
+        .into_iter()
+        .filter(|(k, _)| kept_keys.contains(k))
+        .collect();
+    assert_eq!(before.len(), addon_objects(ns, &kept).len(), "{before:?}");
+
+    let killed = Notify::new();
+    let mut unloaded = None;
+    let mut at_kill = 0;
+    let mut back = None;
+    tokio::join!(
+        async {
+            scene.delete_clusters(FIRST..PAUSE_AT).await;
+            killed.notified().await;
+            scene.delete_clusters(PAUSE_AT..TOTAL).await;
+            unloaded = Some(Instant::now());
+        },
+        async {
+            view.until("addons of the clusters leaving", |v| {
+                let n = v.objects("addons").len();
+                (n <= TOTAL - 5, n)
+            })
+            .await;
+            at_kill = view.objects("addons").len();
+            back = Some(outage(&real, &scene, &killed).await);
+        }
+    );
+    let (back, up) = back.unwrap();
+    assert!(
+        at_kill > FIRST,
+        "the kill came after the controller had finished"
+    );
+    let decided_at = view
+        .until("OCM's decision lists the 10", |v| {
+            let d = v.decided();
+            (d == kept, d.len())
+        })
+        .await;
+    let objects_at = view
+        .until("only the 10 clusters' objects left", |v| {
+            has_addon_objects_of(v, ns, &kept)
+        })
+        .await;
+    let status_at = view
+        .until("the GitOpsCluster's conditions", |v| {
+            addon_status_lists(v, &kept)
+        })
+        .await;
+    ctl.assert_survived_the_outage();
+    up.await.unwrap();
+    let listed = addon_uids(&scene.hub, ns).await;
+    assert_eq!(per_cluster_keys(&listed), addon_objects(ns, &kept));
+    assert_not_recreated(&before, &listed);
+    assert!(before.keys().all(|k| listed.contains_key(k)));
+    let unloaded = unloaded.expect("the loader finished");
+    let from = back.max(decided_at);
+    eprintln!(
+        "gitops-faults: RECOVERY addon deletes: {at_kill} of {TOTAL} ManagedClusterAddOns at the \
+         kill; the last delete {:.2} s and OCM's decision down to the 10 {:.2} s after the API \
+         server answered again; the 40 clusters' objects removed {:.2} s, the conditions {:.2} s \
+         after the API server answered again ({:.2} s / {:.2} s after the later of that and the \
+         decision)",
+        secs(unloaded.saturating_duration_since(back)),
         secs(decided_at.saturating_duration_since(back)),
         secs(objects_at.saturating_duration_since(back)),
         secs(status_at.saturating_duration_since(back)),
