@@ -20,6 +20,7 @@
 //! Nothing sleeps to synchronise: each step polls the API (or the controller's log) for the
 //! state it needs, under a bounded deadline.
 
+mod appset;
 mod harness;
 mod view;
 
@@ -28,7 +29,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use argocd_pull_api::ocm::work::ManifestWork;
-use argocd_pull_api::report::MulticlusterApplicationSetReport;
 use argocd_pull_controller::{ControllerConfig, start};
 use argocd_pull_domain::{WorkOptions, desired_work};
 use futures::StreamExt;
@@ -36,7 +36,7 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use harness::{Fleet, Real, app_name, ok_or_exists, real};
@@ -126,7 +126,7 @@ async fn kill_9_mid_load_and_restart() {
 }
 
 /// How long the recovery tests keep the hub API server down.
-const OUTAGE: Duration = Duration::from_secs(10);
+pub(crate) const OUTAGE: Duration = Duration::from_secs(10);
 
 /// SIGKILLs the hub kube-apiserver, keeps it down for [`OUTAGE`] (the length of the fault, not a
 /// synchronisation), starts it again with `$REALK8S/up.sh` and returns when it first answered
@@ -271,124 +271,6 @@ async fn hub_apiserver_killed_mid_deletes() {
     );
     drop(ctl);
     fleet.clean().await;
-}
-
-/// The whole `argocd-pull controller` (needs [`harness::BIN_ENV`]: the propagation, status,
-/// cleanup and ApplicationSet report controllers in one process, as users run it): while 200
-/// Applications of one ApplicationSet are being created, the hub API server is SIGKILLed for
-/// [`OUTAGE`]. After it answers again, every Application has its work (with the report's
-/// feedback rules) and the ApplicationSet's report lists every work.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hub_apiserver_killed_mid_appset_creates() {
-    const TEST: &str = "hub_apiserver_killed_mid_appset_creates";
-    let Some(real) = real(TEST, true).await else {
-        return;
-    };
-    if std::env::var_os(harness::BIN_ENV).is_none() {
-        harness::skip(
-            TEST,
-            "it runs the argocd-pull binary: set ARGOCD_PULL_FAULTS_BIN",
-        );
-        return;
-    }
-    let _serial = SERIAL.lock().await;
-    real.apply_own_crds().await;
-    let mut fleet = Fleet::new(&real.hub, "killappset").await;
-    fleet.options.appset_feedback = argocd_pull_gitops::report::extra_feedback_rules();
-    let appsets: Api<DynamicObject> = Api::namespaced_with(
-        real.hub.clone(),
-        &fleet.ns,
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "ApplicationSet"),
-            "applicationsets",
-        ),
-    );
-    let reports: Api<MulticlusterApplicationSetReport> =
-        Api::namespaced(real.hub.clone(), &fleet.ns);
-    let _ = appsets.delete("set", &Default::default()).await;
-    let _ = reports.delete("set", &Default::default()).await;
-    let set: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet",
-        "metadata": {"name": "set", "namespace": fleet.ns},
-        "spec": {"generators": [{"list": {"elements": []}}],
-                 "template": {"metadata": {"name": "x"}, "spec": {"project": "default",
-                     "destination": {"server": "https://kubernetes.default.svc"}}}}
-    }))
-    .unwrap();
-    let set = appsets.create(&PostParams::default(), &set).await.unwrap();
-    let owned = json!({"metadata": {"ownerReferences": [{
-        "apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet", "name": "set",
-        "uid": set.metadata.uid, "controller": true, "blockOwnerDeletion": true}]}});
-    let mut ctl = real.spawn_controller(&real.kubeconfig, "killappset");
-    ctl.wait_logged(STARTED, START_WITHIN).await;
-    fleet.create(0..30, owned.clone()).await;
-    fleet.converged(30).await;
-    let view = FleetView::start(&fleet).await;
-
-    let mut back = None;
-    let mut at_kill = 0;
-    // as in `hub_apiserver_killed_mid_creates`: the loader pauses at 100 until the works are
-    // counted, so that the kill always comes mid-load; the rest is created through the outage
-    let counted = tokio::sync::Notify::new();
-    let mut loaded = None;
-    tokio::join!(
-        async {
-            fleet.create(30..100, owned.clone()).await;
-            counted.notified().await;
-            fleet.create(100..200, owned.clone()).await;
-            loaded = Some(Instant::now());
-        },
-        async {
-            fleet.until_works(80).await;
-            at_kill = fleet.works().await.unwrap().len();
-            counted.notify_one();
-            back = Some(outage(&real, &fleet).await);
-        }
-    );
-    let (back, up) = back.unwrap();
-    assert!(
-        at_kill < 200,
-        "the kill came after the controller had finished"
-    );
-    // the loader's own retries end after the API server is back: the controller's part is
-    // measured from the later of the two
-    let loaded = loaded.expect("the loader finished");
-    let from = back.max(loaded);
-    ctl.assert_running();
-    let works_at = view.converged_at(&fleet, 200).await;
-    let t0 = Instant::now();
-    let report_at = loop {
-        let listed = reports
-            .get_opt("set")
-            .await
-            .ok()
-            .flatten()
-            .and_then(|r| r.statuses)
-            .map_or(0, |s| s.cluster_conditions.len());
-        if listed == 200 {
-            break Instant::now();
-        }
-        assert!(
-            t0.elapsed() < harness::CONVERGE,
-            "the report lists {listed} of 200 works; see {}",
-            ctl.log.display()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    fleet.converged(200).await;
-    up.await.unwrap();
-    eprintln!(
-        "faults: RECOVERY appset: {at_kill} works at the kill; the loader's last create {:.2} s \
-         after the API server answered again; from the later of the two: works converged in \
-         {:.2} s, the report in {:.2} s",
-        loaded.saturating_duration_since(back).as_secs_f64(),
-        works_at.saturating_duration_since(from).as_secs_f64(),
-        report_at.saturating_duration_since(from).as_secs_f64(),
-    );
-    drop(ctl);
-    fleet.clean().await;
-    let _ = appsets.delete("set", &Default::default()).await;
-    let _ = reports.delete("set", &Default::default()).await;
 }
 
 /// The controller is cut off the API server (a TCP proxy drops its connections); meanwhile 50
