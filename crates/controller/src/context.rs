@@ -63,6 +63,9 @@ pub(crate) struct Ctx {
     /// Per work, the fingerprint of what the propagation controller last reacted to or wrote
     /// itself (so the watch echo of our own write does not trigger another reconcile).
     pub work_fingerprints: Mutex<HashMap<WorkRef, u64>>,
+    /// Works the propagation controller is writing, and whether a watch event of one arrived
+    /// while its write was under way ([`Ctx::writing`]).
+    pub writing: Mutex<HashMap<WorkRef, bool>>,
 }
 
 /// The writers and trigger receivers, consumed by the pumps.
@@ -123,6 +126,7 @@ impl Ctx {
             status_tx,
             sweep_request: Notify::new(),
             work_fingerprints: Mutex::new(HashMap::new()),
+            writing: Mutex::new(HashMap::new()),
         };
         (
             Arc::new(ctx),
@@ -159,6 +163,38 @@ impl Ctx {
     /// propagation controller should look at the work again).
     pub fn note_work(&self, work: WorkRef, fingerprint: u64) -> bool {
         lock(&self.work_fingerprints).insert(work, fingerprint) != Some(fingerprint)
+    }
+
+    /// Marks a write of `work` (for `app`) as under way until the guard is finished or dropped.
+    /// A watch event of the work that arrives meanwhile may be the echo of this very write
+    /// (the watch can be faster than the write's answer): it is held ([`Ctx::work_changed`])
+    /// instead of triggering a reconcile, and looked at once the answer is known.
+    pub fn writing(&self, work: WorkRef, app: AppRef) -> Writing<'_> {
+        lock(&self.writing).insert(work.clone(), false);
+        Writing {
+            ctx: self,
+            work,
+            app,
+            open: true,
+        }
+    }
+
+    /// A watch event of `work`: `true` when its Application should be propagated again — not when
+    /// the work is unchanged or the echo of our own write, nor while our own write of it is under
+    /// way (its writer decides once the answer is known: [`Writing::done`]).
+    pub fn work_changed(&self, work: WorkRef, fingerprint: u64) -> bool {
+        self.note_work(work.clone(), fingerprint) && !self.held_for_write(&work)
+    }
+
+    /// `true` when a write of `work` is under way: the event is held for the writer.
+    fn held_for_write(&self, work: &WorkRef) -> bool {
+        match lock(&self.writing).get_mut(work) {
+            Some(held) => {
+                *held = true;
+                true
+            }
+            None => false,
+        }
     }
 
     pub fn forget_work(&self, work: &WorkRef) {
@@ -251,6 +287,41 @@ impl Ctx {
 }
 
 /// The cache key of a (typed) Application.
+/// A write of a work under way ([`Ctx::writing`]).
+pub(crate) struct Writing<'a> {
+    ctx: &'a Ctx,
+    work: WorkRef,
+    app: AppRef,
+    open: bool,
+}
+
+impl Writing<'_> {
+    /// The write was answered with `written`: remembers its fingerprint (so that its echo is
+    /// not reacted to) and, when an event held meanwhile showed another version of the work (a
+    /// change by someone else), triggers the Application again.
+    pub fn done(mut self, written: &WorkLite) {
+        self.open = false;
+        let held = lock(&self.ctx.writing).remove(&self.work).unwrap_or(false);
+        let other = self.ctx.note_work(
+            ObjectRef::from_obj(written),
+            crate::fingerprint::work_fingerprint(written),
+        );
+        if held && other {
+            self.ctx.trigger_propagation(self.app.clone());
+        }
+    }
+}
+
+impl Drop for Writing<'_> {
+    /// Not written (an error, or nothing to write): an event held meanwhile triggers the
+    /// Application as it would have without the write.
+    fn drop(&mut self) {
+        if self.open && lock(&self.ctx.writing).remove(&self.work) == Some(true) {
+            self.ctx.trigger_propagation(self.app.clone());
+        }
+    }
+}
+
 pub(crate) fn app_ref(app: &Application) -> AppRef {
     let r = ObjectRef::new(app.metadata.name.as_deref().unwrap_or_default());
     match app.metadata.namespace.as_deref() {
@@ -261,4 +332,80 @@ pub(crate) fn app_ref(app: &Application) -> AppRef {
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use argocd_pull_domain::SpecDigest;
+
+    fn work(uid: &str, digest: u8) -> WorkLite {
+        let mut w = WorkLite::default();
+        w.metadata.name = Some("app-1".into());
+        w.metadata.namespace = Some("cluster1".into());
+        w.metadata.uid = Some(uid.into());
+        w.spec_digest = SpecDigest([digest; 20]);
+        w
+    }
+
+    fn ctx() -> (Arc<Ctx>, Receivers) {
+        let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+            .expect("a client (nothing is requested)");
+        Ctx::new(client.clone(), client, ControllerConfig::default())
+    }
+
+    /// What the works' watch does with an event of `w`: the propagation trigger it fires.
+    fn watch_event(ctx: &Ctx, w: &WorkLite, app: &AppRef) {
+        if ctx.work_changed(
+            ObjectRef::from_obj(w),
+            crate::fingerprint::work_fingerprint(w),
+        ) {
+            ctx.trigger_propagation(app.clone());
+        }
+    }
+
+    fn triggered(rx: &mut Receivers) -> usize {
+        std::iter::from_fn(|| rx.propagate_rx.try_recv().ok()).count()
+    }
+
+    /// The watch echo of our own create, arriving before the create's answer, costs no second
+    /// reconcile; a change by someone else arriving then does, and so does any event held by a
+    /// write that ended without an answer.
+    #[tokio::test]
+    async fn an_event_during_our_write_triggers_only_when_it_is_not_our_echo() {
+        let (ctx, mut rx) = ctx();
+        let app = AppRef::new("app").within("argocd");
+        let ours = work("u1", 1);
+        let key = ObjectRef::from_obj(&ours);
+
+        // echo before the answer
+        let writing = ctx.writing(key.clone(), app.clone());
+        watch_event(&ctx, &ours, &app);
+        writing.done(&ours);
+        assert_eq!(triggered(&mut rx), 0, "the echo of our own create");
+        // echo after the answer (as before: the fingerprint is known)
+        watch_event(&ctx, &ours, &app);
+        assert_eq!(triggered(&mut rx), 0);
+
+        // someone else's version seen while our update is under way
+        let mine = work("u1", 2);
+        let theirs = work("u1", 3);
+        let writing = ctx.writing(key.clone(), app.clone());
+        watch_event(&ctx, &theirs, &app);
+        writing.done(&mine);
+        assert_eq!(triggered(&mut rx), 1, "a change that is not ours");
+
+        // a write that failed after an event was held
+        let writing = ctx.writing(key.clone(), app.clone());
+        watch_event(&ctx, &work("u1", 4), &app);
+        drop(writing);
+        assert_eq!(triggered(&mut rx), 1, "held by a write that got no answer");
+
+        // nothing under way: every new version triggers, as before
+        watch_event(&ctx, &work("u1", 5), &app);
+        assert_eq!(triggered(&mut rx), 1);
+        // a write with nothing held: no trigger of its own
+        drop(ctx.writing(key, app));
+        assert_eq!(triggered(&mut rx), 0);
+    }
 }

@@ -16,7 +16,7 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::cache::{AppLite, MetaOnly, WorkLite};
-use crate::context::{Ctx, Retry, WorkRef, app_ref};
+use crate::context::{Ctx, Retry, WorkRef, Writing, app_ref};
 use crate::error::{Error, is_status};
 use crate::metrics::{ControllerLabels, ErrorLabels, OpLabels};
 use crate::write::patch_with_retry;
@@ -89,6 +89,7 @@ pub(crate) async fn reconcile(app: Arc<AppLite>, ctx: Arc<Ctx>) -> Result<Action
         field_manager: Some(ctx.config.field_manager.clone()),
         ..Default::default()
     };
+    let writing = ctx.writing(work_key.clone(), key.clone());
     match existing.as_deref() {
         None => match create_work(&ctx, &cluster, &pp, &desired, desired_digest).await {
             Ok(created) => {
@@ -97,12 +98,12 @@ pub(crate) async fn reconcile(app: Arc<AppLite>, ctx: Arc<Ctx>) -> Result<Action
                     .get_or_create(&OpLabels { op: "create" })
                     .inc();
                 tracing::info!(app = %key, work = %work_key, "ManifestWork created");
-                record_work(&ctx, created);
+                record_work(&ctx, created, writing);
             }
             Err(e) if is_status(&e, 409) => {
                 // the cache is behind (or another controller made it): compare with the live one
                 let live = works.get(&work_name).await?;
-                update_work(&ctx, &works_lite, &live, &desired, &key).await?;
+                update_work(&ctx, &works_lite, &live, &desired, &key, writing).await?;
             }
             Err(e) if is_status(&e, 404) => {
                 ctx.warn_once(
@@ -127,7 +128,7 @@ pub(crate) async fn reconcile(app: Arc<AppLite>, ctx: Arc<Ctx>) -> Result<Action
             // it differs: the merge patch is computed against the whole live work (the cache
             // keeps only a digest of its spec)
             let live = works.get(&work_name).await?;
-            update_work(&ctx, &works_lite, &live, &desired, &key).await?;
+            update_work(&ctx, &works_lite, &live, &desired, &key, writing).await?;
         }
     }
 
@@ -157,12 +158,9 @@ async fn create_work(
 }
 
 /// Remembers a work we wrote: read-your-writes for the next reconciles, and its fingerprint so
-/// that the watch echo of the write does not trigger a reconcile of its own.
-fn record_work(ctx: &Ctx, written: WorkLite) {
-    ctx.note_work(
-        ObjectRef::from_obj(&written),
-        crate::fingerprint::work_fingerprint(&written),
-    );
+/// that the watch echo of the write does not trigger a reconcile of its own ([`Writing::done`]).
+fn record_work(ctx: &Ctx, written: WorkLite, writing: Writing<'_>) {
+    writing.done(&written);
     let cached = ctx.works.get(&ObjectRef::from_obj(&written));
     ctx.recent_works.record(written, cached);
 }
@@ -173,6 +171,7 @@ async fn update_work(
     existing: &ManifestWork,
     desired: &ManifestWork,
     app: &ObjectRef<AppLite>,
+    writing: Writing<'_>,
 ) -> Result<(), Error> {
     let Some(patch) = work_update_patch(existing, desired) else {
         return Ok(());
@@ -184,7 +183,7 @@ async fn update_work(
         .get_or_create(&OpLabels { op: "update" })
         .inc();
     tracing::info!(app = %app, work = %ObjectRef::from_obj(&updated), "ManifestWork updated");
-    record_work(ctx, updated);
+    record_work(ctx, updated, writing);
     Ok(())
 }
 

@@ -188,8 +188,7 @@ pub(crate) fn spawn_all(
                     let Some(app) = app_ref_of_work(&work) else {
                         return;
                     };
-                    // unchanged, or the echo of our own write: nothing to propagate
-                    if ctx.note_work(key.clone(), work_fingerprint(&work)) {
+                    if ctx.work_changed(key.clone(), work_fingerprint(&work)) {
                         ctx.trigger_propagation(app);
                     }
                     // without any feedback value there is no status to write
