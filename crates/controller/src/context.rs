@@ -6,6 +6,7 @@ use argocd_pull_api::argocd::Application;
 use argocd_pull_api::ocm::cluster::PlacementDecision;
 use argocd_pull_ops::admin::Readiness;
 use argocd_pull_ops::api_health::ApiHealth;
+use argocd_pull_ops::retry::{Backoff, Retries};
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::store::Writer;
@@ -53,8 +54,8 @@ pub(crate) struct Ctx {
     pub reported: Mutex<HashSet<(AppRef, &'static str)>>,
     /// Works the sweep deleted (by uid) that the cache may still hold: not deleted again.
     pub swept: Mutex<HashMap<WorkRef, String>>,
-    /// Failed reconciles and how often each failed in a row (the backoff's exponent).
-    pub failures: Mutex<HashMap<Retry, u32>>,
+    /// Failed reconciles and their retry backoff.
+    pub failures: Retries<Retry>,
     /// Whether the API server answers: an outage's end retries every failed reconcile at once.
     pub health: ApiHealth,
     pub propagate_tx: mpsc::UnboundedSender<AppRef>,
@@ -104,6 +105,10 @@ impl Ctx {
         );
         // the Applications' LIST is what every controller here needs first
         let health = ApiHealth::new(client.clone(), HEALTH_PROBE);
+        let retry = Backoff {
+            base: config.retry_base,
+            max: config.retry_max,
+        };
         let ctx = Ctx {
             client,
             watch_client,
@@ -120,7 +125,7 @@ impl Ctx {
             recorder,
             waiting: Mutex::new(HashMap::new()),
             reported: Mutex::new(HashSet::new()),
-            failures: Mutex::new(HashMap::new()),
+            failures: Retries::new(retry),
             swept: Mutex::new(HashMap::new()),
             propagate_tx,
             status_tx,
@@ -252,30 +257,20 @@ impl Ctx {
         if let crate::Error::Kube(e) = err {
             self.health.report(e);
         }
-        let mut failures = lock(&self.failures);
-        let n = failures.entry(key).or_default();
-        *n = n.saturating_add(1);
-        let factor = 2u32.saturating_pow(n.saturating_sub(1).min(20));
-        self.config
-            .retry_base
-            .saturating_mul(factor)
-            .min(self.config.retry_max)
+        self.failures.failed(key)
     }
 
     pub fn succeeded(&self, key: &Retry) {
-        let mut failures = lock(&self.failures);
-        if !failures.is_empty() {
-            failures.remove(key);
-        }
+        self.failures.succeeded(key);
     }
 
     /// The API server answers again after an outage: every failed reconcile is retried now, its
     /// backoff reset (the failures were the outage's, not the objects'), and the caches are swept
     /// (deletes of the outage show once the watches have re-listed, which sweeps again).
     pub fn retry_failed(&self) -> usize {
-        let failed = std::mem::take(&mut *lock(&self.failures));
+        let failed = self.failures.take_all();
         let n = failed.len();
-        for key in failed.into_keys() {
+        for key in failed {
             match key {
                 Retry::App(app) => self.trigger_propagation(app),
                 Retry::Work(work) => self.trigger_status(work),

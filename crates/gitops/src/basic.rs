@@ -3,8 +3,10 @@
 //! ManagedCluster as owner, so it goes when the cluster goes; label changes are written at once.
 
 use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff};
+use argocd_pull_ops::retry::{Backoff, Retries};
+use kube::runtime::reflector::ObjectRef;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use argocd_pull_api::ocm::cluster::ManagedCluster;
 use futures::StreamExt;
@@ -25,6 +27,8 @@ struct Ctx {
     client: Client,
     namespace: String,
     metrics: Metrics,
+    /// Failed reconciles per ManagedCluster, for the retry backoff.
+    retries: Retries<ObjectRef<ManagedCluster>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +47,7 @@ pub(crate) async fn run(
         client: client.clone(),
         namespace,
         metrics,
+        retries: Retries::new(Backoff::GITOPS),
     });
     let controller = Controller::new(
         Api::<ManagedCluster>::all(client),
@@ -61,14 +66,20 @@ pub(crate) async fn run(
         .run(
             |mc, ctx: Arc<Ctx>| async move {
                 let started = Instant::now();
+                let key = ObjectRef::from_obj(mc.as_ref());
                 let r = reconcile(mc, &ctx).await;
+                if r.is_ok() {
+                    ctx.retries.succeeded(&key);
+                }
                 ctx.metrics
                     .reconciled(CONTROLLER, started.elapsed().as_secs_f64(), r.is_ok());
                 r
             },
-            |_mc, err: &Error, _ctx| {
-                tracing::warn!(error = %err, "basic cluster secret reconcile failed");
-                Action::requeue(Duration::from_secs(5))
+            |mc, err: &Error, ctx| {
+                let key = ObjectRef::from_obj(mc.as_ref());
+                let delay = ctx.retries.failed(key.clone());
+                tracing::warn!(cluster = %key, error = %err, retry_in = ?delay, "basic cluster secret reconcile failed");
+                Action::requeue(delay)
             },
             ctx,
         )

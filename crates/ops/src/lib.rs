@@ -47,6 +47,7 @@ pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod otel;
+pub mod retry;
 pub mod shutdown;
 pub mod watch;
 

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff};
+use argocd_pull_ops::retry::{Backoff, Retries};
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -178,6 +179,9 @@ pub fn status_patch(mca: &Value, cond: &(&str, &str, String), now: &str) -> Opti
 struct Ctx {
     client: Client,
     metrics: Metrics,
+    /// Failed reconciles per ManagedClusterAddOn (its namespace: the cluster), for the retry
+    /// backoff.
+    retries: Retries<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -231,7 +235,11 @@ async fn reconcile(mca: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Err
 pub async fn run(client: Client, metrics: Metrics, health: ApiHealth, shutdown: CancellationToken) {
     let (ar, _) = apply::resource("ManagedClusterAddOn");
     let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-    let ctx = Arc::new(Ctx { client, metrics });
+    let ctx = Arc::new(Ctx {
+        client,
+        metrics,
+        retries: Retries::new(Backoff::GITOPS),
+    });
     let controller = Controller::new_with(
         api,
         watcher::Config::default()
@@ -252,14 +260,19 @@ pub async fn run(client: Client, metrics: Metrics, health: ApiHealth, shutdown: 
         .run(
             |mca, ctx: Arc<Ctx>| async move {
                 let started = Instant::now();
+                let cluster = mca.namespace().unwrap_or_default();
                 let r = reconcile(mca, ctx.clone()).await;
+                if r.is_ok() {
+                    ctx.retries.succeeded(&cluster);
+                }
                 ctx.metrics
                     .reconciled(CONTROLLER, started.elapsed().as_secs_f64(), r.is_ok());
                 r
             },
-            |mca, err: &Error, _| {
-                tracing::warn!(cluster = ?mca.namespace(), error = %err, "argocd-agent-addon health");
-                Action::requeue(Duration::from_secs(10))
+            |mca, err: &Error, ctx| {
+                let delay = ctx.retries.failed(mca.namespace().unwrap_or_default());
+                tracing::warn!(cluster = ?mca.namespace(), error = %err, retry_in = ?delay, "argocd-agent-addon health");
+                Action::requeue(delay)
             },
             ctx,
         )

@@ -3,11 +3,13 @@
 
 use std::time::Instant;
 
+use argocd_pull_api::gitops::GitOpsCluster;
 use argocd_pull_api::ocm::cluster::{ManagedCluster, PlacementDecision};
+use argocd_pull_ops::retry::Retries;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::ApiResource;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::GitOpsConfig;
 use crate::metrics::Metrics;
@@ -40,6 +42,8 @@ pub(super) struct Ctx {
     pub(super) clusters: Store<ManagedCluster>,
     pub(super) secrets: Store<Secret>,
     pub(super) msa: tokio::sync::Mutex<MsaApi>,
+    /// Failed reconciles per GitOpsCluster, for the retry backoff.
+    pub(super) retries: Retries<ObjectRef<GitOpsCluster>>,
 }
 
 pub(super) fn kerr(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {

@@ -22,6 +22,7 @@ mod register;
 mod triggers;
 
 use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff, rewatching};
+use argocd_pull_ops::retry::{Backoff, Retries};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -34,7 +35,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector;
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
@@ -120,6 +121,7 @@ pub(crate) async fn run(
             checked: None,
             resource: None,
         }),
+        retries: Retries::new(Backoff::GITOPS),
     });
     let ready = Arc::new(AtomicBool::new(false));
     {
@@ -155,15 +157,21 @@ pub(crate) async fn run(
                         return Ok(Action::requeue(Duration::from_millis(200)));
                     }
                     let started = Instant::now();
+                    let key = ObjectRef::from_obj(gc.as_ref());
                     let r = reconcile(gc, ctx.clone()).await;
+                    if r.is_ok() {
+                        ctx.retries.succeeded(&key);
+                    }
                     ctx.metrics
                         .reconciled(CONTROLLER, started.elapsed().as_secs_f64(), r.is_ok());
                     r
                 }
             },
-            |_gc, err: &Error, _ctx| {
-                tracing::warn!(error = %err, "GitOpsCluster reconcile failed");
-                Action::requeue(Duration::from_secs(5))
+            |gc, err: &Error, ctx| {
+                let key = ObjectRef::from_obj(gc.as_ref());
+                let delay = ctx.retries.failed(key.clone());
+                tracing::warn!(gitopscluster = %key, error = %err, retry_in = ?delay, "GitOpsCluster reconcile failed");
+                Action::requeue(delay)
             },
             ctx,
         )

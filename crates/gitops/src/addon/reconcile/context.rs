@@ -1,9 +1,11 @@
 //! What every step of the addon controller shares: its name in metrics and logs, its settings
-//! ([`AddonConfig`]), its [`Error`], the context a pass works from, and the retry backoff.
+//! ([`AddonConfig`]), its [`Error`] and the context a pass works from.
 
-use std::time::Duration;
-
+use argocd_pull_ops::retry::Retries;
 use kube::Client;
+use kube::runtime::reflector::ObjectRef;
+
+use crate::addon::GitOpsCluster;
 
 use crate::metrics::Metrics;
 
@@ -33,14 +35,6 @@ pub(super) struct Ctx {
     pub(super) client: Client,
     pub(super) config: AddonConfig,
     pub(super) metrics: Metrics,
-    /// Consecutive failed passes per GitOpsCluster (`ns/name`), for the retry backoff.
-    pub(super) failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
-}
-
-/// Retry delay after `n` consecutive failures: 5 s doubling to 5 min.
-pub fn retry_delay(n: u32) -> Duration {
-    Duration::from_secs(
-        5u64.saturating_mul(1 << n.saturating_sub(1).min(6))
-            .min(300),
-    )
+    /// Failed passes per GitOpsCluster, for the retry backoff.
+    pub(super) retries: Retries<ObjectRef<GitOpsCluster>>,
 }

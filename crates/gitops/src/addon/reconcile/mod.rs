@@ -6,8 +6,8 @@
 //! is found *before* anything is written: a False condition naming the fix, and a retry with
 //! backoff; never a half-made set of secrets.
 //!
-//! * `context` — the controller's settings, [`Error`], the context a pass works from, and
-//!   [`retry_delay`].
+//! * `context` — the controller's settings, [`Error`] and the context a pass works from; failed
+//!   passes are retried with [`argocd_pull_ops::retry::Backoff::GITOPS`].
 //! * `pass` — one pass: input checks, plan, writes, sweep.
 //! * `status` — the conditions: written, rejected input reported, a pass's outcome.
 //! * `cleanup` — a deleted GitOpsCluster's objects removed, then its finalizer.
@@ -16,10 +16,9 @@ mod cleanup;
 mod context;
 mod pass;
 mod status;
-#[cfg(test)]
-mod tests;
 
 use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff};
+use argocd_pull_ops::retry::{Backoff, Retries};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,7 +32,7 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-pub use context::{AddonConfig, Error, retry_delay};
+pub use context::{AddonConfig, Error};
 
 use crate::addon::GitOpsCluster;
 use crate::addon::discovery::PRINCIPAL_SERVICES;
@@ -52,7 +51,7 @@ pub async fn run(
         client: client.clone(),
         config,
         metrics,
-        failures: Default::default(),
+        retries: Retries::new(Backoff::GITOPS),
     });
     let token = shutdown.clone();
     let controller = Controller::new(
@@ -111,10 +110,10 @@ pub async fn run(
                     return Ok(Action::await_change());
                 }
                 let started = Instant::now();
-                let key = format!("{}/{}", gc.namespace().unwrap_or_default(), gc.name_any());
+                let key = ObjectRef::from_obj(gc.as_ref());
                 let r = reconcile(gc, ctx.clone()).await;
                 if r.is_ok() {
-                    ctx.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+                    ctx.retries.succeeded(&key);
                 }
                 ctx.metrics
                     .reconciled(CONTROLLER, started.elapsed().as_secs_f64(), r.is_ok());
@@ -122,13 +121,7 @@ pub async fn run(
             },
             |gc, err: &Error, ctx| {
                 let key = format!("{}/{}", gc.namespace().unwrap_or_default(), gc.name_any());
-                let n = {
-                    let mut f = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
-                    let n = f.entry(key.clone()).or_default();
-                    *n += 1;
-                    *n
-                };
-                let delay = retry_delay(n);
+                let delay = ctx.retries.failed(ObjectRef::from_obj(gc.as_ref()));
                 tracing::warn!(gitopscluster = %key, error = %err, retry_in = ?delay, "argocd-agent-addon reconcile failed");
                 Action::requeue(delay)
             },
