@@ -405,6 +405,33 @@ async fn addon_uids(hub: &kube::Client, ns: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Waits until OCM's decision lists exactly `want`, then until the view holds exactly the objects
+/// of `want` and the conditions count them; returns when each was first seen.
+async fn addon_converged(
+    view: &View,
+    ns: &str,
+    want: &BTreeSet<String>,
+) -> (Instant, Instant, Instant) {
+    let n = want.len();
+    let decided_at = view
+        .until(&format!("OCM's decision lists the {n}"), |v| {
+            let d = v.decided();
+            (d == *want, d.len())
+        })
+        .await;
+    let objects_at = view
+        .until(&format!("exactly the objects of the {n} clusters"), |v| {
+            has_addon_objects_of(v, ns, want)
+        })
+        .await;
+    let status_at = view
+        .until("the GitOpsCluster's conditions", |v| {
+            addon_status_lists(v, want)
+        })
+        .await;
+    (decided_at, objects_at, status_at)
+}
+
 /// The per-cluster entries of [`addon_uids`] (the hub-wide secrets left out), as
 /// [`addon_objects`] names them.
 fn per_cluster_keys(uids: &BTreeMap<String, String>) -> BTreeSet<(String, String, String)> {
@@ -469,22 +496,7 @@ async fn addon_recovers_after_apiserver_kill_mid_creates() {
         at_kill < TOTAL,
         "the kill came after the controller had finished"
     );
-    let decided_at = view
-        .until("OCM's decision lists the 50", |v| {
-            let d = v.decided();
-            (d == all, d.len())
-        })
-        .await;
-    let objects_at = view
-        .until("every cluster's objects", |v| {
-            has_addon_objects_of(v, ns, &all)
-        })
-        .await;
-    let status_at = view
-        .until("the GitOpsCluster's conditions", |v| {
-            addon_status_lists(v, &all)
-        })
-        .await;
+    let (decided_at, objects_at, status_at) = addon_converged(&view, ns, &all).await;
     ctl.assert_survived_the_outage();
     up.await.unwrap();
     // confirmed by a fresh read: exactly one of each, none written twice
@@ -570,22 +582,7 @@ async fn addon_recovers_after_apiserver_kill_mid_deletes() {
         at_kill > FIRST,
         "the kill came after the controller had finished"
     );
-    let decided_at = view
-        .until("OCM's decision lists the 10", |v| {
-            let d = v.decided();
-            (d == kept, d.len())
-        })
-        .await;
-    let objects_at = view
-        .until("only the 10 clusters' objects left", |v| {
-            has_addon_objects_of(v, ns, &kept)
-        })
-        .await;
-    let status_at = view
-        .until("the GitOpsCluster's conditions", |v| {
-            addon_status_lists(v, &kept)
-        })
-        .await;
+    let (decided_at, objects_at, status_at) = addon_converged(&view, ns, &kept).await;
     ctl.assert_survived_the_outage();
     up.await.unwrap();
     let listed = addon_uids(&scene.hub, ns).await;

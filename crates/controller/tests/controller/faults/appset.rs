@@ -97,6 +97,17 @@ impl Scene {
         }
     }
 
+    /// The controller still running, `live` Applications each with its work and nothing else
+    /// (from the view's watches), the report listing `live` works, confirmed by fresh reads;
+    /// returns when the works and when the report first were so.
+    async fn converged(&mut self, view: &FleetView, live: usize) -> (Instant, Instant) {
+        self.ctl.assert_running();
+        let works_at = view.converged_at(&self.fleet, live).await;
+        let report_at = self.report_lists(live).await;
+        self.fleet.converged(live).await;
+        (works_at, report_at)
+    }
+
     async fn finish(self) {
         drop(self.ctl);
         self.fleet.clean().await;
@@ -152,10 +163,7 @@ async fn hub_apiserver_killed_mid_appset_creates() {
     // measured from the later of the two
     let loaded = loaded.expect("the loader finished");
     let from = back.max(loaded);
-    scene.ctl.assert_running();
-    let works_at = view.converged_at(&scene.fleet, 200).await;
-    let report_at = scene.report_lists(200).await;
-    scene.fleet.converged(200).await;
+    let (works_at, report_at) = scene.converged(&view, 200).await;
     up.await.unwrap();
     eprintln!(
         "faults: RECOVERY appset: {at_kill} works at the kill; the loader's last create {:.2} s \
@@ -212,10 +220,7 @@ async fn hub_apiserver_killed_mid_appset_deletes() {
     );
     let unloaded = unloaded.expect("the loader finished");
     let from = back.max(unloaded);
-    scene.ctl.assert_running();
-    let works_at = view.converged_at(&scene.fleet, 50).await;
-    let report_at = scene.report_lists(50).await;
-    scene.fleet.converged(50).await;
+    let (works_at, report_at) = scene.converged(&view, 50).await;
     up.await.unwrap();
     eprintln!(
         "faults: RECOVERY appset deletes: {at_kill} works at the kill; the loader's last delete \
