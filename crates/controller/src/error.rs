@@ -1,4 +1,5 @@
 use argocd_pull_domain::WorkError;
+use argocd_pull_ops::reconcile_metrics::Reason;
 
 /// Why a reconcile failed (retried with backoff).
 #[derive(Debug, thiserror::Error)]
@@ -15,9 +16,9 @@ pub enum Error {
     Conflict(String),
 }
 
-impl Error {
-    /// Every value of [`Error::reason`].
-    pub const REASONS: [&'static str; 6] = [
+/// The `reason` label of `reconcile_errors_total`.
+impl Reason for Error {
+    const REASONS: &'static [&'static str] = &[
         "conflict",
         "api",
         "transport",
@@ -26,12 +27,9 @@ impl Error {
         "namespace_missing",
     ];
 
-    /// A short label for the `reconcile_errors_total{reason}` metric.
-    pub fn reason(&self) -> &'static str {
+    fn reason(&self) -> &'static str {
         match self {
-            Error::Kube(kube::Error::Api(ae)) if ae.code == 409 => "conflict",
-            Error::Kube(kube::Error::Api(_)) => "api",
-            Error::Kube(_) => "transport",
+            Error::Kube(e) => e.reason(),
             Error::InvalidApplication(_) => "invalid_application",
             Error::ClusterMissing(_) => "cluster_missing",
             Error::NamespaceMissing(_) => "namespace_missing",
@@ -45,6 +43,7 @@ pub(crate) use argocd_pull_ops::api_error::is_status;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use argocd_pull_ops::reconcile_metrics::check_reasons;
 
     #[test]
     fn every_reason_is_listed() {
@@ -53,18 +52,18 @@ mod tests {
                 kube::core::Status::failure("x", "y").with_code(code),
             ))
         };
-        for e in [
+        check_reasons([
             Error::Kube(api(409)),
             Error::Kube(api(500)),
             Error::Kube(kube::Error::SerdeError(
                 serde_json::from_str::<u8>("x").unwrap_err(),
             )),
+            Error::InvalidApplication(WorkError::MissingName),
             Error::ClusterMissing("c".into()),
             Error::NamespaceMissing("c".into()),
             Error::Conflict("x".into()),
-        ] {
-            assert!(Error::REASONS.contains(&e.reason()), "{}", e.reason());
-        }
-        assert!(Error::REASONS.contains(&"invalid_application"));
+        ])
+        .unwrap();
+        assert_eq!(Error::Conflict("x".into()).reason(), "conflict");
     }
 }

@@ -1,6 +1,7 @@
 //! Application → ManifestWork.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use argocd_pull_api::argocd::Application;
 use argocd_pull_api::names::{ANNOTATION_REFRESH, FINALIZER_ARGOCD_RESOURCES};
@@ -18,20 +19,26 @@ use serde_json::{Value, json};
 use crate::cache::{AppLite, MetaOnly, WorkLite};
 use crate::context::{Ctx, Retry, WorkRef, Writing, app_ref};
 use crate::error::{Error, is_status};
-use crate::metrics::{ControllerLabels, ErrorLabels, OpLabels};
+use crate::metrics::OpLabels;
 use crate::write::patch_with_retry;
 
 const CONTROLLER: &str = crate::metrics::PROPAGATION;
 
 /// Reconciles one selected Application (steps 2–6 of the spec; step 1, a deleted Application, is
-/// the sweep's: the object is no longer in the cache).
+/// the sweep's: the object is no longer in the cache), counted, timed and its failure's reason
+/// counted.
 pub(crate) async fn reconcile(app: Arc<AppLite>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    ctx.metrics.reconcile.started(CONTROLLER);
+    let started = Instant::now();
+    let r = propagate(app, ctx.clone()).await;
+    let elapsed = started.elapsed();
     ctx.metrics
-        .reconciles
-        .get_or_create(&ControllerLabels {
-            controller: CONTROLLER,
-        })
-        .inc();
+        .reconcile
+        .finished(CONTROLLER, elapsed, r.as_ref().err());
+    r
+}
+
+async fn propagate(app: Arc<AppLite>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let key = ObjectRef::from_obj(app.as_ref());
     let app = ctx
         .recent_apps
@@ -289,13 +296,6 @@ async fn finalize(
 }
 
 pub(crate) fn error_policy(app: Arc<AppLite>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    ctx.metrics
-        .reconcile_errors
-        .get_or_create(&ErrorLabels {
-            controller: CONTROLLER,
-            reason: err.reason(),
-        })
-        .inc();
     let key = ObjectRef::from_obj(app.as_ref());
     let delay = ctx.backoff(Retry::App(key.clone()), err);
     match err {

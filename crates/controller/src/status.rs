@@ -1,6 +1,7 @@
 //! ManifestWork status feedback → hub Application status.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use argocd_pull_domain::{hub_app_ref_of, status_patch};
 use kube::Api;
@@ -10,7 +11,6 @@ use kube::runtime::reflector::ObjectRef;
 use crate::cache::{AppLite, WorkLite};
 use crate::context::{Ctx, Retry};
 use crate::error::Error;
-use crate::metrics::{ControllerLabels, ErrorLabels};
 use crate::write::patch_with_retry;
 
 const CONTROLLER: &str = crate::metrics::STATUS;
@@ -21,13 +21,20 @@ fn now() -> String {
         .to_string()
 }
 
+/// Writes one work's status feedback to its hub Application, counted, timed and its failure's
+/// reason counted.
 pub(crate) async fn reconcile(work: Arc<WorkLite>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    ctx.metrics.reconcile.started(CONTROLLER);
+    let started = Instant::now();
+    let r = write_status(work, &ctx).await;
+    let elapsed = started.elapsed();
     ctx.metrics
-        .reconciles
-        .get_or_create(&ControllerLabels {
-            controller: CONTROLLER,
-        })
-        .inc();
+        .reconcile
+        .finished(CONTROLLER, elapsed, r.as_ref().err());
+    r
+}
+
+async fn write_status(work: Arc<WorkLite>, ctx: &Ctx) -> Result<Action, Error> {
     if work.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -64,13 +71,6 @@ pub(crate) async fn reconcile(work: Arc<WorkLite>, ctx: Arc<Ctx>) -> Result<Acti
 }
 
 pub(crate) fn error_policy(work: Arc<WorkLite>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    ctx.metrics
-        .reconcile_errors
-        .get_or_create(&ErrorLabels {
-            controller: CONTROLLER,
-            reason: err.reason(),
-        })
-        .inc();
     let key = ObjectRef::from_obj(work.as_ref());
     let delay = ctx.backoff(Retry::Work(key.clone()), err);
     tracing::warn!(work = %key, retry_in = ?delay, error = %err, "status write failed");

@@ -184,14 +184,8 @@ async fn main() {
             break;
         }
     }
-    let reconciles = |r: &argocd_pull_gitops::Running| {
-        r.metrics
-            .reconciles
-            .get_or_create(&argocd_pull_gitops::metrics::ControllerLabel {
-                controller: "argocd-agent-addon".into(),
-            })
-            .get()
-    };
+    let reconciles =
+        |r: &argocd_pull_gitops::Running| r.metrics.reconcile.reconciles("argocd-agent-addon");
     let before = hub.counters();
     let t = Instant::now();
     dynamic(

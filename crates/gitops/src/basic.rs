@@ -3,6 +3,7 @@
 //! ManagedCluster as owner, so it goes when the cluster goes; label changes are written at once.
 
 use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff};
+use argocd_pull_ops::reconcile_metrics::Reason;
 use argocd_pull_ops::retry::{Backoff, Retries};
 use kube::runtime::reflector::ObjectRef;
 use std::sync::Arc;
@@ -35,6 +36,15 @@ struct Ctx {
 #[error("writing Secret {0}: {1}")]
 pub struct Error(String, #[source] kube::Error);
 
+/// The `reason` label of `reconcile_errors_total`: the write's.
+impl Reason for Error {
+    const REASONS: &'static [&'static str] = <kube::Error as Reason>::REASONS;
+
+    fn reason(&self) -> &'static str {
+        self.1.reason()
+    }
+}
+
 pub(crate) async fn run(
     client: Client,
     namespace: String,
@@ -43,6 +53,7 @@ pub(crate) async fn run(
     shutdown: CancellationToken,
 ) {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+    metrics.controller::<Error>(CONTROLLER);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         namespace,
@@ -72,7 +83,7 @@ pub(crate) async fn run(
                     ctx.retries.succeeded(&key);
                 }
                 ctx.metrics
-                    .reconciled(CONTROLLER, started.elapsed().as_secs_f64(), r.is_ok());
+                    .reconciled(CONTROLLER, started.elapsed(), r.as_ref().err());
                 r
             },
             |mc, err: &Error, ctx| {
@@ -129,4 +140,28 @@ async fn reconcile(mc: Arc<ManagedCluster>, ctx: &Ctx) -> Result<Action, Error> 
         }
     }
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use argocd_pull_ops::reconcile_metrics::check_reasons;
+
+    fn api(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("x", "y")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn every_reason_is_listed() {
+        check_reasons([
+            Error("s".into(), api(409)),
+            Error("s".into(), api(500)),
+            Error("s".into(), kube::Error::LinesCodecMaxLineLengthExceeded),
+        ])
+        .unwrap();
+    }
 }

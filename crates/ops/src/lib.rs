@@ -7,6 +7,8 @@
 //!   agent): spans of [`otel::TARGET`] exported by the OpenTelemetry SDK, trace context
 //!   propagation;
 //! * [`metrics::Registry`] — a `prometheus-client` registry to register metrics into;
+//! * [`reconcile_metrics::ReconcileMetrics`] — every controller's reconcile series (count,
+//!   errors by [`reconcile_metrics::Reason`], duration) under names it chooses;
 //! * [`admin::serve`] — an axum server with `/metrics`, `/healthz` and `/readyz`;
 //!   [`admin::Readiness`] is flipped by the component once it is ready (e.g. after its first
 //!   full list);
@@ -47,6 +49,7 @@ pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod otel;
+pub mod reconcile_metrics;
 pub mod retry;
 pub mod shutdown;
 pub mod watch;

@@ -83,11 +83,7 @@ async fn status_only_updates_do_not_reconcile() {
     let app = env.create_app("app1", "cluster1", json!({})).await;
     eventually("work created", || env.work_of(&app, "cluster1")).await;
     running.resync().await.unwrap();
-    let before = running
-        .metrics()
-        .reconciles
-        .get_or_create(&argocd_pull_controller_labels("propagation"))
-        .get();
+    let before = running.metrics().reconcile.reconciles("propagation");
     env.patch_app(
         "app1",
         json!({"status": {"reconciledAt": "2024-01-01T00:00:00Z"}}),
@@ -101,20 +97,10 @@ async fn status_only_updates_do_not_reconcile() {
         (w.spec.workload.manifests[0]["spec"]["source"]["path"] == "p2").then_some(())
     })
     .await;
-    let after = running
-        .metrics()
-        .reconciles
-        .get_or_create(&argocd_pull_controller_labels("propagation"))
-        .get();
+    let after = running.metrics().reconcile.reconciles("propagation");
     // the spec change (plus the echo of our own work update) — not the status change
     assert!(after - before <= 2, "reconciles: {}", after - before);
     running.shutdown().await;
-}
-
-fn argocd_pull_controller_labels(
-    controller: &'static str,
-) -> argocd_pull_controller::metrics::ControllerLabels {
-    argocd_pull_controller::metrics::ControllerLabels { controller }
 }
 
 #[tokio::test]
@@ -227,6 +213,35 @@ async fn missing_cluster_is_reported_then_picked_up() {
     .await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert!(event.note.unwrap().contains("\"late\""));
+    // the failed reconcile is counted with its reason, and timed, as /metrics renders them
+    let m = running.metrics().clone();
+    eventually("reconcile error counted", || async {
+        (m.reconcile.errors("propagation", "cluster_missing") >= 1).then_some(())
+    })
+    .await;
+    let mut registry = argocd_pull_ops::metrics::Registry::with_prefix("argocd_pull");
+    m.register(&mut registry);
+    let body = argocd_pull_ops::metrics::render(&registry);
+    let value = |series: &str| -> u64 {
+        let line = body
+            .lines()
+            .find(|l| l.starts_with(series))
+            .unwrap_or_else(|| panic!("{series} in\n{body}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(
+        value(
+            r#"argocd_pull_reconcile_errors_total{controller="propagation",reason="cluster_missing"} "#
+        ) >= 1
+    );
+    assert_eq!(
+        value(r#"argocd_pull_reconcile_errors_total{controller="propagation",reason="api"} "#),
+        0
+    );
+    assert!(
+        value(r#"argocd_pull_reconcile_duration_seconds_count{controller="propagation"} "#) >= 1
+    );
+    assert!(value(r#"argocd_pull_reconciles_total{controller="propagation"} "#) >= 1);
     env.namespace("late").await;
     assert!(env.work_of(&app, "late").await.is_none());
     env.cluster("late", false).await;

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff};
+use argocd_pull_ops::reconcile_metrics::Reason;
 use argocd_pull_ops::retry::{Backoff, Retries};
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -185,8 +186,25 @@ struct Ctx {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Error(String);
+pub enum Error {
+    /// The add-on object could not be read as JSON.
+    #[error("{0}")]
+    Decode(String),
+    #[error("writing {COND_AGENT_CONNECTED}: {0}")]
+    Write(#[source] kube::Error),
+}
+
+/// The `reason` label of `reconcile_errors_total`.
+impl Reason for Error {
+    const REASONS: &'static [&'static str] = &["conflict", "api", "transport", "decode"];
+
+    fn reason(&self) -> &'static str {
+        match self {
+            Error::Decode(_) => "decode",
+            Error::Write(e) => e.reason(),
+        }
+    }
+}
 
 /// `host:port` from the GitOpsCluster that owns the addon (its owner labels), when it says.
 async fn principal(client: &Client, mca: &DynamicObject) -> Option<String> {
@@ -205,7 +223,7 @@ async fn principal(client: &Client, mca: &DynamicObject) -> Option<String> {
 }
 
 async fn reconcile(mca: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let obj = serde_json::to_value(mca.as_ref()).map_err(|e| Error(e.to_string()))?;
+    let obj = serde_json::to_value(mca.as_ref()).map_err(|e| Error::Decode(e.to_string()))?;
     let f = facts(&obj, principal(&ctx.client, &mca).await);
     let cond = agent_connected(&f);
     let now = jiff::Timestamp::now()
@@ -223,7 +241,7 @@ async fn reconcile(mca: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Err
             &Patch::Apply(&patch),
         )
         .await
-        .map_err(|e| Error(format!("writing {COND_AGENT_CONNECTED}: {e}")))?;
+        .map_err(Error::Write)?;
     ctx.metrics
         .write(CONTROLLER, "ManagedClusterAddOn", "status");
     tracing::info!(cluster = %f.cluster, status = cond.0, reason = cond.1, "{}", cond.2);
@@ -235,6 +253,7 @@ async fn reconcile(mca: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Err
 pub async fn run(client: Client, metrics: Metrics, health: ApiHealth, shutdown: CancellationToken) {
     let (ar, _) = apply::resource("ManagedClusterAddOn");
     let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+    metrics.controller::<Error>(CONTROLLER);
     let ctx = Arc::new(Ctx {
         client,
         metrics,
@@ -266,7 +285,7 @@ pub async fn run(client: Client, metrics: Metrics, health: ApiHealth, shutdown: 
                     ctx.retries.succeeded(&cluster);
                 }
                 ctx.metrics
-                    .reconciled(CONTROLLER, started.elapsed().as_secs_f64(), r.is_ok());
+                    .reconciled(CONTROLLER, started.elapsed(), r.as_ref().err());
                 r
             },
             |mca, err: &Error, ctx| {
@@ -283,6 +302,28 @@ pub async fn run(client: Client, metrics: Metrics, health: ApiHealth, shutdown: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_reason_is_listed_and_messages_are_unchanged() {
+        let api = |code| {
+            kube::Error::Api(
+                kube::core::Status::failure("x", "y")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        argocd_pull_ops::reconcile_metrics::check_reasons([
+            Error::Write(api(409)),
+            Error::Write(api(500)),
+            Error::Write(kube::Error::LinesCodecMaxLineLengthExceeded),
+            Error::Decode("x".into()),
+        ])
+        .unwrap();
+        assert_eq!(
+            Error::Write(api(500)).to_string(),
+            format!("writing AgentConnected: {}", api(500))
+        );
+    }
 
     fn f(available: Option<(&str, &str, &str)>) -> Facts {
         Facts {

@@ -60,6 +60,8 @@ pub(crate) async fn run(
     health: ApiHealth,
     shutdown: CancellationToken,
 ) {
+    // a flush fails with its first failed write's reason
+    metrics.controller::<kube::Error>(CONTROLLER);
     // Each watch runs in its own task, so that listing and decoding (the bulk of the start)
     // overlap with indexing; the index is owned by this task alone.
     let (_pumps, mut events) = pumps::spawn(&client, &health);
@@ -93,8 +95,8 @@ pub(crate) async fn run(
                 let decisions = index.flush(appsets_ready);
                 let computed = started.elapsed();
                 let n = decisions.len();
-                let ok = write::execute(&client, &config, &metrics, &mut index, decisions).await;
-                if !ok {
+                let written = write::execute(&client, &config, &metrics, &mut index, decisions).await;
+                if written.is_err() {
                     // failed writes stay dirty: retried in a second, or when an outage ends
                     deadline = Some(tokio::time::Instant::now() + WRITE_RETRY);
                 }
@@ -110,7 +112,7 @@ pub(crate) async fn run(
                 } else {
                     tracing::debug!(controller = CONTROLLER, decisions = n, compute_ms = computed.as_millis() as u64, total_ms = started.elapsed().as_millis() as u64, "reports flushed");
                 }
-                metrics.reconciled(CONTROLLER, started.elapsed().as_secs_f64(), ok);
+                metrics.reconciled(CONTROLLER, started.elapsed(), written.as_ref().err());
                 metrics.report_works.set(index.works() as i64);
                 metrics.report_appsets.set(index.appsets_with_works() as i64);
             }

@@ -46,15 +46,15 @@ impl Resource for Unread {
     }
 }
 
-/// Carries out a flush's decisions; returns whether all succeeded (failed ones are marked dirty
-/// again and retried on the next flush).
+/// Carries out a flush's decisions; returns the first failure if any did not succeed (failed
+/// ones are marked dirty again and retried on the next flush).
 pub(super) async fn execute(
     client: &Client,
     config: &GitOpsConfig,
     metrics: &Metrics,
     index: &mut Index,
     decisions: Vec<Decision>,
-) -> bool {
+) -> Result<(), kube::Error> {
     let results: Vec<(
         AppSetKey,
         Result<Option<MulticlusterApplicationSetReport>, kube::Error>,
@@ -91,19 +91,21 @@ pub(super) async fn execute(
     .buffer_unordered(config.report_write_concurrency.max(1))
     .collect()
     .await;
-    let mut ok = true;
+    let mut first = Ok(());
     for (k, r) in results {
         match r {
             Ok(Some(written)) => index.set_report(&written),
             Ok(None) => {}
             Err(e) => {
-                ok = false;
                 tracing::warn!(appset = %k, error = %e, "report write failed; retrying");
                 index.dirty.insert(k);
+                if first.is_ok() {
+                    first = Err(e);
+                }
             }
         }
     }
-    ok
+    first
 }
 
 async fn delete_appset_outputs(

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use argocd_pull_api::gitops::GitOpsCluster;
 use argocd_pull_api::ocm::cluster::{ManagedCluster, PlacementDecision};
+use argocd_pull_ops::reconcile_metrics::Reason;
 use argocd_pull_ops::retry::Retries;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
@@ -24,8 +25,21 @@ pub(super) const ARGO_SERVER_SELECTOR: &str =
 pub enum Error {
     #[error("{0}: {1}")]
     Kube(String, #[source] kube::Error),
+    /// Some clusters could not be registered (the others were).
     #[error("{0}")]
     Incomplete(String),
+}
+
+/// The `reason` label of `reconcile_errors_total`.
+impl Reason for Error {
+    const REASONS: &'static [&'static str] = &["conflict", "api", "transport", "incomplete"];
+
+    fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(_, e) => e.reason(),
+            Error::Incomplete(_) => "incomplete",
+        }
+    }
 }
 
 /// The ManagedServiceAccount API (`authentication.open-cluster-management.io`), probed lazily.
@@ -52,3 +66,28 @@ pub(super) fn kerr(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error
 }
 
 pub(super) use argocd_pull_ops::api_error::is_status;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use argocd_pull_ops::reconcile_metrics::check_reasons;
+
+    fn api(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("x", "y")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn every_reason_is_listed() {
+        check_reasons([
+            Error::Kube("w".into(), api(409)),
+            Error::Kube("w".into(), api(403)),
+            Error::Kube("w".into(), kube::Error::LinesCodecMaxLineLengthExceeded),
+            Error::Incomplete("c".into()),
+        ])
+        .unwrap();
+    }
+}

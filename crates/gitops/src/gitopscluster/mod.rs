@@ -110,6 +110,7 @@ pub(crate) async fn run(
         // the end of an API-server outage: everything at once, not at the next 5 s retry
         health.recovered().boxed(),
     ]);
+    metrics.controller::<Error>(CONTROLLER);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         config,
@@ -163,7 +164,7 @@ pub(crate) async fn run(
                         ctx.retries.succeeded(&key);
                     }
                     ctx.metrics
-                        .reconciled(CONTROLLER, started.elapsed().as_secs_f64(), r.is_ok());
+                        .reconciled(CONTROLLER, started.elapsed(), r.as_ref().err());
                     r
                 }
             },

@@ -486,6 +486,24 @@ async fn bad_input_is_a_false_condition_naming_the_fix_and_writes_nothing() {
     .await;
     assert!(c["message"].as_str().unwrap().contains("invalid placement kind: PlacementRule, expected Placement; set spec.placementRef.kind to Placement"), "{c}");
     assert!(owned(&env).await.is_empty(), "nothing half-made");
+    // the failed pass is counted with its reason: reported in a condition
+    let errors = r#"argocd_pull_argocd_pull_gitops_reconcile_errors_total{controller="argocd-agent-addon",reason="reported"}"#;
+    eventually("reconcile error counted", || async {
+        (env.metric(errors) >= 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        env.metric(r#"argocd_pull_argocd_pull_gitops_reconcile_errors_total{controller="argocd-agent-addon",reason="api"}"#),
+        0
+    );
+    assert!(
+        env.metric(r#"argocd_pull_argocd_pull_gitops_reconcile_failures_total{controller="argocd-agent-addon"}"#)
+            >= 1
+    );
+    assert!(
+        env.metric(r#"argocd_pull_argocd_pull_gitops_reconcile_duration_seconds_count{controller="argocd-agent-addon"}"#)
+            >= 1
+    );
 
     // Fixed kind, a Placement that does not exist.
     env.patch(

@@ -68,12 +68,7 @@ async fn secret(client: &kube::Client, ns: &str, name: &str) -> Option<Value> {
 }
 
 fn reconciles(r: &Running) -> u64 {
-    r.metrics
-        .reconciles
-        .get_or_create(&argocd_pull_gitops::metrics::ControllerLabel {
-            controller: "argocd-agent-addon".into(),
-        })
-        .get()
+    r.metrics.reconcile.reconciles("argocd-agent-addon")
 }
 
 /// Every distinct value `read` ever finds in the object `name` (a watch from now on).

@@ -37,13 +37,26 @@ impl Env {
         }
     }
 
-    pub fn reconciles(&self, controller: &str) -> u64 {
-        let m = &self.running.as_ref().unwrap().metrics;
-        m.reconciles
-            .get_or_create(&argocd_pull_gitops::metrics::ControllerLabel {
-                controller: controller.into(),
-            })
-            .get()
+    pub fn reconciles(&self, controller: &'static str) -> u64 {
+        self.metrics().reconcile.reconciles(controller)
+    }
+
+    /// The controllers' metrics, shared with the running controllers.
+    pub fn metrics(&self) -> &argocd_pull_gitops::metrics::Metrics {
+        &self.running.as_ref().unwrap().metrics
+    }
+
+    /// The value of the series `series` (name and labels, as `argocd-pull controller`'s
+    /// `/metrics` renders it).
+    pub fn metric(&self, series: &str) -> u64 {
+        let mut registry = argocd_pull_ops::metrics::Registry::with_prefix("argocd_pull");
+        self.metrics().register(&mut registry);
+        let body = argocd_pull_ops::metrics::render(&registry);
+        let line = body
+            .lines()
+            .find(|l| l.strip_prefix(series).is_some_and(|v| v.starts_with(' ')))
+            .unwrap_or_else(|| panic!("{series} in\n{body}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
     }
 
     pub async fn stop(mut self) {

@@ -23,7 +23,7 @@ pub(super) async fn finalize(
         .map_err(kube_err("listing owned objects"))?;
     let (_, errors) = apply::sweep(&ctx.client, &owned, &BTreeSet::new()).await;
     if !errors.is_empty() {
-        return Err(Error::Kube(format!("cleanup: {}", errors.join("; "))));
+        return Err(Error::Incomplete(format!("cleanup: {}", errors.join("; "))));
     }
     // The shared ClusterManagementAddOn goes with the last AddOnTemplate of ours.
     let (ar, _) = apply::resource("AddOnTemplate");

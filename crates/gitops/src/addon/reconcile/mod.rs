@@ -47,6 +47,7 @@ pub async fn run(
     health: ApiHealth,
     shutdown: CancellationToken,
 ) {
+    metrics.controller::<Error>(CONTROLLER);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         config,
@@ -116,7 +117,7 @@ pub async fn run(
                     ctx.retries.succeeded(&key);
                 }
                 ctx.metrics
-                    .reconciled(CONTROLLER, started.elapsed().as_secs_f64(), r.is_ok());
+                    .reconciled(CONTROLLER, started.elapsed(), r.as_ref().err());
                 r
             },
             |gc, err: &Error, ctx| {

@@ -230,7 +230,7 @@ pub(super) async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<A
         if new_jwt.is_none() && desired::existing_jwt(&secrets).is_none() {
             let key = tokio::task::spawn_blocking(pki::jwt_key)
                 .await
-                .map_err(|e| Error::Kube(format!("generating the JWT key: {e}")))?;
+                .map_err(|e| Error::Internal(format!("generating the JWT key: {e}")))?;
             match key {
                 Ok(k) => new_jwt = Some(k),
                 Err(e) => {
@@ -312,7 +312,7 @@ pub(super) async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<A
         }
         attempts += 1;
         if attempts >= 3 {
-            return Err(Error::Kube(format!(
+            return Err(Error::Conflict(format!(
                 "{} object(s) changed by another writer on each of 3 passes; retrying",
                 out.lost.len()
             )));
@@ -343,7 +343,7 @@ pub(super) async fn reconcile(gc: Arc<GitOpsCluster>, ctx: Arc<Ctx>) -> Result<A
     }
     write_status(&ctx, &gc, &conds).await?;
     if !errors.is_empty() || !failed.is_empty() {
-        return Err(Error::Kube(format!(
+        return Err(Error::Incomplete(format!(
             "{} object(s) failed: {}",
             errors.len() + failed.values().map(Vec::len).sum::<usize>(),
             errors.join("; ")
