@@ -22,6 +22,8 @@
 //! * [`watch::backoff`] — the retry policy of every watch (capped at 5 s);
 //! * [`api_health::ApiHealth`] — notices an API-server outage from failed requests, probes
 //!   `/readyz` until it ends and wakes the waiting watches and retries then;
+//! * [`conflict::read_modify_write`] — a read-modify-write retried from a fresh read while the
+//!   write conflicts, a bounded number of times;
 //! * [`leader`] — leader election on a `coordination.k8s.io/v1` Lease (kube-lease-manager).
 //!
 //! A typical `main`:
@@ -44,6 +46,7 @@ pub mod api_error;
 pub mod api_health;
 pub mod apis;
 pub mod client;
+pub mod conflict;
 pub mod labels;
 pub mod leader;
 pub mod logging;

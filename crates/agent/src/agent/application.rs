@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use argocd_pull_ops::conflict::{NamespacedName, read_modify_write};
 use serde_json::{Value, json};
 
 use crate::Mode;
@@ -9,7 +10,7 @@ use crate::checksum::spec_checksum;
 use crate::event::{Event, EventType, Target};
 use crate::objects::{self as o, SOURCE_UID};
 use crate::session::{HandleError, Outbox};
-use crate::store::{Kind, StoreError};
+use crate::store::{Kind, StoreError, WRITE_ATTEMPTS};
 
 use super::Inner;
 
@@ -148,26 +149,31 @@ impl Inner {
             false => self.cfg.namespace.as_str(),
         };
         let name = o::name(want);
-        for _ in 0..5 {
-            let r = match self.store.get(kind, ns, name).await? {
-                None => self.store.create_only(kind, want.clone()).await,
-                Some(cur) => {
-                    let n = overlay(&cur);
-                    if o::json_eq(&n, &cur) {
-                        Ok(())
-                    } else {
-                        self.store.replace_only(kind, n).await
+        let (store, overlay) = (&self.store, &overlay);
+        read_modify_write(
+            NamespacedName {
+                namespace: ns,
+                name,
+            },
+            WRITE_ATTEMPTS,
+            StoreError::is_write_race,
+            || store.get(kind, ns, name),
+            |cur| async move {
+                match cur {
+                    None => store.create_only(kind, want.clone()).await,
+                    Some(cur) => {
+                        let n = overlay(&cur);
+                        if o::json_eq(&n, &cur) {
+                            Ok(())
+                        } else {
+                            store.replace_only(kind, n).await
+                        }
                     }
                 }
-            };
-            match r {
-                Err(StoreError::Conflict(_)) | Err(StoreError::AlreadyExists) => continue,
-                r => return r,
-            }
-        }
-        Err(StoreError::Conflict(format!(
-            "{ns}/{name}: too many conflicts"
-        )))
+            },
+        )
+        .await
+        .map_err(StoreError::from)
     }
 
     pub(super) async fn handle_event(

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use argocd_pull_ops::conflict::{NamespacedName, read_modify_write};
 use serde_json::Value;
 
 use crate::Mode;
@@ -9,7 +10,7 @@ use crate::checksum::spec_checksum;
 use crate::event::{Event, EventType, Target};
 use crate::objects::{self as o, SOURCE_UID};
 use crate::session::{HandleError, Outbox};
-use crate::store::{Kind, StoreError};
+use crate::store::{Kind, StoreError, WRITE_ATTEMPTS};
 
 use super::{AgentState, Inner, View};
 
@@ -30,39 +31,44 @@ impl Inner {
         want: &Value,
         with_status: bool,
     ) -> Result<(), StoreError> {
-        let (ns, name) = (o::namespace(want).to_string(), o::name(want).to_string());
-        for _ in 0..5 {
-            let r = match self.store.get(kind, &ns, &name).await? {
-                None => self.store.create(kind, want.clone()).await.map(|_| {
-                    self.metrics.hub_write(kind.as_str(), "created");
-                }),
-                Some(cur) => {
-                    let mut n = o::overlay(&cur, want, with_status, with_status);
-                    // an autonomous agent's copy is the truth for the refresh trigger too: once
-                    // its Argo CD has refreshed (annotation gone there), it goes here
-                    if kind == Kind::Application
-                        && o::annotation(want, o::REFRESH).is_none()
-                        && let Some(a) = n["metadata"]["annotations"].as_object_mut()
-                    {
-                        a.remove(o::REFRESH);
-                    }
-                    if n == cur {
-                        Ok(())
-                    } else {
-                        self.store.replace(kind, n).await.map(|_| {
-                            self.metrics.hub_write(kind.as_str(), "updated");
-                        })
+        let (ns, name) = (o::namespace(want), o::name(want));
+        let (store, metrics) = (&self.store, &self.metrics);
+        read_modify_write(
+            NamespacedName {
+                namespace: ns,
+                name,
+            },
+            WRITE_ATTEMPTS,
+            StoreError::is_write_race,
+            || store.get(kind, ns, name),
+            |cur| async move {
+                match cur {
+                    None => store.create(kind, want.clone()).await.map(|_| {
+                        metrics.hub_write(kind.as_str(), "created");
+                    }),
+                    Some(cur) => {
+                        let mut n = o::overlay(&cur, want, with_status, with_status);
+                        // an autonomous agent's copy is the truth for the refresh trigger too:
+                        // once its Argo CD has refreshed (annotation gone there), it goes here
+                        if kind == Kind::Application
+                            && o::annotation(want, o::REFRESH).is_none()
+                            && let Some(a) = n["metadata"]["annotations"].as_object_mut()
+                        {
+                            a.remove(o::REFRESH);
+                        }
+                        if n == cur {
+                            Ok(())
+                        } else {
+                            store.replace(kind, n).await.map(|_| {
+                                metrics.hub_write(kind.as_str(), "updated");
+                            })
+                        }
                     }
                 }
-            };
-            match r {
-                Err(StoreError::Conflict(_)) | Err(StoreError::AlreadyExists) => continue,
-                r => return r,
-            }
-        }
-        Err(StoreError::Conflict(format!(
-            "{ns}/{name}: too many conflicts"
-        )))
+            },
+        )
+        .await
+        .map_err(StoreError::from)
     }
 
     /// `--namespace-create-enable`: the hub namespace of an autonomous agent, created (with
@@ -419,31 +425,40 @@ impl Inner {
         ns: &str,
         name: &str,
     ) -> Result<bool, StoreError> {
-        for _ in 0..5 {
-            let Some(h) = self.store.get(Kind::Application, ns, name).await? else {
-                return Ok(true);
-            };
-            if !o::deleting(&h) {
-                return Ok(false);
-            }
-            let fins = o::finalizers(&h);
-            let keep: Vec<&String> = fins.iter().filter(|f| !o::is_argocd_finalizer(f)).collect();
-            if keep.len() == fins.len() {
-                return Ok(true);
-            }
-            let mut n = h.clone();
-            n["metadata"]["finalizers"] = serde_json::json!(keep);
-            match self.store.replace(Kind::Application, n).await {
-                Ok(_) | Err(StoreError::NotFound) => {
-                    tracing::info!(app = %format!("{ns}/{name}"), "agent deleted its copy; Argo CD finalizers removed from the hub application");
+        let store = &self.store;
+        read_modify_write(
+            NamespacedName {
+                namespace: ns,
+                name,
+            },
+            WRITE_ATTEMPTS,
+            StoreError::is_conflict,
+            || store.get(Kind::Application, ns, name),
+            |h| async move {
+                let Some(h) = h else {
+                    return Ok(true);
+                };
+                if !o::deleting(&h) {
+                    return Ok(false);
+                }
+                let fins = o::finalizers(&h);
+                let keep: Vec<&String> =
+                    fins.iter().filter(|f| !o::is_argocd_finalizer(f)).collect();
+                if keep.len() == fins.len() {
                     return Ok(true);
                 }
-                Err(StoreError::Conflict(_)) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(StoreError::Conflict(format!(
-            "{ns}/{name}: too many conflicts"
-        )))
+                let mut n = h.clone();
+                n["metadata"]["finalizers"] = serde_json::json!(keep);
+                match store.replace(Kind::Application, n).await {
+                    Ok(_) | Err(StoreError::NotFound) => {
+                        tracing::info!(app = %format!("{ns}/{name}"), "agent deleted its copy; Argo CD finalizers removed from the hub application");
+                        Ok(true)
+                    }
+                    Err(e) => Err(e),
+                }
+            },
+        )
+        .await
+        .map_err(StoreError::from)
     }
 }

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use argocd_pull_ops::api_health::{ApiHealth, rewatching};
+use argocd_pull_ops::conflict;
 use async_trait::async_trait;
 use futures::{StreamExt, stream::BoxStream};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -176,7 +177,35 @@ impl StoreError {
             StoreError::Conflict(_) | StoreError::Other(_) | StoreError::AlreadyExists
         )
     }
+
+    /// A write made on top of a stale read (another writer changed the object since).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, StoreError::Conflict(_))
+    }
+
+    /// A write that lost a race with another writer: a conflict, or a create that another
+    /// create got in before.
+    pub fn is_write_race(&self) -> bool {
+        matches!(self, StoreError::Conflict(_) | StoreError::AlreadyExists)
+    }
 }
+
+/// A read-modify-write that kept conflicting is a conflict naming the object
+/// (`conflict: ns/name: too many conflicts`); any other failure is the store's own error.
+impl From<conflict::Error<StoreError>> for StoreError {
+    fn from(e: conflict::Error<StoreError>) -> Self {
+        match e {
+            conflict::Error::Failed(e) => e,
+            kept @ conflict::Error::KeptConflicting { .. } => {
+                StoreError::Conflict(kept.to_string())
+            }
+        }
+    }
+}
+
+/// How many times the agent and the principal try a read-modify-write of an object before it
+/// counts as failed with [`StoreError::Conflict`].
+pub const WRITE_ATTEMPTS: u32 = 5;
 
 pub type StoreResult<T> = Result<T, StoreError>;
 

@@ -18,6 +18,7 @@
 
 use std::sync::Arc;
 
+use argocd_pull_ops::conflict::{NamespacedName, read_modify_write};
 use serde_json::{Map, Value, json};
 
 use crate::event::EventType;
@@ -273,8 +274,8 @@ pub struct Writer {
     written: Arc<Written>,
 }
 
-/// How many times a conflicting write is retried before the change counts as failed.
-const CONFLICT_RETRIES: usize = 8;
+/// How many times a write is tried before a change that keeps conflicting counts as failed.
+const WRITE_ATTEMPTS: u32 = 8;
 
 impl Writer {
     pub fn new(store: Arc<dyn Store>, metrics: Arc<Metrics>) -> Self {
@@ -348,76 +349,99 @@ impl Writer {
     ) -> Result<(), StoreError> {
         let sk = kind.store_kind();
         let (ns, name) = (o::namespace(want), o::name(want));
-        for _ in 0..CONFLICT_RETRIES {
-            // what was taken from memory rather than read (a NotFound then retries once, read)
-            let remembered =
-                self.written.namespace_known(ns) || self.written.object(sk, ns, name).is_some();
-            self.ensure_namespace(ns).await?;
-            let r = match self.current(sk, ns, name).await? {
-                None => self.store.create(sk, want.clone()).await,
-                Some(cur) => {
-                    let n = merged(&cur, want, keep_op);
-                    if n == cur {
-                        Ok(cur)
-                    } else {
-                        self.store.replace(sk, n).await
+        let v = read_modify_write(
+            NamespacedName {
+                namespace: ns,
+                name,
+            },
+            WRITE_ATTEMPTS,
+            StoreError::is_write_race,
+            || async move {
+                // what was taken from memory rather than read (a NotFound then retries once, read)
+                let remembered =
+                    self.written.namespace_known(ns) || self.written.object(sk, ns, name).is_some();
+                self.ensure_namespace(ns).await?;
+                Ok((remembered, self.current(sk, ns, name).await?))
+            },
+            |(remembered, cur)| async move {
+                let r = match cur {
+                    None => self.store.create(sk, want.clone()).await,
+                    Some(cur) => {
+                        let n = merged(&cur, want, keep_op);
+                        if n == cur {
+                            Ok(cur)
+                        } else {
+                            self.store.replace(sk, n).await
+                        }
                     }
-                }
-            };
-            match r {
-                Err(StoreError::Conflict(_) | StoreError::AlreadyExists) => {
-                    self.written.forget(sk, ns, name)
-                }
-                // the namespace was deleted since it was seen, or a remembered object was
-                Err(StoreError::NotFound) if remembered => {
-                    self.written.namespace_gone(ns);
-                    self.written.forget(sk, ns, name);
-                }
-                Ok(v) => {
-                    if deleting {
+                };
+                match r {
+                    Err(e) if e.is_write_race() => {
                         self.written.forget(sk, ns, name);
-                        self.store.delete(sk, ns, name).await?;
-                    } else {
-                        self.written.wrote(sk, v);
+                        Err(e)
                     }
-                    return Ok(());
+                    // the namespace was deleted since it was seen, or a remembered object was:
+                    // what was remembered is stale, retried as a conflict
+                    Err(StoreError::NotFound) if remembered => {
+                        self.written.namespace_gone(ns);
+                        self.written.forget(sk, ns, name);
+                        Err(StoreError::Conflict(format!(
+                            "{ns}/{name}: remembered but gone"
+                        )))
+                    }
+                    r => r,
                 }
-                Err(e) => return Err(e),
-            }
+            },
+        )
+        .await?;
+        if deleting {
+            self.written.forget(sk, ns, name);
+            self.store.delete(sk, ns, name).await?;
+        } else {
+            self.written.wrote(sk, v);
         }
-        Err(StoreError::Conflict(format!(
-            "{ns}/{name}: too many conflicts"
-        )))
+        Ok(())
     }
 
     async fn status(&self, ns: &str, name: &str, obj: &Value) -> Result<(), StoreError> {
         let sk = RKind::Application.store_kind();
-        for _ in 0..CONFLICT_RETRIES {
-            let Some(cur) = self.current(sk, ns, name).await? else {
-                // not here (yet): the object's own event or the next snapshot brings it
-                return Ok(());
-            };
-            let n = with_status(&cur, obj);
-            if n == cur {
-                return Ok(());
-            }
-            match self.store.replace(sk, n).await {
-                Err(StoreError::Conflict(_)) => self.written.forget(sk, ns, name),
-                // deleted since it was last written: nothing to set a status on
-                Err(StoreError::NotFound) => {
-                    self.written.forget(sk, ns, name);
+        read_modify_write(
+            NamespacedName {
+                namespace: ns,
+                name,
+            },
+            WRITE_ATTEMPTS,
+            StoreError::is_conflict,
+            || self.current(sk, ns, name),
+            |cur| async move {
+                let Some(cur) = cur else {
+                    // not here (yet): the object's own event or the next snapshot brings it
+                    return Ok(());
+                };
+                let n = with_status(&cur, obj);
+                if n == cur {
                     return Ok(());
                 }
-                Ok(v) => {
-                    self.written.wrote(sk, v);
-                    return Ok(());
+                match self.store.replace(sk, n).await {
+                    Err(e) if e.is_conflict() => {
+                        self.written.forget(sk, ns, name);
+                        Err(e)
+                    }
+                    // deleted since it was last written: nothing to set a status on
+                    Err(StoreError::NotFound) => {
+                        self.written.forget(sk, ns, name);
+                        Ok(())
+                    }
+                    Ok(v) => {
+                        self.written.wrote(sk, v);
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
                 }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(StoreError::Conflict(format!(
-            "{ns}/{name}: too many conflicts"
-        )))
+            },
+        )
+        .await
+        .map_err(StoreError::from)
     }
 
     async fn delete(&self, kind: RKind, ns: &str, name: &str) -> Result<(), StoreError> {
