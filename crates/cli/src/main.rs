@@ -63,19 +63,23 @@ fn main() -> ExitCode {
     };
     let log = cli.log;
     match cli.command {
-        Command::Controller(args) => serve(log, None, None, controller::run(args)),
+        Command::Controller(args) => {
+            serve(log, None, None, Workers::CONTROLLER, controller::run(args))
+        }
         Command::Demo(args) => demo(args),
         Command::Cmp(args) => argocd_pull_cmp::cli::run(args),
         Command::Principal(args) => serve(
             log,
             Some("ARGOCD_PRINCIPAL"),
             args.otlp.settings(),
+            Workers::PerCpu,
             argocd_pull_agent::cli::run_principal(args),
         ),
         Command::Agent(args) => serve(
             log,
             Some("ARGOCD_AGENT"),
             args.otlp.settings(args.mode.as_str()),
+            Workers::PerCpu,
             argocd_pull_agent::cli::run_agent(args),
         ),
         Command::Pki(args) => block_on(argocd_pull_agent::cli::run_pki(args)),
@@ -123,13 +127,33 @@ fn demo(args: argocd_pull_demo::DemoArgs) -> ExitCode {
     run_async(argocd_pull_demo::run(args)).unwrap_or(ExitCode::from(2))
 }
 
+/// How many worker threads a long-running command's async runtime has. tokio's own
+/// `TOKIO_WORKER_THREADS` overrides either.
+#[derive(Clone, Copy, Debug)]
+enum Workers {
+    /// One per CPU (tokio's default): the principal and the agent serve many streams at once.
+    PerCpu,
+    /// A fixed number.
+    Fixed(usize),
+}
+
+impl Workers {
+    /// The hub controllers wait on the API server, not on the CPU: one worker thread does their
+    /// work with less CPU (no hand-over of tasks and wake-ups between threads) and a smaller heap
+    /// (one allocator heap instead of one per thread) — docs/perf/controller.md, "Where the CPU
+    /// goes on the real API server".
+    const CONTROLLER: Workers = Workers::Fixed(1);
+}
+
 /// Runs a long-running command: logs initialised from the global flags (then argocd-agent's
 /// `<env_prefix>_LOG_LEVEL` / `_LOG_FORMAT`), OTLP tracing when `otlp` is set (spans flushed
-/// after the command returns), a multi-threaded runtime. A bad log flag or OTLP address: exit 2.
+/// after the command returns), a multi-threaded runtime with `workers` worker threads (logged).
+/// A bad log flag or OTLP address: exit 2.
 fn serve(
     log: argocd_pull_ops::logging::LogArgs,
     env_prefix: Option<&str>,
     otlp: Option<argocd_pull_ops::otel::OtlpSettings>,
+    workers: Workers,
     fut: impl std::future::Future<Output = anyhow::Result<()>>,
 ) -> ExitCode {
     let log = match env_prefix {
@@ -147,12 +171,16 @@ fn serve(
         eprintln!("argocd-pull: {e:#}");
         return ExitCode::from(2);
     }
-    block_on(async move {
+    let run = run_async_on(workers, async move {
         // the exporter's channel lives on the runtime: set up inside it
         let telemetry = otlp
             .map(argocd_pull_ops::otel::Telemetry::start)
             .transpose()?;
         log.init_with_layer(telemetry.as_ref().map(|t| t.layer()))?;
+        tracing::info!(
+            worker_threads = tokio::runtime::Handle::current().metrics().num_workers(),
+            "async runtime started (TOKIO_WORKER_THREADS sets its worker threads)"
+        );
         if let Some(t) = &telemetry {
             t.log_started();
         }
@@ -161,7 +189,8 @@ fn serve(
             t.shutdown().await;
         }
         result
-    })
+    });
+    run.map_or(ExitCode::FAILURE, |()| ExitCode::SUCCESS)
 }
 
 /// Runs `fut` to completion on a tokio runtime: success, or failure with the error printed.
@@ -169,11 +198,29 @@ fn block_on(fut: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitC
     run_async(fut).map_or(ExitCode::FAILURE, |()| ExitCode::SUCCESS)
 }
 
-/// Runs `fut` on a new multi-threaded tokio runtime; an error is printed with its causes. Tasks
-/// and blocking threads still running when `fut` returns (a DNS lookup of an unreachable API
-/// server…) get one second, so the process exits promptly.
+/// Runs `fut` on a new multi-threaded tokio runtime with a worker thread per CPU (see
+/// [`run_async_on`]).
 fn run_async<T>(fut: impl std::future::Future<Output = anyhow::Result<T>>) -> Option<T> {
-    let result = tokio::runtime::Runtime::new()
+    run_async_on(Workers::PerCpu, fut)
+}
+
+/// Runs `fut` on a new multi-threaded tokio runtime with `workers` worker threads (unless
+/// `TOKIO_WORKER_THREADS` is set); an error is printed with its causes. Tasks and blocking
+/// threads still running when `fut` returns (a DNS lookup of an unreachable API server…) get one
+/// second, so the process exits promptly.
+fn run_async_on<T>(
+    workers: Workers,
+    fut: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> Option<T> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Workers::Fixed(n) = workers
+        && std::env::var_os("TOKIO_WORKER_THREADS").is_none()
+    {
+        builder.worker_threads(n);
+    }
+    let result = builder
+        .build()
         .map_err(|e| anyhow::Error::new(e).context("starting the async runtime"))
         .and_then(|runtime| {
             let result = runtime.block_on(fut);

@@ -53,7 +53,7 @@ async fn write_status(work: Arc<WorkLite>, ctx: &Ctx) -> Result<Action, Error> {
     let mut current = app.status.clone();
     // at most two steps: Progressing on the way into Healthy, then Healthy
     for _ in 0..2 {
-        let Some(plan) = status_patch(current.as_ref(), &feedback, &now()) else {
+        let Some(plan) = status_patch(current.as_deref(), &feedback, &now()) else {
             break;
         };
         let patched =

@@ -49,15 +49,7 @@ fn controller_with_a_missing_crd_reports_it_once_and_exits_0_on_sigterm() {
 #[test]
 fn controller_without_an_api_server_exits_0_on_sigint() {
     let dir = temp_dir("controller-noapi");
-    let nowhere: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let kubeconfig = dir.join("nowhere.kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{nowhere}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
+    let kubeconfig = nowhere_kubeconfig(&dir);
     let ctl = Proc::spawn(
         "controller",
         &[
@@ -78,5 +70,72 @@ fn controller_without_an_api_server_exits_0_on_sigint() {
         "controller without an API server: {st:?}"
     );
     eprintln!("controller without an API server stopped in {took:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A kubeconfig in `dir` pointing at a port nothing listens on.
+fn nowhere_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
+    let nowhere: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let kubeconfig = dir.join("nowhere.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{nowhere}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"
+        ),
+    )
+    .unwrap();
+    kubeconfig
+}
+
+/// The threads of process `pid` that tokio named (`tokio-rt-worker`: its workers and its
+/// blocking threads).
+fn tokio_threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|comm| comm.starts_with("tokio-r"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// The controller's async runtime has one worker thread (the hub controllers wait on the API
+/// server, not on the CPU); tokio's `TOKIO_WORKER_THREADS` still sets another number. The
+/// principal keeps one per CPU.
+#[test]
+fn controller_runs_one_worker_thread_unless_tokio_worker_threads_says_otherwise() {
+    let dir = temp_dir("controller-workers");
+    let kubeconfig = nowhere_kubeconfig(&dir);
+    let args = [
+        "controller".to_string(),
+        "--admin-addr=127.0.0.1:0".into(),
+        "--leader-elect=true".into(),
+        "--lease-namespace=argocd-pull".into(),
+    ];
+    let mut seen = Vec::new();
+    for (env, want) in [(None, 1), (Some("3"), 3)] {
+        let env: Vec<(&str, &str)> = env
+            .map(|n| ("TOKIO_WORKER_THREADS", n))
+            .into_iter()
+            .collect();
+        let ctl = Proc::spawn_env("controller", &args, Some(&kubeconfig), &env);
+        let line = ctl.wait_for_line("async runtime started");
+        assert!(
+            line.contains(&format!("worker_threads={want}")),
+            "{env:?}: {line}"
+        );
+        // the threads themselves, not only the log line: the workers exist once it logged
+        seen.push(tokio_threads(ctl.pid()));
+        eprintln!("{env:?}: {} tokio threads", seen[seen.len() - 1]);
+        // running (its signal handler is in place): it keeps trying to get the Lease
+        ctl.wait_for_line("cannot use the leader Lease yet");
+        let (st, _) = ctl.stop("TERM");
+        assert_eq!(st.code(), Some(0), "{env:?}: {st:?}");
+    }
+    assert!(
+        seen[0] >= 1 && seen[1] >= seen[0] + 2,
+        "tokio threads with the default and with TOKIO_WORKER_THREADS=3: {seen:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -121,6 +121,11 @@ impl Proc {
     }
 
     /// Sends `sig` and returns the exit status and how long the process took to end.
+    /// The process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub(crate) fn stop(mut self, sig: &str) -> (ExitStatus, Duration) {
         let t0 = Instant::now();
         self.signal(sig);

@@ -71,8 +71,9 @@ pub(crate) struct AppLite {
     spec: Box<str>,
     /// `operation`, as sent.
     operation: Option<Box<str>>,
-    /// Only the compared fields (see [`compact_status`]).
-    pub status: Option<ApplicationStatus>,
+    /// Only the compared fields (see [`compact_status`]), boxed: an Application without a
+    /// status (not yet reported by its cluster) does not pay for the status' 600 bytes.
+    pub status: Option<Box<ApplicationStatus>>,
 }
 
 #[derive(Deserialize)]
@@ -128,7 +129,7 @@ impl AppLite {
                 .as_deref()
                 .map(serde_json::from_str)
                 .transpose()?,
-            status: self.status.clone(),
+            status: self.status.as_deref().cloned(),
         })
     }
 
@@ -244,8 +245,8 @@ impl kube::Resource for AppLite {
     }
 }
 
-fn compact_status(s: ApplicationStatus) -> ApplicationStatus {
-    ApplicationStatus {
+fn compact_status(s: ApplicationStatus) -> Box<ApplicationStatus> {
+    Box::new(ApplicationStatus {
         health: s.health.map(|h| HealthStatus {
             status: h.status,
             ..Default::default()
@@ -269,5 +270,5 @@ fn compact_status(s: ApplicationStatus) -> ApplicationStatus {
             ..Default::default()
         }),
         ..Default::default()
-    }
+    })
 }
