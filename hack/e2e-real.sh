@@ -89,7 +89,9 @@ done
 [[ " ${targets[*]} " == *" ctl "* ]] || targets+=(--test ctl)
 echo "== building the test binaries: cargo test --workspace ${targets[*]} --no-run"
 cargo test --quiet --workspace "${targets[@]}" --no-run || exit 1
-export ARGOCD_PULL_FAULTS_BIN=${ARGOCD_PULL_FAULTS_BIN:-$PWD/${CARGO_TARGET_DIR:-target}/debug/argocd-pull}
+target_dir=${CARGO_TARGET_DIR:-target}
+[[ $target_dir == /* ]] || target_dir=$PWD/$target_dir # CARGO_TARGET_DIR may be absolute
+export ARGOCD_PULL_FAULTS_BIN=${ARGOCD_PULL_FAULTS_BIN:-$target_dir/debug/argocd-pull}
 built=$((SECONDS - start))
 
 if [ -x "$REALK8S/up.sh" ]; then
