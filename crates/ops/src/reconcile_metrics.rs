@@ -75,6 +75,16 @@ pub fn check_reasons<E: Reason>(examples: impl IntoIterator<Item = E>) -> Result
     }
 }
 
+/// The API server's refusal with HTTP status `code`, for the error types' tests of their
+/// reasons ([`check_reasons`]).
+pub fn api_refusal(code: u16) -> kube::Error {
+    kube::Error::Api(
+        kube::core::Status::failure("x", "y")
+            .with_code(code)
+            .boxed(),
+    )
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabel {
     pub controller: &'static str,
@@ -244,13 +254,7 @@ mod tests {
     use super::*;
     use crate::metrics::render;
 
-    fn api(code: u16) -> kube::Error {
-        kube::Error::Api(
-            kube::core::Status::failure("nope", "Reason")
-                .with_code(code)
-                .boxed(),
-        )
-    }
+    use api_refusal as api;
 
     #[derive(Debug)]
     enum Toy {

@@ -70,15 +70,7 @@ pub(super) use argocd_pull_ops::api_error::is_status;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use argocd_pull_ops::reconcile_metrics::check_reasons;
-
-    fn api(code: u16) -> kube::Error {
-        kube::Error::Api(
-            kube::core::Status::failure("x", "y")
-                .with_code(code)
-                .boxed(),
-        )
-    }
+    use argocd_pull_ops::reconcile_metrics::{api_refusal as api, check_reasons};
 
     #[test]
     fn every_reason_is_listed() {

@@ -74,15 +74,7 @@ pub(super) struct Ctx {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use argocd_pull_ops::reconcile_metrics::check_reasons;
-
-    fn api(code: u16) -> kube::Error {
-        kube::Error::Api(
-            kube::core::Status::failure("x", "y")
-                .with_code(code)
-                .boxed(),
-        )
-    }
+    use argocd_pull_ops::reconcile_metrics::{api_refusal as api, check_reasons};
 
     #[test]
     fn every_reason_is_listed_and_messages_are_unchanged() {
