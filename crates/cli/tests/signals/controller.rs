@@ -87,6 +87,19 @@ fn nowhere_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
     kubeconfig
 }
 
+/// [`tokio_threads`] of `pid` once there are `at_least` of them (at most 10 s), or as many as
+/// there are then.
+fn named_tokio_threads(pid: u32, at_least: usize) -> usize {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let n = tokio_threads(pid);
+        if n >= at_least || std::time::Instant::now() >= deadline {
+            return n;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The threads of process `pid` that tokio named (`tokio-rt-worker`: its workers and its
 /// blocking threads).
 fn tokio_threads(pid: u32) -> usize {
@@ -125,8 +138,9 @@ fn controller_runs_one_worker_thread_unless_tokio_worker_threads_says_otherwise(
             line.contains(&format!("worker_threads={want}")),
             "{env:?}: {line}"
         );
-        // the threads themselves, not only the log line: the workers exist once it logged
-        seen.push(tokio_threads(ctl.pid()));
+        // the threads themselves, not only the log line: the workers exist once it logged, but a
+        // thread names itself when it first runs (until then it has the process' name)
+        seen.push(named_tokio_threads(ctl.pid(), want));
         eprintln!("{env:?}: {} tokio threads", seen[seen.len() - 1]);
         // running (its signal handler is in place): it keeps trying to get the Lease
         ctl.wait_for_line("cannot use the leader Lease yet");
