@@ -77,13 +77,7 @@ fn controller_without_an_api_server_exits_0_on_sigint() {
 fn nowhere_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
     let nowhere: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let kubeconfig = dir.join("nowhere.kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{nowhere}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
+    crate::write_kubeconfig(&kubeconfig, &format!("http://{nowhere}"));
     kubeconfig
 }
 

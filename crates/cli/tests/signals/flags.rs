@@ -154,13 +154,7 @@ fn informer_sync_timeout_bounds_the_initial_cache_fill() {
         }
     });
     let kubeconfig = dir.join("hole.kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: h\n  cluster:\n    server: http://127.0.0.1:{port}\ncontexts:\n- name: h\n  context:\n    cluster: h\n    user: u\ncurrent-context: h\nusers:\n- name: u\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
+    crate::write_kubeconfig(&kubeconfig, &format!("http://127.0.0.1:{port}"));
     let grpc: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let t0 = std::time::Instant::now();
     let out = Command::new(BIN)

@@ -163,6 +163,17 @@ pub(crate) fn run(args: &[&str]) {
 }
 
 /// A fresh directory under the temp dir for one test.
+/// Writes to `path` a kubeconfig for the API server at `server` (`http://…`, no credentials).
+pub(crate) fn write_kubeconfig(path: &Path, server: &str) {
+    std::fs::write(
+        path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"
+        ),
+    )
+    .unwrap();
+}
+
 pub(crate) fn temp_dir(what: &str) -> std::path::PathBuf {
     let dir =
         std::env::temp_dir().join(format!("argocd-pull-signals-{what}-{}", std::process::id()));
