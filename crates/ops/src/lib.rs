@@ -54,6 +54,7 @@ pub mod metrics;
 pub mod otel;
 pub mod reconcile_metrics;
 pub mod retry;
+pub mod shards;
 pub mod shutdown;
 pub mod watch;
 
