@@ -91,11 +91,11 @@ impl Holders {
 /// (`count % n`) going to the replicas that hold the most now (ties: the smallest identity), so
 /// that reaching the split moves as few shards as possible. The shares add up to `count`; an
 /// empty live set gets nothing.
-pub fn fair_shares<'a>(
+pub fn fair_shares(
     count: ShardCount,
-    live: &'a BTreeSet<String>,
+    live: &BTreeSet<String>,
     holding: impl Fn(&str) -> u32,
-) -> BTreeMap<&'a str, u32> {
+) -> BTreeMap<&str, u32> {
     let n = live.len() as u32;
     if n == 0 {
         return BTreeMap::new();
