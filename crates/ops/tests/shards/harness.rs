@@ -71,8 +71,8 @@ impl Replica {
     }
 }
 
-/// Waits until `cond` holds for the replicas' owned sets (re-checked at every change); returns
-/// those sets.
+/// Waits until `cond` holds for the replicas' owned sets (re-checked at every change, each time
+/// checking that no shard is owned twice); returns those sets.
 pub async fn wait_for(
     replicas: &[&Replica],
     what: &str,
@@ -86,6 +86,7 @@ pub async fn wait_for(
                 .iter_mut()
                 .map(|rx| rx.borrow_and_update().clone())
                 .collect();
+            assert_disjoint(replicas, &last);
             if cond(&last) {
                 return;
             }
@@ -98,6 +99,22 @@ pub async fn wait_for(
         panic!("timed out waiting for {what}: {last:?}");
     }
     last
+}
+
+/// No shard owned by two running replicas at once (checked at every change a wait sees: a
+/// replica stops counting a shard before its Lease can go to another).
+fn assert_disjoint(replicas: &[&Replica], sets: &[BTreeSet<ShardId>]) {
+    for (i, a) in sets.iter().enumerate() {
+        for (j, b) in sets.iter().enumerate().skip(i + 1) {
+            let both: Vec<_> = a.intersection(b).collect();
+            assert!(
+                both.is_empty(),
+                "shards {both:?} owned by both {} and {}",
+                replicas[i].name,
+                replicas[j].name
+            );
+        }
+    }
 }
 
 /// Every shard owned by exactly one of the sets, each set's size `count / n` or one more.
