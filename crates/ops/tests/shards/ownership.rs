@@ -127,3 +127,27 @@ async fn the_owned_set_is_published_only_with_the_leases_behind_it() {
     }
     wait_for(&[&a, &b], "16 each", |s| s.iter().all(|s| s.len() == 16)).await;
 }
+
+#[tokio::test]
+async fn a_replica_cut_off_from_the_api_server_stops_counting_its_shards_then_takes_them_back() {
+    let hub = Hub::new();
+    let a = Replica::start(&hub, config("a"));
+    wait_fair(&hub, &[&a]).await;
+    // every read fails: no renewal gets through
+    hub.inject_fault(argocd_pull_hub::Fault::new(
+        &[argocd_pull_hub::Verb::List],
+        "leases",
+        500,
+        u32::MAX,
+    ));
+    wait_for(
+        &[&a],
+        "nothing owned once the Leases may have expired",
+        |s| s[0].is_empty(),
+    )
+    .await;
+    assert!(!a.task.is_finished(), "an outage is not fatal");
+    hub.clear_faults();
+    wait_fair(&hub, &[&a]).await;
+    a.stop().await;
+}
