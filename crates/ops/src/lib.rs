@@ -25,6 +25,9 @@
 //! * [`conflict::read_modify_write`] — a read-modify-write retried from a fresh read while the
 //!   write conflicts, a bounded number of times;
 //! * [`leader`] — leader election on a `coordination.k8s.io/v1` Lease (kube-lease-manager).
+//! * [`shards`] — shard ownership for active/active replicas: agent → shard
+//!   ([`shards::shard_of`]), each replica's fair share of the shard Leases
+//!   ([`shards::ShardOwner`], the owned shards on a watch channel).
 //!
 //! A typical `main`:
 //!
@@ -54,6 +57,7 @@ pub mod metrics;
 pub mod otel;
 pub mod reconcile_metrics;
 pub mod retry;
+pub mod shards;
 pub mod shutdown;
 pub mod watch;
 
