@@ -21,6 +21,8 @@
 //! controller`).
 
 mod cache;
+#[doc(hidden)]
+pub mod cache_probe;
 pub mod cli;
 mod config;
 mod context;
