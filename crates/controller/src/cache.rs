@@ -17,7 +17,7 @@ use argocd_pull_api::ocm::work::{
 };
 use argocd_pull_domain::work::normalize_spec;
 use argocd_pull_domain::{
-    FeedbackValues, SpecDigest, is_application_identifier, normalized_spec_digest,
+    FeedbackValues, MetaView, SpecDigest, is_application_identifier, normalized_spec_digest,
     payload_identifier_in,
 };
 use k8s_openapi::NamespaceResourceScope;
@@ -27,8 +27,10 @@ use serde_json::value::RawValue;
 use std::collections::BTreeMap;
 
 mod app;
+mod tags;
 
 pub(crate) use app::{AppLite, ClusterLite};
+pub(crate) use tags::{Pairs, Tags};
 
 /// The feedback a work reports for one Application manifest, as text by rule name.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -40,8 +42,12 @@ pub(crate) struct AppFeedback {
 /// A ManifestWork as the controllers need it (see the module docs).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct WorkLite {
-    /// name, namespace, uid, resourceVersion, generation, labels, annotations, deletionTimestamp.
+    /// name, namespace, uid, resourceVersion, generation, deletionTimestamp; not the labels and
+    /// annotations (`None` here): they are in `tags`.
     pub metadata: ObjectMeta,
+    /// The labels and annotations (without the last-applied annotation); read them through
+    /// [`MetaView`] or `tags`, never `metadata`.
+    pub tags: Tags,
     /// Of the spec after the CRD defaults.
     pub spec_digest: SpecDigest,
     /// The Argo CD Application identifiers of `spec.manifestConfigs`.
@@ -76,8 +82,10 @@ impl WorkLite {
     #[cfg(test)]
     pub fn from_work(work: &ManifestWork) -> Self {
         let spec = serde_json::to_string(&work.spec).expect("a spec serializes");
+        let (metadata, tags) = WireMeta::from_meta(&work.metadata).into_meta();
         WorkWire {
-            metadata: WireMeta::from_meta(&work.metadata).into_meta(),
+            metadata,
+            tags,
             spec: Some(RawValue::from_string(spec).expect("serialized JSON")),
             status: work.status.as_ref().and_then(|s| {
                 let rs = s.resource_status.as_ref()?;
@@ -114,8 +122,10 @@ impl WorkLite {
     /// The projection of a work we created from `desired` (whose normalized spec has `digest`),
     /// with the metadata the API server answered.
     pub fn created(answer: MetaOnly, desired: &ManifestWork, digest: SpecDigest) -> Self {
+        let (metadata, tags) = answer.metadata.into_meta();
         WorkLite {
-            metadata: answer.metadata.into_meta(),
+            metadata,
+            tags,
             spec_digest: digest,
             app_ids: application_ids(&desired.spec),
             feedback: Vec::new(),
@@ -147,7 +157,9 @@ impl<'de> Deserialize<'de> for WorkLite {
 /// per manifest, and its digest another one).
 #[derive(Clone, Debug)]
 pub(crate) struct WorkWire {
+    /// As [`WorkLite::metadata`].
     pub metadata: ObjectMeta,
+    tags: Tags,
     spec: Option<Box<RawValue>>,
     status: Option<WireStatus>,
 }
@@ -155,8 +167,10 @@ pub(crate) struct WorkWire {
 impl<'de> Deserialize<'de> for WorkWire {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let w = WireWork::deserialize(d)?;
+        let (metadata, tags) = w.metadata.into_meta();
         Ok(WorkWire {
-            metadata: w.metadata.into_meta(),
+            metadata,
+            tags,
             spec: w.spec,
             status: w.status,
         })
@@ -220,6 +234,7 @@ impl WorkWire {
             .collect();
         WorkLite {
             metadata: self.metadata,
+            tags: self.tags,
             spec_digest: digest,
             app_ids,
             feedback,
@@ -302,12 +317,14 @@ impl WireMeta {
         }
     }
 
-    fn into_meta(self) -> ObjectMeta {
+    /// The metadata without labels and annotations, and those (without the last-applied
+    /// annotation) apart.
+    fn into_meta(self) -> (ObjectMeta, Tags) {
         let mut annotations = self.annotations;
         if let Some(a) = annotations.as_mut() {
             a.remove(ANNOTATION_LAST_APPLIED);
         }
-        ObjectMeta {
+        let mut meta = ObjectMeta {
             name: self.name,
             namespace: self.namespace,
             uid: self.uid,
@@ -317,7 +334,9 @@ impl WireMeta {
             annotations,
             deletion_timestamp: self.deletion_timestamp,
             ..Default::default()
-        }
+        };
+        let tags = Tags::take(&mut meta);
+        (meta, tags)
     }
 }
 
@@ -381,6 +400,53 @@ macro_rules! manifest_work_resource {
 }
 manifest_work_resource!(WorkLite);
 manifest_work_resource!(WorkWire);
+
+/// The [`MetaView`] of a projection: its `metadata`, and its labels and annotations from `tags`.
+macro_rules! projection_meta_view {
+    ($t:ty) => {
+        impl MetaView for $t {
+            fn object_name(&self) -> Option<&str> {
+                self.metadata.name.as_deref()
+            }
+            fn object_namespace(&self) -> Option<&str> {
+                self.metadata.namespace.as_deref()
+            }
+            fn object_uid(&self) -> Option<&str> {
+                self.metadata.uid.as_deref()
+            }
+            fn is_being_deleted(&self) -> bool {
+                self.metadata.deletion_timestamp.is_some()
+            }
+            fn label(&self, key: &str) -> Option<&str> {
+                self.tags.label(key)
+            }
+            fn annotation(&self, key: &str) -> Option<&str> {
+                self.tags.annotation(key)
+            }
+        }
+    };
+}
+projection_meta_view!(WorkLite);
+projection_meta_view!(AppLite);
+
+/// A projection's labels and annotations; these inherent methods shadow `ResourceExt`'s, which
+/// would read the (empty) `metadata` maps.
+macro_rules! projection_tags {
+    ($t:ty) => {
+        impl $t {
+            /// The labels (`None`: the object has none).
+            pub fn labels(&self) -> Option<&Pairs> {
+                self.tags.labels.as_ref()
+            }
+            /// The annotations (`None`: the object has none).
+            pub fn annotations(&self) -> Option<&Pairs> {
+                self.tags.annotations.as_ref()
+            }
+        }
+    };
+}
+projection_tags!(WorkLite);
+projection_tags!(AppLite);
 
 #[cfg(test)]
 mod tests;

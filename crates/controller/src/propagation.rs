@@ -44,7 +44,7 @@ async fn propagate(app: Arc<AppLite>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         .recent_apps
         .resolve(&key, Some(app))
         .expect("resolve keeps a cached object");
-    let Some(cluster) = selected_cluster_of(&app.metadata) else {
+    let Some(cluster) = selected_cluster_of(app.as_ref()) else {
         // not (or no longer) selected: the sweep removes a work left behind
         return Ok(Action::await_change());
     };
@@ -129,8 +129,7 @@ async fn propagate(app: Arc<AppLite>, ctx: Arc<Ctx>) -> Result<Action, Error> {
             return Ok(Action::await_change());
         }
         Some(w)
-            if w.spec_digest == desired_digest
-                && !work_metadata_differs(&w.metadata, &desired.metadata) => {}
+            if w.spec_digest == desired_digest && !work_metadata_differs(w, &desired.metadata) => {}
         Some(_) => {
             // it differs: the merge patch is computed against the whole live work (the cache
             // keeps only a digest of its spec)

@@ -58,7 +58,7 @@ fn pull_labelled() -> watcher::Config {
 }
 
 fn app_ref_of_work(work: &WorkLite) -> Option<ObjectRef<AppLite>> {
-    let r = hub_app_ref_of(&work.metadata)?;
+    let r = hub_app_ref_of(work)?;
     Some(ObjectRef::new(r.name).within(r.namespace))
 }
 

@@ -38,7 +38,7 @@ async fn write_status(work: Arc<WorkLite>, ctx: &Ctx) -> Result<Action, Error> {
     if work.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let Some(hub) = hub_app_ref_of(&work.metadata) else {
+    let Some(hub) = hub_app_ref_of(work.as_ref()) else {
         return Ok(Action::await_change());
     };
     let app_key = ObjectRef::<AppLite>::new(hub.name).within(hub.namespace);

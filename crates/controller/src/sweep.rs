@@ -39,7 +39,7 @@ pub(crate) async fn sweep(ctx: &Ctx) -> Result<SweepReport, kube::Error> {
         swept.clone()
     };
     for work in ctx.works.state() {
-        let Some(hub) = hub_app_ref_of(&work.metadata) else {
+        let Some(hub) = hub_app_ref_of(work.as_ref()) else {
             continue;
         };
         let key = ObjectRef::from_obj(work.as_ref());
@@ -51,7 +51,7 @@ pub(crate) async fn sweep(ctx: &Ctx) -> Result<SweepReport, kube::Error> {
         report.examined += 1;
         let key = ObjectRef::<AppLite>::new(hub.name).within(hub.namespace);
         let app = ctx.recent_apps.resolve(&key, ctx.apps.get(&key));
-        if is_orphan_of(&work.metadata, app.as_deref().map(|a| &a.metadata)) {
+        if is_orphan_of(work.as_ref(), app.as_deref()) {
             orphans.push(work);
         }
     }

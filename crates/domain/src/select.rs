@@ -2,34 +2,39 @@
 
 use std::collections::BTreeMap;
 
-use argocd_pull_api::ObjectMeta;
 use argocd_pull_api::argocd::Application;
 use argocd_pull_api::names::{ANNOTATION_OCM_MANAGED_CLUSTER, LABEL_PULL_TO_OCM, parse_go_bool};
 
+use crate::meta::MetaView;
+
 /// Whether `labels` carry the pull label with a value Go's `strconv.ParseBool` reads as true.
 pub fn is_pull_labelled(labels: Option<&BTreeMap<String, String>>) -> bool {
-    labels
-        .and_then(|l| l.get(LABEL_PULL_TO_OCM))
-        .and_then(|v| parse_go_bool(v))
-        .unwrap_or(false)
+    is_pull_label(
+        labels
+            .and_then(|l| l.get(LABEL_PULL_TO_OCM))
+            .map(String::as_str),
+    )
 }
 
 /// The ManagedCluster an Application is propagated to: `Some(cluster)` when the Application is
 /// selected (pull label true and a non-empty `ocm-managed-cluster` annotation), else `None`.
 pub fn selected_cluster(app: &Application) -> Option<&str> {
-    selected_cluster_of(&app.metadata)
+    selected_cluster_of(app)
 }
 
-/// [`selected_cluster`] from an Application's metadata alone (the rule reads nothing else).
-pub fn selected_cluster_of(meta: &ObjectMeta) -> Option<&str> {
-    if !is_pull_labelled(meta.labels.as_ref()) {
+/// [`selected_cluster`] of anything that shows an Application's metadata (the rule reads
+/// nothing else): the typed Application or a cache's projection of one.
+pub fn selected_cluster_of<M: MetaView + ?Sized>(meta: &M) -> Option<&str> {
+    if !is_pull_label(meta.label(LABEL_PULL_TO_OCM)) {
         return None;
     }
-    meta.annotations
-        .as_ref()?
-        .get(ANNOTATION_OCM_MANAGED_CLUSTER)
-        .map(String::as_str)
+    meta.annotation(ANNOTATION_OCM_MANAGED_CLUSTER)
         .filter(|c| !c.is_empty())
+}
+
+/// Whether the pull label's value (if any) is one Go's `strconv.ParseBool` reads as true.
+pub fn is_pull_label(value: Option<&str>) -> bool {
+    value.and_then(parse_go_bool).unwrap_or(false)
 }
 
 #[cfg(test)]

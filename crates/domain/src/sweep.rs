@@ -1,13 +1,13 @@
 //! Which pull-labelled ManifestWorks no longer have a reason to exist.
 
-use argocd_pull_api::ObjectMeta;
 use argocd_pull_api::argocd::Application;
 use argocd_pull_api::names::{
-    ANNOTATION_HUB_APPLICATION_NAME, ANNOTATION_HUB_APPLICATION_NAMESPACE,
+    ANNOTATION_HUB_APPLICATION_NAME, ANNOTATION_HUB_APPLICATION_NAMESPACE, LABEL_PULL_TO_OCM,
 };
 use argocd_pull_api::ocm::work::ManifestWork;
 
-use crate::select::{is_pull_labelled, selected_cluster_of};
+use crate::meta::MetaView;
+use crate::select::{is_pull_label, selected_cluster_of};
 use crate::work::work_name;
 
 /// The hub Application a work was made for.
@@ -20,17 +20,16 @@ pub struct HubAppRef<'a> {
 /// The hub Application named by a pull-labelled work's two annotations (`None` when the work is not
 /// pull-labelled or either annotation is missing or empty: such a work is not ours).
 pub fn hub_app_ref(work: &ManifestWork) -> Option<HubAppRef<'_>> {
-    hub_app_ref_of(&work.metadata)
+    hub_app_ref_of(work)
 }
 
 /// [`hub_app_ref`] from a work's metadata alone (for caches that keep a projection of works).
-pub fn hub_app_ref_of(meta: &ObjectMeta) -> Option<HubAppRef<'_>> {
-    if !is_pull_labelled(meta.labels.as_ref()) {
+pub fn hub_app_ref_of<M: MetaView + ?Sized>(meta: &M) -> Option<HubAppRef<'_>> {
+    if !is_pull_label(meta.label(LABEL_PULL_TO_OCM)) {
         return None;
     }
-    let ann = meta.annotations.as_ref()?;
-    let namespace = ann.get(ANNOTATION_HUB_APPLICATION_NAMESPACE)?;
-    let name = ann.get(ANNOTATION_HUB_APPLICATION_NAME)?;
+    let namespace = meta.annotation(ANNOTATION_HUB_APPLICATION_NAMESPACE)?;
+    let name = meta.annotation(ANNOTATION_HUB_APPLICATION_NAME)?;
     if namespace.is_empty() || name.is_empty() {
         return None;
     }
@@ -46,34 +45,34 @@ pub fn hub_app_ref_of(meta: &ObjectMeta) -> Option<HubAppRef<'_>> {
 ///   name) → yes, this work is stale;
 /// * otherwise no.
 pub fn is_orphan(work: &ManifestWork, app: Option<&Application>) -> bool {
-    is_orphan_meta(&work.metadata, app)
+    is_orphan_of(work, app)
 }
 
-/// [`is_orphan`] from a work's metadata alone (the rule reads nothing else).
-pub fn is_orphan_meta(work: &ObjectMeta, app: Option<&Application>) -> bool {
-    is_orphan_of(work, app.map(|a| &a.metadata))
-}
-
-/// [`is_orphan`] from a work's and its Application's metadata alone.
-pub fn is_orphan_of(work: &ObjectMeta, app: Option<&ObjectMeta>) -> bool {
-    if hub_app_ref_of(work).is_none() || work.deletion_timestamp.is_some() {
+/// [`is_orphan`] from a work's and its Application's metadata alone (the rule reads nothing
+/// else): the typed objects or a cache's projections of them.
+pub fn is_orphan_of<W, A>(work: &W, app: Option<&A>) -> bool
+where
+    W: MetaView + ?Sized,
+    A: MetaView + ?Sized,
+{
+    if hub_app_ref_of(work).is_none() || work.is_being_deleted() {
         return false;
     }
     let Some(app) = app else { return true };
     let Some(cluster) = selected_cluster_of(app) else {
         return true;
     };
-    let (Some(name), Some(uid)) = (app.name.as_deref(), app.uid.as_deref()) else {
+    let (Some(name), Some(uid)) = (app.object_name(), app.object_uid()) else {
         return false;
     };
-    work.namespace.as_deref() != Some(cluster)
-        || work.name.as_deref() != Some(work_name(name, uid).as_str())
+    work.object_namespace() != Some(cluster)
+        || work.object_name() != Some(work_name(name, uid).as_str())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use argocd_pull_api::names::{ANNOTATION_OCM_MANAGED_CLUSTER, LABEL_PULL_TO_OCM};
+    use argocd_pull_api::names::ANNOTATION_OCM_MANAGED_CLUSTER;
     use serde_json::json;
 
     fn work(ns: &str, name: &str, labelled: bool, annotated: bool, deleting: bool) -> ManifestWork {

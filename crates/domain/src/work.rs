@@ -20,6 +20,7 @@ use serde_json::{Map, Value, json};
 use sha1::{Digest, Sha1};
 
 use crate::json::merge_diff;
+use crate::meta::MetaView;
 use crate::select::selected_cluster;
 
 /// The five status-feedback JSON paths every work asks for: `(name, path)`.
@@ -391,13 +392,14 @@ pub fn normalize_spec(spec: &mut ManifestWorkSpec) {
     }
 }
 
-fn is_subset(
+/// Whether every entry of `want` has the same value in `have` (a label or an annotation).
+fn is_subset<'a>(
     want: Option<&BTreeMap<String, String>>,
-    have: Option<&BTreeMap<String, String>>,
+    have: impl Fn(&str) -> Option<&'a str>,
 ) -> bool {
     want.iter()
         .flat_map(|m| m.iter())
-        .all(|(k, v)| have.and_then(|h| h.get(k)) == Some(v))
+        .all(|(k, v)| have(k) == Some(v.as_str()))
 }
 
 /// Whether `existing` must be updated to match `desired`: its spec differs (after CRD defaults),
@@ -406,14 +408,15 @@ fn is_subset(
 pub fn work_differs(existing: &ManifestWork, desired: &ManifestWork) -> bool {
     let mut spec = existing.spec.clone();
     normalize_spec(&mut spec);
-    spec != desired.spec || work_metadata_differs(&existing.metadata, &desired.metadata)
+    spec != desired.spec || work_metadata_differs(existing, &desired.metadata)
 }
 
 /// Whether one of the `desired` labels or annotations is missing from, or different in,
-/// `existing` (the metadata half of [`work_differs`]).
-pub fn work_metadata_differs(existing: &ObjectMeta, desired: &ObjectMeta) -> bool {
-    !is_subset(desired.labels.as_ref(), existing.labels.as_ref())
-        || !is_subset(desired.annotations.as_ref(), existing.annotations.as_ref())
+/// `existing` (the metadata half of [`work_differs`]; `existing` is the typed work or a cache's
+/// projection of it, `desired` the metadata [`desired_work`] built).
+pub fn work_metadata_differs<M: MetaView + ?Sized>(existing: &M, desired: &ObjectMeta) -> bool {
+    !is_subset(desired.labels.as_ref(), |k| existing.label(k))
+        || !is_subset(desired.annotations.as_ref(), |k| existing.annotation(k))
 }
 
 /// A digest of a ManifestWork spec after the CRD defaults ([`normalize_spec`]): two specs have the

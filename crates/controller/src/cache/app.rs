@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
 
-use super::WireMeta;
+use super::{Tags, WireMeta};
 
 // A ManagedCluster is only needed for its existence: its name.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -60,13 +60,18 @@ impl kube::Resource for ClusterLite {
 }
 
 /// An Application as the controllers cache it: the metadata (without managedFields and the
-/// last-applied annotation), the status fields the status rules compare, and the spec and
-/// requested operation as compact JSON text, parsed only when a work is (re)built
-/// ([`AppLite::to_application`]). A typed spec costs a map per object; text is one allocation.
+/// last-applied annotation; its labels and annotations in compact form, apart), the status
+/// fields the status rules compare, and the spec and requested operation as compact JSON text,
+/// parsed only when a work is (re)built ([`AppLite::to_application`]). A typed spec costs a map
+/// per object; text is one allocation.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(from = "WireApp")]
 pub(crate) struct AppLite {
+    /// Without managedFields, labels and annotations (`None` here: they are in `tags`).
     pub metadata: ObjectMeta,
+    /// The labels and annotations (without the last-applied annotation); read them through
+    /// [`MetaView`](argocd_pull_domain::MetaView) or `tags`, never `metadata`.
+    pub tags: Tags,
     /// `spec` as the API server sent it (`{}` when absent).
     spec: Box<str>,
     /// `operation`, as sent.
@@ -91,9 +96,10 @@ struct WireApp {
 impl From<WireApp> for AppLite {
     fn from(w: WireApp) -> Self {
         let mut metadata = w.metadata;
-        strip_meta(&mut metadata);
+        let tags = strip_meta(&mut metadata);
         AppLite {
             metadata,
+            tags,
             spec: w.spec.map_or_else(|| "{}".into(), Into::into),
             operation: w.operation.map(Into::into),
             status: w.status.map(compact_status),
@@ -104,9 +110,10 @@ impl From<WireApp> for AppLite {
 impl From<Application> for AppLite {
     fn from(app: Application) -> Self {
         let mut metadata = app.metadata;
-        strip_meta(&mut metadata);
+        let tags = strip_meta(&mut metadata);
         AppLite {
             metadata,
+            tags,
             spec: serde_json::to_string(&app.spec)
                 .unwrap_or_else(|_| "{}".into())
                 .into(),
@@ -119,10 +126,13 @@ impl From<Application> for AppLite {
 }
 
 impl AppLite {
-    /// The typed Application (spec and operation parsed; status compacted).
+    /// The typed Application (labels and annotations as maps again, spec and operation parsed;
+    /// status compacted).
     pub fn to_application(&self) -> Result<Application, serde_json::Error> {
+        let mut metadata = self.metadata.clone();
+        self.tags.restore(&mut metadata);
         Ok(Application {
-            metadata: self.metadata.clone(),
+            metadata,
             spec: serde_json::from_str(&self.spec)?,
             operation: self
                 .operation
@@ -211,11 +221,13 @@ fn meta_without_managed_fields<'de, D: serde::Deserializer<'de>>(
     })
 }
 
-fn strip_meta(meta: &mut ObjectMeta) {
+/// Drops managedFields and the last-applied annotation, and takes the labels and annotations out.
+fn strip_meta(meta: &mut ObjectMeta) -> Tags {
     meta.managed_fields = None;
     if let Some(a) = meta.annotations.as_mut() {
         a.remove(ANNOTATION_LAST_APPLIED);
     }
+    Tags::take(meta)
 }
 
 impl kube::Resource for AppLite {

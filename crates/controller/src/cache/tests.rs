@@ -1,5 +1,6 @@
 use super::*;
 use argocd_pull_api::argocd::Application;
+use argocd_pull_domain::MetaView;
 use argocd_pull_domain::{WorkOptions, application_identifier, desired_work, spec_digest};
 use serde_json::json;
 
@@ -41,8 +42,14 @@ fn projection_keeps_what_the_rules_read() {
     // decoding the wire form and projecting a typed work agree
     assert_eq!(lite, WorkLite::from_work(&full));
     assert_eq!(lite.metadata.name, full.metadata.name);
-    assert_eq!(lite.metadata.labels, full.metadata.labels);
-    assert_eq!(lite.metadata.annotations, full.metadata.annotations);
+    // labels and annotations apart from the metadata, the same entries
+    assert_eq!(lite.labels().map(Pairs::to_map), full.metadata.labels);
+    assert_eq!(
+        lite.annotations().map(Pairs::to_map),
+        full.metadata.annotations
+    );
+    assert_eq!(lite.metadata.labels, None);
+    assert_eq!(lite.metadata.annotations, None);
     assert_eq!(lite.metadata.resource_version.as_deref(), Some("7"));
     assert_eq!(lite.metadata.managed_fields, None);
     assert_eq!(lite.spec_digest, spec_digest(&full.spec));
@@ -154,4 +161,172 @@ fn compact_application_status_keeps_the_compared_fields() {
         json!({"health": {"status": "Healthy"}, "sync": {"status": "Synced", "revision": "r1"},
             "operationState": {"phase": "Running", "startedAt": "t", "operation": {}}})
     );
+}
+
+/// Labels and annotations of every shape: absent, empty, several (with the last-applied
+/// annotation, which the caches drop).
+fn tag_cases() -> Vec<(serde_json::Value, serde_json::Value)> {
+    let absent = serde_json::Value::Null;
+    let labels = json!({"apps.open-cluster-management.io/pull-to-ocm-managed-cluster": "true",
+        "team": "a", "app.kubernetes.io/part-of": ""});
+    let annotations = json!({"apps.open-cluster-management.io/ocm-managed-cluster": "c1",
+        "kubectl.kubernetes.io/last-applied-configuration": "{\"big\": true}",
+        "argocd.argoproj.io/refresh": "hard", "note": "ü ∞ \" \\n", "": "empty key"});
+    vec![
+        (absent.clone(), absent.clone()),
+        (json!({}), json!({})),
+        (json!({}), absent.clone()),
+        (absent.clone(), json!({})),
+        (labels.clone(), absent.clone()),
+        (absent, annotations.clone()),
+        (labels, annotations),
+        (
+            json!({"apps.open-cluster-management.io/pull-to-ocm-managed-cluster": "true"}),
+            json!({"kubectl.kubernetes.io/last-applied-configuration": "{}"}),
+        ),
+    ]
+}
+
+fn with_tags(
+    mut v: serde_json::Value,
+    labels: &serde_json::Value,
+    annotations: &serde_json::Value,
+) -> serde_json::Value {
+    for (field, value) in [("labels", labels), ("annotations", annotations)] {
+        let meta = v["metadata"].as_object_mut().unwrap();
+        if value.is_null() {
+            meta.remove(field);
+        } else {
+            meta.insert(field.into(), value.clone());
+        }
+    }
+    v
+}
+
+/// `meta` as the caches keep it: no managedFields, no last-applied annotation.
+fn stripped(mut meta: ObjectMeta) -> ObjectMeta {
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove(ANNOTATION_LAST_APPLIED);
+    }
+    meta
+}
+
+#[test]
+fn a_cached_application_gives_back_its_labels_and_annotations_exactly() {
+    let base = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": "a", "namespace": "argocd", "uid": "u1", "resourceVersion": "3",
+            "managedFields": [{"manager": "x"}]},
+        "spec": {"project": "default"}});
+    for (labels, annotations) in tag_cases() {
+        let v = with_tags(base.clone(), &labels, &annotations);
+        let typed: Application = serde_json::from_value(v.clone()).unwrap();
+        let lite: AppLite = serde_json::from_value(v).unwrap();
+        let from_typed = AppLite::from(typed.clone());
+        assert_eq!(
+            (&lite.metadata, &lite.tags),
+            (&from_typed.metadata, &from_typed.tags),
+            "{labels} {annotations}"
+        );
+        assert_eq!(
+            (&lite.metadata.labels, &lite.metadata.annotations),
+            (&None, &None)
+        );
+        let back = lite.to_application().unwrap();
+        // absent stays absent, empty stays empty
+        assert_eq!(
+            back.metadata,
+            stripped(typed.metadata.clone()),
+            "{labels} {annotations}"
+        );
+        for (k, v) in typed.metadata.labels.iter().flatten() {
+            assert_eq!(lite.label(k), Some(v.as_str()));
+        }
+        for (k, v) in back.metadata.annotations.iter().flatten() {
+            assert_eq!(lite.annotation(k), Some(v.as_str()));
+        }
+        assert_eq!(lite.annotation(ANNOTATION_LAST_APPLIED), None);
+        assert_eq!(lite.label("absent"), None);
+    }
+}
+
+#[test]
+fn a_cached_work_keeps_its_labels_and_annotations_exactly() {
+    for (labels, annotations) in tag_cases() {
+        let v = with_tags(work_json(), &labels, &annotations);
+        let full: ManifestWork = serde_json::from_value(v.clone()).unwrap();
+        let lite: WorkLite = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(lite, WorkLite::from_work(&full), "{labels} {annotations}");
+        let want = stripped(full.metadata.clone());
+        assert_eq!(lite.labels().map(Pairs::to_map), want.labels);
+        assert_eq!(lite.annotations().map(Pairs::to_map), want.annotations);
+        assert_eq!(
+            (&lite.metadata.labels, &lite.metadata.annotations),
+            (&None, &None)
+        );
+        // the answer to our create: the same
+        let answer: MetaOnly = serde_json::from_value(v).unwrap();
+        let created = WorkLite::created(answer, &full, lite.spec_digest);
+        assert_eq!(created.tags, lite.tags);
+    }
+}
+
+/// The work propagation builds from the cached Application is, byte for byte, the one built from
+/// the Application as the API server sent it.
+#[test]
+fn the_work_built_from_the_cached_application_is_the_same() {
+    let base = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": "a", "namespace": "argocd", "uid": "u1abcdef", "resourceVersion": "3",
+            "finalizers": ["resources-finalizer.argocd.argoproj.io"],
+            "ownerReferences": [{"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet",
+                "name": "set", "uid": "s1"}],
+            "managedFields": [{"manager": "x"}]},
+        "spec": {"project": "default", "destination": {"server": "https://s", "namespace": "g"},
+            "source": {"repoURL": "https://r", "path": "p"}},
+        "operation": {"sync": {"revision": "r"}}});
+    let selected = json!({"apps.open-cluster-management.io/pull-to-ocm-managed-cluster": "true"});
+    let mut cases = tag_cases();
+    cases.push((
+        json!({"apps.open-cluster-management.io/pull-to-ocm-managed-cluster": "true", "x": "1"}),
+        json!({"apps.open-cluster-management.io/ocm-managed-cluster": "c1",
+            "apps.open-cluster-management.io/ocm-managed-cluster-app-namespace": "other",
+            "apps.open-cluster-management.io/destination-name": "in-cluster",
+            "argocd.argoproj.io/skip-reconcile": "true", "a": "b"}),
+    ));
+    let opts = WorkOptions {
+        acm_extras: true,
+        ..Default::default()
+    };
+    let mut built = 0;
+    for (mut labels, mut annotations) in cases {
+        // selected when both maps are there, whatever else they have
+        if labels.is_object() && annotations.is_object() {
+            labels
+                .as_object_mut()
+                .unwrap()
+                .extend(selected.as_object().unwrap().clone());
+            annotations
+                .as_object_mut()
+                .unwrap()
+                .entry("apps.open-cluster-management.io/ocm-managed-cluster")
+                .or_insert(json!("c1"));
+        }
+        let v = with_tags(base.clone(), &labels, &annotations);
+        let typed: Application = serde_json::from_value(v.clone()).unwrap();
+        let lite: AppLite = serde_json::from_value(v).unwrap();
+        let from_lite = desired_work(&lite.to_application().unwrap(), &opts);
+        let from_typed = desired_work(&typed, &opts);
+        match (from_lite, from_typed) {
+            (Ok(l), Ok(t)) => {
+                assert_eq!(
+                    serde_json::to_vec(&l).unwrap(),
+                    serde_json::to_vec(&t).unwrap(),
+                    "{labels} {annotations}"
+                );
+                built += 1;
+            }
+            (l, t) => assert_eq!(l.err(), t.err(), "{labels} {annotations}"),
+        }
+    }
+    assert_eq!(built, 4, "the selected cases build a work");
 }

@@ -27,7 +27,7 @@ fn stored(mut desired: ManifestWork) -> ManifestWork {
 /// [`work_differs`] on the full objects.
 fn assert_digest_agrees(existing: &ManifestWork, desired: &ManifestWork, name: &str) {
     let by_digest = spec_digest(&existing.spec) != normalized_spec_digest(&desired.spec)
-        || work_metadata_differs(&existing.metadata, &desired.metadata);
+        || work_metadata_differs(existing, &desired.metadata);
     assert_eq!(by_digest, work_differs(existing, desired), "{name}");
 }
 
