@@ -7,6 +7,10 @@
 //! so the payload only lives while one event is decoded. Where the full spec is needed (an update
 //! whose merge patch must be computed), the work is read from the API server — which only happens
 //! when the Application really changed.
+//!
+//! Both projections keep labels and annotations apart from their `ObjectMeta` (whose maps stay
+//! `None`), in the compact form of [`tags`]: read them through
+//! [`MetaView`](argocd_pull_domain::MetaView), `tags` or the inherent `labels()`/`annotations()`.
 
 use std::borrow::Cow;
 

@@ -1,5 +1,5 @@
 //! The watch caches' projections, decoded from an object's JSON as the watch decodes them: for
-//! measuring what a cached object costs on the heap (`examples/cache_heap.rs`), nothing else.
+//! measuring what a cached object costs on the heap (`benches/cache_heap.rs`), nothing else.
 //! The types stay private; callers only hold and drop them.
 
 use crate::cache::{AppLite, WorkLite};
