@@ -330,3 +330,86 @@ fn the_work_built_from_the_cached_application_is_the_same() {
     }
     assert_eq!(built, 4, "the selected cases build a work");
 }
+
+/// The rules decide on the projections as on the typed objects.
+#[test]
+fn the_rules_read_the_projections_as_the_typed_objects() {
+    use argocd_pull_domain::{
+        hub_app_ref, hub_app_ref_of, is_orphan, is_orphan_of, selected_cluster,
+        selected_cluster_of, work_metadata_differs,
+    };
+    let app_json = json!({"metadata": {"name": "app1", "namespace": "argocd", "uid": "abcdef-1"},
+        "spec": {"project": "default"}});
+    let desired = serde_json::from_value::<ManifestWork>(work_json()).unwrap();
+    let selected = [
+        json!({"apps.open-cluster-management.io/pull-to-ocm-managed-cluster": "true"}),
+        json!({"apps.open-cluster-management.io/pull-to-ocm-managed-cluster": "false"}),
+    ];
+    let clusters = [
+        json!({"apps.open-cluster-management.io/ocm-managed-cluster": "c1"}),
+        json!({"apps.open-cluster-management.io/ocm-managed-cluster": "c2"}),
+        json!({"apps.open-cluster-management.io/hub-application-name": "other"}),
+    ];
+    let mut outcomes = std::collections::BTreeSet::new();
+    let mut cases = tag_cases();
+    for l in &selected {
+        for a in &clusters {
+            cases.push((l.clone(), a.clone()));
+        }
+    }
+    for (labels, annotations) in &cases {
+        let v = with_tags(app_json.clone(), labels, annotations);
+        let (app, app_lite): (Application, AppLite) = (
+            serde_json::from_value(v.clone()).unwrap(),
+            serde_json::from_value(v).unwrap(),
+        );
+        assert_eq!(selected_cluster_of(&app_lite), selected_cluster(&app));
+        for (wl, wa) in &cases {
+            let mut v = work_json();
+            v["metadata"]["namespace"] = json!("c1");
+            v["metadata"]["name"] = json!("app1-abcde");
+            for (field, add) in [("labels", wl), ("annotations", wa)] {
+                for (k, x) in add.as_object().into_iter().flatten() {
+                    v["metadata"][field][k] = x.clone();
+                }
+            }
+            let work: ManifestWork = serde_json::from_value(v.clone()).unwrap();
+            let lite: WorkLite = serde_json::from_value(v).unwrap();
+            let case = format!("{labels} {annotations} / {wl} {wa}");
+            assert_eq!(hub_app_ref_of(&lite), hub_app_ref(&work), "{case}");
+            outcomes.insert((
+                selected_cluster(&app).map(str::to_owned),
+                hub_app_ref(&work).is_some(),
+                is_orphan(&work, Some(&app)),
+            ));
+            assert_eq!(
+                is_orphan_of(&lite, Some(&app_lite)),
+                is_orphan(&work, Some(&app)),
+                "{case}"
+            );
+            assert_eq!(
+                is_orphan_of(&lite, None::<&AppLite>),
+                is_orphan(&work, None),
+                "{case}"
+            );
+            assert_eq!(
+                work_metadata_differs(&lite, &desired.metadata),
+                work_metadata_differs(&work, &desired.metadata),
+                "{case}"
+            );
+        }
+    }
+    // the cases reach every outcome: not selected, another cluster, ours, not ours, orphaned
+    let outcomes: Vec<_> = outcomes.into_iter().collect();
+    assert_eq!(
+        outcomes,
+        [
+            (None, false, false),
+            (None, true, true),
+            (Some("c1".into()), false, false),
+            (Some("c1".into()), true, false),
+            (Some("c2".into()), false, false),
+            (Some("c2".into()), true, true),
+        ]
+    );
+}
