@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use kube::runtime::utils::{Backoff, ResetTimerBackoff};
 use kube::runtime::watcher::{self, Event, ExponentialBackoff};
 
@@ -107,6 +107,34 @@ impl<S, K> Events<S, K> {
         self
     }
 
+    /// The objects added or changed (a list's and the watch's): what kube-runtime's
+    /// `Controller::for_stream` reconciles.
+    pub fn applied_objects(self) -> impl Stream<Item = K>
+    where
+        S: Stream<Item = watcher::Result<Event<K>>>,
+    {
+        self.filter_map(|ev| {
+            futures::future::ready(match ev {
+                Event::Apply(o) | Event::InitApply(o) => Some(o),
+                Event::Init | Event::InitDone | Event::Delete(_) => None,
+            })
+        })
+    }
+
+    /// The objects added, changed or deleted: what triggers kube-runtime's
+    /// `Controller::owns_stream` and `Controller::watches_stream`.
+    pub fn touched_objects(self) -> impl Stream<Item = K>
+    where
+        S: Stream<Item = watcher::Result<Event<K>>>,
+    {
+        self.filter_map(|ev| {
+            futures::future::ready(match ev {
+                Event::Apply(o) | Event::InitApply(o) | Event::Delete(o) => Some(o),
+                Event::Init | Event::InitDone => None,
+            })
+        })
+    }
+
     fn log_error(&self, e: &watcher::Error) {
         let resource = self.resource;
         match self.controller {
@@ -195,7 +223,6 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use futures::StreamExt;
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::runtime::WatchStreamExt;
     use kube::runtime::reflector::{self, ObjectRef};
