@@ -3,9 +3,9 @@
 //! ManagedCluster as owner, so it goes when the cluster goes; label changes are written at once.
 
 use argocd_pull_ops::api_health::{ApiHealth, rewatching};
-use argocd_pull_ops::watch::WatchEvents;
 use argocd_pull_ops::reconcile_metrics::Reason;
 use argocd_pull_ops::retry::{Backoff, Retries};
+use argocd_pull_ops::watch::WatchEvents;
 use kube::runtime::reflector::{self, ObjectRef};
 use std::sync::Arc;
 use std::time::Instant;
@@ -81,7 +81,7 @@ pub(crate) async fn run(
         watcher::Config::default().labels(&format!("{LABEL_BASIC_MODE}=true")),
         health.clone(),
     )
-    .as_listed("secrets")
+    .lists_as_they_come("secrets")
     .controller(CONTROLLER)
     .touched_objects()
     .map(Ok);

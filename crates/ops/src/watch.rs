@@ -55,7 +55,7 @@ pub trait WatchEvents<K>: Stream<Item = watcher::Result<Event<K>>> + Sized {
 
     /// The events as they come (a list's objects as soon as they are read): for a consumer that
     /// keeps no reflector store, or handles a list itself (`Init` … `InitDone`).
-    fn as_listed(self, resource: &'static str) -> Events<Self, K> {
+    fn lists_as_they_come(self, resource: &'static str) -> Events<Self, K> {
         Events::new(self, resource, false)
     }
 }
@@ -245,7 +245,11 @@ mod tests {
     fn show(ev: &Event<ConfigMap>) -> String {
         let o = |c: &ConfigMap| {
             let m = &c.metadata;
-            format!("{}@{}", m.name.as_deref().unwrap_or_default(), m.resource_version.as_deref().unwrap_or_default())
+            format!(
+                "{}@{}",
+                m.name.as_deref().unwrap_or_default(),
+                m.resource_version.as_deref().unwrap_or_default()
+            )
         };
         match ev {
             Event::Init => "Init".into(),
@@ -314,11 +318,11 @@ mod tests {
         );
     }
 
-    /// `as_listed` passes every event on as it comes, errors skipped.
+    /// `lists_as_they_come` passes every event on as it comes, errors skipped.
     #[tokio::test]
-    async fn as_listed_passes_lists_through() {
+    async fn lists_as_they_come_passes_lists_through() {
         let events: Vec<String> = futures::stream::iter(script())
-            .as_listed("configmaps")
+            .lists_as_they_come("configmaps")
             .controller("test")
             .map(|ev| show(&ev))
             .collect()
@@ -379,6 +383,80 @@ mod tests {
                 (s("Apply a@9"), Some(s("9"))),
             ]
         );
+    }
+
+    /// Logs with the fields operators grep for: one `re-listed` per re-list after the first
+    /// (not for the first list), one `watch error; retrying` per error.
+    #[tokio::test(flavor = "current_thread")]
+    async fn logs_re_lists_and_errors() {
+        let logged = Logged::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .without_time()
+            .with_target(false)
+            .with_writer(logged.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let _: Vec<_> = futures::stream::iter(script())
+            .relists_whole("configmaps")
+            .collect()
+            .await;
+        let _: Vec<_> = futures::stream::iter(script())
+            .lists_as_they_come("configmaps")
+            .controller("appset-report")
+            .collect()
+            .await;
+        // took_ms varies: cut off
+        let text = logged.text();
+        let lines: Vec<&str> = text
+            .lines()
+            .map(|l| l.split(" took_ms=").next().unwrap_or_default())
+            .collect();
+        let error = "error returned by apiserver during watch: too old: Expired";
+        let plain = format!(" WARN watch error; retrying error={error} resource=\"configmaps\"");
+        let with_controller = format!(
+            " WARN watch error; retrying controller=\"appset-report\" resource=\"configmaps\" error={error}"
+        );
+        assert_eq!(
+            lines,
+            [
+                plain.as_str(),
+                &plain,
+                " INFO re-listed resource=\"configmaps\" objects=2",
+                &with_controller,
+                &with_controller,
+                " INFO re-listed controller=\"appset-report\" resource=\"configmaps\" objects=2",
+            ],
+            "{text}"
+        );
+        assert!(text.contains(" took_ms="), "{text}");
+    }
+
+    /// What a test subscriber wrote.
+    #[derive(Clone, Default)]
+    struct Logged(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl Logged {
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        }
+    }
+
+    impl std::io::Write for Logged {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logged {
+        type Writer = Logged;
+        fn make_writer(&'a self) -> Logged {
+            self.clone()
+        }
     }
 
     #[test]

@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use argocd_pull_ops::api_health::{ApiHealth, rewatching};
-use argocd_pull_ops::watch::WatchEvents;
 use argocd_pull_ops::reconcile_metrics::Reason;
 use argocd_pull_ops::retry::{Backoff, Retries};
+use argocd_pull_ops::watch::WatchEvents;
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};

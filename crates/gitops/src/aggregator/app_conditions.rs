@@ -109,7 +109,7 @@ pub(crate) async fn run_app_conditions(
         watcher::Config::default().labels(names::LABEL_PULL_TO_OCM),
         health,
     )
-    .as_listed("applications")
+    .lists_as_they_come("applications")
     .controller(CONTROLLER)
     .applied_objects()
     .boxed();

@@ -35,9 +35,9 @@ const WORK_PAGE_SIZE: u32 = 500;
 pub(super) fn spawn(client: &Client, health: &ApiHealth) -> (JoinSet<()>, mpsc::Receiver<Ev>) {
     let (tx, events) = mpsc::channel::<Ev>(EVENT_BUFFER);
     let mut pumps = JoinSet::new();
-    // A list's events pass as they come (`as_listed`): the aggregator keeps no reflector store
-    // and indexes a list's works as they arrive (dropping, at its `InitDone`, those a re-list
-    // missed), so that listing, decoding and indexing overlap.
+    // A list's events pass as they come (`lists_as_they_come`): the aggregator keeps no
+    // reflector store and indexes a list's works as they arrive (dropping, at its `InitDone`,
+    // those a re-list missed), so that listing, decoding and indexing overlap.
     pumps.spawn(forward(
         rewatching(
             Api::<WorkView>::all(client.clone()),
@@ -46,7 +46,7 @@ pub(super) fn spawn(client: &Client, health: &ApiHealth) -> (JoinSet<()>, mpsc::
                 .page_size(WORK_PAGE_SIZE),
             health.clone(),
         )
-        .as_listed("manifestworks")
+        .lists_as_they_come("manifestworks")
         .controller(CONTROLLER),
         Ev::Work,
         tx.clone(),
@@ -57,7 +57,7 @@ pub(super) fn spawn(client: &Client, health: &ApiHealth) -> (JoinSet<()>, mpsc::
             watcher::Config::default(),
             health.clone(),
         )
-        .as_listed("multiclusterapplicationsetreports")
+        .lists_as_they_come("multiclusterapplicationsetreports")
         .controller(CONTROLLER),
         Ev::Report,
         tx.clone(),
@@ -68,7 +68,7 @@ pub(super) fn spawn(client: &Client, health: &ApiHealth) -> (JoinSet<()>, mpsc::
             watcher::Config::default(),
             health.clone(),
         )
-        .as_listed("applicationsets")
+        .lists_as_they_come("applicationsets")
         .controller(CONTROLLER),
         Ev::AppSet,
         tx,

@@ -22,8 +22,8 @@ mod register;
 mod triggers;
 
 use argocd_pull_ops::api_health::{ApiHealth, rewatching};
-use argocd_pull_ops::watch::WatchEvents;
 use argocd_pull_ops::retry::{Backoff, Retries};
+use argocd_pull_ops::watch::WatchEvents;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -104,14 +104,14 @@ pub(crate) async fn run(
         watcher::Config::default().labels(names::LABEL_GITOPS_ARGO_NAMESPACE),
         health.clone(),
     )
-    .as_listed("namespaces")
+    .lists_as_they_come("namespaces")
     .controller(CONTROLLER);
     let server_events = rewatching(
         Api::<kube::core::PartialObjectMeta<Service>>::all(client.clone()),
         watcher::Config::default().labels(ARGO_SERVER_SELECTOR),
         health.clone(),
     )
-    .as_listed("services")
+    .lists_as_they_come("services")
     .controller(CONTROLLER);
     let triggers = futures::stream::select_all([
         relevant_changes(decision_events, decision_fingerprint).boxed(),

@@ -18,8 +18,8 @@ mod pass;
 mod status;
 
 use argocd_pull_ops::api_health::{ApiHealth, rewatching};
-use argocd_pull_ops::watch::WatchEvents;
 use argocd_pull_ops::retry::{Backoff, Retries};
+use argocd_pull_ops::watch::WatchEvents;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -74,7 +74,7 @@ pub async fn run(
         watcher::Config::default().fields(&format!("metadata.name={}", PRINCIPAL_SERVICES[0])),
         health.clone(),
     )
-    .as_listed("services")
+    .lists_as_they_come("services")
     .controller(CONTROLLER)
     .touched_objects()
     .map(Ok);
@@ -83,7 +83,7 @@ pub async fn run(
         watcher::Config::default(),
         health.clone(),
     )
-    .as_listed("placementdecisions")
+    .lists_as_they_come("placementdecisions")
     .controller(CONTROLLER)
     .touched_objects()
     .map(Ok);
