@@ -9,7 +9,8 @@ use argocd_pull_api::ocm::cluster::PlacementDecision;
 use argocd_pull_domain::hub_app_ref_of;
 use argocd_pull_ops::CancellationToken;
 use argocd_pull_ops::api_health::rewatching;
-use futures::{Stream, StreamExt, TryStreamExt};
+use argocd_pull_ops::watch::WatchEvents;
+use futures::{StreamExt, TryStreamExt};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -62,52 +63,6 @@ fn app_ref_of_work(work: &WorkLite) -> Option<ObjectRef<AppLite>> {
     Some(ObjectRef::new(r.name).within(r.namespace))
 }
 
-async fn pump<K, S, F>(stream: S, token: CancellationToken, what: &'static str, mut on_event: F)
-where
-    K: Resource,
-    S: Stream<Item = watcher::Result<Event<K>>>,
-    F: FnMut(Event<K>),
-{
-    let mut stream = std::pin::pin!(stream);
-    // The objects of a (re-)list, held back until its `InitDone`: the reflector swaps its store
-    // only then, so a reconcile triggered by an `InitApply` would read the object as it was
-    // before the re-list (after a `410 Gone` or an outage: the old Application without its
-    // deletionTimestamp) and find nothing to do, and the fingerprint would hide the change for
-    // good. Seen on the real env as Applications stuck in deletion.
-    let mut relist: Option<Vec<Event<K>>> = None;
-    // when the current (re-)list started, and whether a list completed before it
-    let mut listing: Option<std::time::Instant> = None;
-    let mut listed_before = false;
-    loop {
-        tokio::select! {
-            _ = token.cancelled() => return,
-            ev = stream.next() => match ev {
-                Some(Ok(Event::Init)) => {
-                    relist = Some(Vec::new());
-                    listing = Some(std::time::Instant::now());
-                    on_event(Event::Init);
-                }
-                Some(Ok(Event::InitApply(obj))) if relist.is_some() => {
-                    relist.get_or_insert_default().push(Event::InitApply(obj));
-                }
-                Some(Ok(Event::InitDone)) => {
-                    let objects = relist.as_ref().map_or(0, Vec::len);
-                    if std::mem::replace(&mut listed_before, true)
-                        && let Some(started) = listing.take()
-                    {
-                        tracing::info!(resource = what, objects, took_ms = started.elapsed().as_millis() as u64, "re-listed");
-                    }
-                    relist.take().into_iter().flatten().for_each(&mut on_event);
-                    on_event(Event::InitDone);
-                }
-                Some(Ok(ev)) => on_event(ev),
-                Some(Err(e)) => tracing::warn!(error = %e, resource = what, "watch error; retrying"),
-                None => return,
-            }
-        }
-    }
-}
-
 pub(crate) fn spawn_all(
     ctx: Arc<Ctx>,
     rx: Receivers,
@@ -121,48 +76,51 @@ pub(crate) fn spawn_all(
     {
         let ctx = ctx.clone();
         // decoded straight into the compact form (see `cache::AppLite`)
-        let stream = rewatching(
+        let events = rewatching(
             Api::<AppLite>::all(client.clone()),
             pull_labelled(),
             ctx.health.clone(),
         )
-        .reflect(rx.apps);
-        let token = token.clone();
+        .reflect(rx.apps)
+        .relists_whole("applications")
+        .take_until(token.clone().cancelled_owned());
         tasks.push(tokio::spawn(async move {
+            let mut events = std::pin::pin!(events);
             let mut seen: HashMap<ObjectRef<AppLite>, u64> = HashMap::new();
-            pump(stream, token, "applications", |ev| match ev {
-                Event::Apply(app) | Event::InitApply(app) => {
-                    ctx.recent_apps.observe(&app);
-                    let key = ObjectRef::from_obj(&app);
-                    let fp = app_fingerprint(&app);
-                    match seen.insert(key.clone(), fp) {
-                        Some(old) if old == fp => {}
-                        Some(_) => {
-                            ctx.trigger_propagation(key);
-                            // a label/annotation change may leave a stale work behind
-                            ctx.request_sweep();
+            while let Some(ev) = events.next().await {
+                match ev {
+                    Event::Apply(app) | Event::InitApply(app) => {
+                        ctx.recent_apps.observe(&app);
+                        let key = ObjectRef::from_obj(&app);
+                        let fp = app_fingerprint(&app);
+                        match seen.insert(key.clone(), fp) {
+                            Some(old) if old == fp => {}
+                            Some(_) => {
+                                ctx.trigger_propagation(key);
+                                // a label/annotation change may leave a stale work behind
+                                ctx.request_sweep();
+                            }
+                            // first seen: no work of it can be stale yet (a work left by an
+                            // earlier Application of that name went with its delete event, or
+                            // with the sweep after the re-list that missed it) — no sweep, which
+                            // walks every work: one per created Application made creating N
+                            // Applications cost O(N²)
+                            None => ctx.trigger_propagation(key),
                         }
-                        // first seen: no work of it can be stale yet (a work left by an
-                        // earlier Application of that name went with its delete event, or
-                        // with the sweep after the re-list that missed it) — no sweep, which
-                        // walks every work: one per created Application made creating N
-                        // Applications cost O(N²)
-                        None => ctx.trigger_propagation(key),
+                    }
+                    Event::Delete(app) => {
+                        ctx.recent_apps.observe_delete(&app);
+                        seen.remove(&ObjectRef::from_obj(&app));
+                        tracing::debug!(app = %ObjectRef::from_obj(&app), "Application deleted");
+                        ctx.request_sweep();
+                    }
+                    Event::Init => {}
+                    Event::InitDone => {
+                        // deletes missed during a watch gap surface as missing objects after a re-list
+                        ctx.request_sweep();
                     }
                 }
-                Event::Delete(app) => {
-                    ctx.recent_apps.observe_delete(&app);
-                    seen.remove(&ObjectRef::from_obj(&app));
-                    tracing::debug!(app = %ObjectRef::from_obj(&app), "Application deleted");
-                    ctx.request_sweep();
-                }
-                Event::Init => {}
-                Event::InitDone => {
-                    // deletes missed during a watch gap surface as missing objects after a re-list
-                    ctx.request_sweep();
-                }
-            })
-            .await;
+            }
         }));
     }
 
@@ -172,86 +130,91 @@ pub(crate) fn spawn_all(
         // decoded straight into the compact projection (see `cache`); the spec of a version we
         // wrote ourselves is not parsed again
         let settle_ctx = ctx.clone();
-        let stream = rewatching(
+        let events = rewatching(
             Api::<WorkWire>::all(client.clone()),
             pull_labelled(),
             ctx.health.clone(),
         )
         .map_ok(move |ev| settle_works(&settle_ctx, ev))
-        .reflect(rx.works);
-        let token = token.clone();
+        .reflect(rx.works)
+        .relists_whole("manifestworks")
+        .take_until(token.clone().cancelled_owned());
         tasks.push(tokio::spawn(async move {
-            pump(stream, token, "manifestworks", |ev| match ev {
-                Event::Apply(work) | Event::InitApply(work) => {
-                    ctx.recent_works.observe(&work);
-                    let key = ObjectRef::from_obj(&work);
-                    let Some(app) = app_ref_of_work(&work) else {
-                        return;
-                    };
-                    if ctx.work_changed(key.clone(), work_fingerprint(&work)) {
-                        ctx.trigger_propagation(app);
+            let mut events = std::pin::pin!(events);
+            while let Some(ev) = events.next().await {
+                match ev {
+                    Event::Apply(work) | Event::InitApply(work) => {
+                        ctx.recent_works.observe(&work);
+                        let key = ObjectRef::from_obj(&work);
+                        let Some(app) = app_ref_of_work(&work) else {
+                            continue;
+                        };
+                        if ctx.work_changed(key.clone(), work_fingerprint(&work)) {
+                            ctx.trigger_propagation(app);
+                        }
+                        // without any feedback value there is no status to write
+                        if work.metadata.deletion_timestamp.is_none() && work.has_feedback() {
+                            ctx.trigger_status(key);
+                        }
                     }
-                    // without any feedback value there is no status to write
-                    if work.metadata.deletion_timestamp.is_none() && work.has_feedback() {
-                        ctx.trigger_status(key);
+                    Event::Delete(work) => {
+                        ctx.recent_works.observe_delete(&work);
+                        ctx.forget_work(&ObjectRef::from_obj(&work));
+                        if let Some(app) = app_ref_of_work(&work) {
+                            // re-create it if the Application still wants it
+                            ctx.trigger_propagation(app);
+                        }
                     }
+                    Event::Init | Event::InitDone => {}
                 }
-                Event::Delete(work) => {
-                    ctx.recent_works.observe_delete(&work);
-                    ctx.forget_work(&ObjectRef::from_obj(&work));
-                    if let Some(app) = app_ref_of_work(&work) {
-                        // re-create it if the Application still wants it
-                        ctx.trigger_propagation(app);
-                    }
-                }
-                Event::Init | Event::InitDone => {}
-            })
-            .await;
+            }
         }));
     }
 
     // ManagedClusters (existence only)
     {
         let ctx = ctx.clone();
-        let stream = rewatching(
+        let events = rewatching(
             Api::<ClusterLite>::all(client.clone()),
             watcher::Config::default(),
             ctx.health.clone(),
         )
-        .reflect(rx.clusters);
-        let token = token.clone();
+        .reflect(rx.clusters)
+        .relists_whole("managedclusters")
+        .take_until(token.clone().cancelled_owned());
         tasks.push(tokio::spawn(async move {
-            pump(stream, token, "managedclusters", |ev| {
+            let mut events = std::pin::pin!(events);
+            while let Some(ev) = events.next().await {
                 if let Event::Apply(c) | Event::InitApply(c) = ev
                     && let Some(name) = c.metadata.name.as_deref()
                 {
                     ctx.wake(name);
                 }
-            })
-            .await;
+            }
         }));
     }
 
     // PlacementDecisions (binding gate only)
     if let Some(writer) = rx.decisions {
         let ctx = ctx.clone();
-        let stream = rewatching(
+        let events = rewatching(
             Api::<PlacementDecision>::all(client.clone()),
             watcher::Config::default(),
             ctx.health.clone(),
         )
         .modify(|d: &mut PlacementDecision| d.metadata.managed_fields = None)
-        .reflect(writer);
-        let token = token.clone();
+        .reflect(writer)
+        .relists_whole("placementdecisions")
+        .take_until(token.clone().cancelled_owned());
         tasks.push(tokio::spawn(async move {
-            pump(stream, token, "placementdecisions", |ev| {
+            let mut events = std::pin::pin!(events);
+            while let Some(ev) = events.next().await {
                 if let Event::Apply(d) | Event::InitApply(d) = ev {
                     for cluster in d.cluster_names() {
                         ctx.wake(cluster);
                     }
                 }
-            })
-            .await;
+            }
         }));
     }
 
@@ -353,60 +316,5 @@ fn log_result<K: Resource, E: std::fmt::Display>(
         }
         Err(controller::Error::ReconcilerFailed(_, _)) => {} // logged by the error policy
         Err(e) => tracing::warn!(controller, error = %e, "controller error"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::runtime::reflector;
-
-    fn cm(name: &str, rv: &str) -> ConfigMap {
-        let mut c = ConfigMap::default();
-        c.metadata.name = Some(name.into());
-        c.metadata.namespace = Some("ns".into());
-        c.metadata.resource_version = Some(rv.into());
-        c
-    }
-
-    /// Every object event of a re-list reaches the callback only once the store holds the
-    /// re-listed object (what a reconcile it triggers reads).
-    #[tokio::test]
-    async fn relisted_objects_are_handled_after_the_store_has_them() {
-        let (store, writer) = reflector::store::<ConfigMap>();
-        let events = vec![
-            Ok(Event::Init),
-            Ok(Event::InitApply(cm("a", "1"))),
-            Ok(Event::InitDone),
-            // a re-list after a 410: `a` changed meanwhile, `b` is new
-            Ok(Event::Init),
-            Ok(Event::InitApply(cm("a", "7"))),
-            Ok(Event::InitApply(cm("b", "8"))),
-            Ok(Event::InitDone),
-            Ok(Event::Apply(cm("a", "9"))),
-        ];
-        let stream = futures::stream::iter(events).reflect(writer);
-        let mut handled = Vec::new();
-        pump(stream, CancellationToken::new(), "configmaps", |ev| {
-            if let Event::InitApply(o) | Event::Apply(o) = ev {
-                let rv = o.metadata.resource_version.clone().unwrap();
-                let in_store = store
-                    .get(&ObjectRef::from_obj(&o))
-                    .and_then(|c| c.metadata.resource_version.clone());
-                handled.push((o.metadata.name.clone().unwrap(), rv.clone(), in_store));
-            }
-        })
-        .await;
-        let s = |x: &str| x.to_string();
-        assert_eq!(
-            handled,
-            [
-                (s("a"), s("1"), Some(s("1"))),
-                (s("a"), s("7"), Some(s("7"))),
-                (s("b"), s("8"), Some(s("8"))),
-                (s("a"), s("9"), Some(s("9"))),
-            ]
-        );
     }
 }

@@ -2,10 +2,11 @@
 //! (`server: https://<cluster>-control-plane:6443`) in one namespace. The Secret has the
 //! ManagedCluster as owner, so it goes when the cluster goes; label changes are written at once.
 
-use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff};
+use argocd_pull_ops::api_health::{ApiHealth, rewatching};
 use argocd_pull_ops::reconcile_metrics::Reason;
 use argocd_pull_ops::retry::{Backoff, Retries};
-use kube::runtime::reflector::ObjectRef;
+use argocd_pull_ops::watch::WatchEvents;
+use kube::runtime::reflector::{self, ObjectRef};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,8 +14,9 @@ use argocd_pull_api::ocm::cluster::ManagedCluster;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
@@ -52,7 +54,8 @@ pub(crate) async fn run(
     health: ApiHealth,
     shutdown: CancellationToken,
 ) {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+    // the Secrets' metadata only (their owner), as `Controller::owns` watches them
+    let secrets: Api<PartialObjectMeta<Secret>> = Api::namespaced(client.clone(), &namespace);
     metrics.controller::<Error>(CONTROLLER);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
@@ -60,19 +63,32 @@ pub(crate) async fn run(
         metrics,
         retries: Retries::new(Backoff::GITOPS),
     });
-    let controller = Controller::new(
+    // every watch as every controller's (`rewatching`: retried within seconds of the API
+    // server's return); the ManagedClusters reflected into the store the reconciles read
+    let (store, writer) = reflector::store::<ManagedCluster>();
+    let clusters = rewatching(
         Api::<ManagedCluster>::all(client),
         watcher::Config::default(),
-    );
-    let store = controller.store();
+        health.clone(),
+    )
+    .reflect(writer)
+    .relists_whole("managedclusters")
+    .controller(CONTROLLER)
+    .applied_objects()
+    .map(Ok);
+    let owned = rewatching(
+        secrets,
+        watcher::Config::default().labels(&format!("{LABEL_BASIC_MODE}=true")),
+        health.clone(),
+    )
+    .lists_as_they_come("secrets")
+    .controller(CONTROLLER)
+    .touched_objects()
+    .map(Ok);
     let token = shutdown.clone();
-    let run = controller
-        .trigger_backoff(ControllerBackoff::new(health.clone()))
+    let run = Controller::for_stream(clusters, store.clone())
         .reconcile_all_on(health.recovered())
-        .owns(
-            secrets,
-            watcher::Config::default().labels(&format!("{LABEL_BASIC_MODE}=true")),
-        )
+        .owns_stream(owned)
         .graceful_shutdown_on(async move { token.cancelled().await })
         .run(
             |mc, ctx: Arc<Ctx>| async move {

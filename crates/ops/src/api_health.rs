@@ -196,49 +196,6 @@ async fn answers(client: &kube::Client, probe: &str) -> bool {
     }
 }
 
-/// How often the watches of a kube-runtime `Controller` retry while the API server is down
-/// ([`ControllerBackoff`]).
-pub const DOWN_RETRY: Duration = Duration::from_millis(500);
-
-/// The backoff of a kube-runtime `Controller`'s own watches (`Controller::trigger_backoff`),
-/// which [`retrying`] cannot wrap and nothing can wake: each error starts a probe (a blip
-/// announces nothing); while the API server is down they retry every [`DOWN_RETRY`] (a refused
-/// connection costs nothing), so they re-list within that of its return; otherwise
-/// [`crate::watch::backoff`].
-pub struct ControllerBackoff {
-    inner: Box<dyn Backoff + Send>,
-    health: ApiHealth,
-}
-
-impl ControllerBackoff {
-    pub fn new(health: ApiHealth) -> Self {
-        ControllerBackoff {
-            inner: Box::new(crate::watch::backoff()),
-            health,
-        }
-    }
-}
-
-impl Iterator for ControllerBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        self.health.suspect();
-        if self.health.is_down() {
-            self.inner.reset();
-            Some(DOWN_RETRY)
-        } else {
-            self.inner.next()
-        }
-    }
-}
-
-impl Backoff for ControllerBackoff {
-    fn reset(&mut self) {
-        self.inner.reset();
-    }
-}
-
 /// A watch stream that, after an error, waits before polling `stream` again: for the next
 /// delay of [`crate::watch::backoff`], or until `health` announces the end of an outage,
 /// whichever comes first (the error is reported to `health` and passed on); a `410 Gone` is

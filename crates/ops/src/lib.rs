@@ -20,6 +20,8 @@
 //! * [`client::infer`] — kube's client over a connector that offers HTTP/2 (one multiplexed
 //!   connection to the API server, as client-go; opt-in);
 //! * [`watch::backoff`] — the retry policy of every watch (capped at 5 s);
+//!   [`watch::WatchEvents`] — how every watch's events are consumed (errors and re-lists
+//!   logged; a re-list delivered whole at its `InitDone` for a watch read through a store);
 //! * [`api_health::ApiHealth`] — notices an API-server outage from failed requests, probes
 //!   `/readyz` until it ends and wakes the waiting watches and retries then;
 //! * [`conflict::read_modify_write`] — a read-modify-write retried from a fresh read while the

@@ -17,13 +17,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff};
+use argocd_pull_ops::api_health::{ApiHealth, rewatching};
 use argocd_pull_ops::reconcile_metrics::Reason;
 use argocd_pull_ops::retry::{Backoff, Retries};
+use argocd_pull_ops::watch::WatchEvents;
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::watcher;
+use kube::runtime::reflector;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -259,21 +261,26 @@ pub async fn run(client: Client, metrics: Metrics, health: ApiHealth, shutdown: 
         metrics,
         retries: Retries::new(Backoff::GITOPS),
     });
-    let controller = Controller::new_with(
+    // its watch retries as every controller's (`rewatching`: re-listed from etcd as soon as the
+    // API server answers again), and every add-on is reconciled then (kube's default backoff
+    // had it wait 14 s after a 10 s outage on the real env)
+    let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+    let store = writer.as_reader();
+    let addons = rewatching(
         api,
         watcher::Config::default()
             .labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"))
             .fields(&format!("metadata.name={ADDON_NAME}")),
-        ar,
-    );
-    let store = controller.store();
+        health.clone(),
+    )
+    .reflect(writer)
+    .relists_whole("managedclusteraddons")
+    .controller(CONTROLLER)
+    .applied_objects()
+    .map(Ok);
     let token = shutdown.clone();
-    let run = controller
+    let run = Controller::for_stream_with(addons, store.clone(), ar)
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
-        // its watch retries as every controller's: every 0.5 s while the API server is down,
-        // and every add-on at once when it answers again (kube's default backoff had it wait
-        // 14 s after a 10 s outage on the real env)
-        .trigger_backoff(ControllerBackoff::new(health.clone()))
         .reconcile_all_on(health.recovered())
         .graceful_shutdown_on(async move { token.cancelled().await })
         .run(

@@ -2,12 +2,13 @@
 //! Application needs one ([`additional_status_condition`], pure) and the task that adds it.
 
 use argocd_pull_ops::api_health::{ApiHealth, rewatching};
+use argocd_pull_ops::watch::WatchEvents;
 
 use argocd_pull_api::argocd;
 use argocd_pull_api::names;
 use futures::StreamExt;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::Deserialize;
 use serde_json::json;
@@ -108,6 +109,8 @@ pub(crate) async fn run_app_conditions(
         watcher::Config::default().labels(names::LABEL_PULL_TO_OCM),
         health,
     )
+    .lists_as_they_come("applications")
+    .controller(CONTROLLER)
     .applied_objects()
     .boxed();
     let pp = PatchParams {
@@ -119,8 +122,7 @@ pub(crate) async fn run_app_conditions(
             _ = shutdown.cancelled() => break,
             a = events.next() => match a {
                 None => break,
-                Some(Err(e)) => { tracing::warn!(controller = CONTROLLER, resource = "applications", error = %e, "watch error; retrying"); continue }
-                Some(Ok(a)) => a,
+                Some(a) => a,
             },
         };
         let Some(condition) = additional_status_condition(&app) else {

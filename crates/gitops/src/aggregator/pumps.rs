@@ -2,11 +2,12 @@
 //! watched in a task of their own and forwarded as [`Ev`]s to the one task that owns the index.
 
 use argocd_pull_ops::api_health::{ApiHealth, rewatching};
+use argocd_pull_ops::watch::WatchEvents;
 
 use argocd_pull_api::argocd::ApplicationSet;
 use argocd_pull_api::names;
 use argocd_pull_api::report::MulticlusterApplicationSetReport;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::watcher;
@@ -34,67 +35,53 @@ const WORK_PAGE_SIZE: u32 = 500;
 pub(super) fn spawn(client: &Client, health: &ApiHealth) -> (JoinSet<()>, mpsc::Receiver<Ev>) {
     let (tx, events) = mpsc::channel::<Ev>(EVENT_BUFFER);
     let mut pumps = JoinSet::new();
-    pumps.spawn(pump(
+    // A list's events pass as they come (`lists_as_they_come`): the aggregator keeps no
+    // reflector store and indexes a list's works as they arrive (dropping, at its `InitDone`,
+    // those a re-list missed), so that listing, decoding and indexing overlap.
+    pumps.spawn(forward(
         rewatching(
             Api::<WorkView>::all(client.clone()),
             watcher::Config::default()
                 .labels(names::LABEL_APPLICATION_SET)
                 .page_size(WORK_PAGE_SIZE),
             health.clone(),
-        ),
+        )
+        .lists_as_they_come("manifestworks")
+        .controller(CONTROLLER),
         Ev::Work,
-        "manifestworks",
         tx.clone(),
     ));
-    pumps.spawn(pump(
+    pumps.spawn(forward(
         rewatching(
             Api::<MulticlusterApplicationSetReport>::all(client.clone()),
             watcher::Config::default(),
             health.clone(),
-        ),
+        )
+        .lists_as_they_come("multiclusterapplicationsetreports")
+        .controller(CONTROLLER),
         Ev::Report,
-        "multiclusterapplicationsetreports",
         tx.clone(),
     ));
-    pumps.spawn(pump(
+    pumps.spawn(forward(
         rewatching(
             Api::<kube::core::PartialObjectMeta<ApplicationSet>>::all(client.clone()),
             watcher::Config::default(),
             health.clone(),
-        ),
+        )
+        .lists_as_they_come("applicationsets")
+        .controller(CONTROLLER),
         Ev::AppSet,
-        "applicationsets",
         tx,
     ));
     (pumps, events)
 }
 
-/// Forwards one watch's events to the aggregator until it stops listening.
-async fn pump<K, S>(
-    stream: S,
-    wrap: fn(watcher::Event<K>) -> Ev,
-    resource: &'static str,
-    tx: mpsc::Sender<Ev>,
-) where
-    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-    K: Send + 'static,
-{
-    let mut stream = std::pin::pin!(stream);
-    while let Some(e) = stream.next().await {
-        if let Some(e) = log_err(e, resource)
-            && tx.send(wrap(e)).await.is_err()
-        {
+/// Sends each event to the aggregator until it stops listening (or the watch ends).
+async fn forward<E>(events: impl Stream<Item = E>, wrap: fn(E) -> Ev, tx: mpsc::Sender<Ev>) {
+    let mut events = std::pin::pin!(events);
+    while let Some(e) = events.next().await {
+        if tx.send(wrap(e)).await.is_err() {
             break;
-        }
-    }
-}
-
-fn log_err<T>(e: Result<T, watcher::Error>, resource: &str) -> Option<T> {
-    match e {
-        Ok(v) => Some(v),
-        Err(e) => {
-            tracing::warn!(controller = CONTROLLER, resource, error = %e, "watch error; retrying");
-            None
         }
     }
 }

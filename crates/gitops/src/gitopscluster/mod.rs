@@ -21,8 +21,9 @@ mod reconcile;
 mod register;
 mod triggers;
 
-use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff, rewatching};
+use argocd_pull_ops::api_health::{ApiHealth, rewatching};
 use argocd_pull_ops::retry::{Backoff, Retries};
+use argocd_pull_ops::watch::WatchEvents;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -36,7 +37,7 @@ use kube::Client;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use tokio_util::sync::CancellationToken;
 
 pub use appset_resources::{
@@ -65,6 +66,7 @@ pub(crate) async fn run(
     let (decisions, dw) = reflector::store::<PlacementDecision>();
     let (clusters, cw) = reflector::store::<ManagedCluster>();
     let (secret_store, sw) = reflector::store::<Secret>();
+    // the reflected watches deliver a re-list whole (the reconciles read their stores)
     let decision_events = reflector::reflector(
         dw,
         rewatching(
@@ -72,7 +74,9 @@ pub(crate) async fn run(
             watcher::Config::default(),
             health.clone(),
         ),
-    );
+    )
+    .relists_whole("placementdecisions")
+    .controller(CONTROLLER);
     let cluster_events = reflector::reflector(
         cw,
         rewatching(
@@ -80,7 +84,9 @@ pub(crate) async fn run(
             watcher::Config::default(),
             health.clone(),
         ),
-    );
+    )
+    .relists_whole("managedclusters")
+    .controller(CONTROLLER);
     let secret_events = reflector::reflector(
         sw,
         rewatching(
@@ -89,24 +95,30 @@ pub(crate) async fn run(
                 .labels(&format!("{}=cluster", names::LABEL_ARGOCD_SECRET_TYPE)),
             health.clone(),
         ),
-    );
+    )
+    .relists_whole("secrets")
+    .controller(CONTROLLER);
     // Namespaces gaining or losing the authorisation label, Argo CD servers appearing.
     let namespace_events = rewatching(
         Api::<kube::core::PartialObjectMeta<Namespace>>::all(client.clone()),
         watcher::Config::default().labels(names::LABEL_GITOPS_ARGO_NAMESPACE),
         health.clone(),
-    );
+    )
+    .lists_as_they_come("namespaces")
+    .controller(CONTROLLER);
     let server_events = rewatching(
         Api::<kube::core::PartialObjectMeta<Service>>::all(client.clone()),
         watcher::Config::default().labels(ARGO_SERVER_SELECTOR),
         health.clone(),
-    );
+    )
+    .lists_as_they_come("services")
+    .controller(CONTROLLER);
     let triggers = futures::stream::select_all([
-        relevant_changes(decision_events, decision_fingerprint, "placementdecisions").boxed(),
-        relevant_changes(cluster_events, cluster_fingerprint, "managedclusters").boxed(),
-        relevant_changes(secret_events, secret_fingerprint, "secrets").boxed(),
-        relevant_changes(namespace_events, meta_fingerprint, "namespaces").boxed(),
-        relevant_changes(server_events, meta_fingerprint, "services").boxed(),
+        relevant_changes(decision_events, decision_fingerprint).boxed(),
+        relevant_changes(cluster_events, cluster_fingerprint).boxed(),
+        relevant_changes(secret_events, secret_fingerprint).boxed(),
+        relevant_changes(namespace_events, meta_fingerprint).boxed(),
+        relevant_changes(server_events, meta_fingerprint).boxed(),
         // the end of an API-server outage: everything at once, not at the next 5 s retry
         health.recovered().boxed(),
     ]);
@@ -138,14 +150,21 @@ pub(crate) async fn run(
         });
     }
     let token = shutdown.clone();
-    let controller = Controller::new(
+    // the GitOpsClusters, watched as every watch (`rewatching`: retried within seconds of the
+    // API server's return) and reflected into the store the reconciles read
+    let (store, writer) = reflector::store::<GitOpsCluster>();
+    let gitopsclusters = rewatching(
         Api::<GitOpsCluster>::all(client),
         watcher::Config::default(),
-    );
-    let store = controller.store();
-    let run = controller
+        health,
+    )
+    .reflect(writer)
+    .relists_whole("gitopsclusters")
+    .controller(CONTROLLER)
+    .applied_objects()
+    .map(Ok);
+    let run = Controller::for_stream(gitopsclusters, store.clone())
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
-        .trigger_backoff(ControllerBackoff::new(health))
         .reconcile_all_on(triggers)
         .graceful_shutdown_on(async move { token.cancelled().await })
         .run(

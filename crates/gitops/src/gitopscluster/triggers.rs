@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex};
 
 use argocd_pull_api::ocm::cluster::{ManagedCluster, PlacementDecision};
 use futures::{Stream, StreamExt};
@@ -11,55 +10,41 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Resource;
 use kube::runtime::watcher;
 
-use super::context::CONTROLLER;
-
-/// A stream of `()` for every relevant change of a reflected resource: deletions, and applies
-/// whose fingerprint changed; one `()` when the initial list is complete.
+/// A stream of `()` for every relevant change of a watched resource: deletions, and applies
+/// whose fingerprint changed; one `()` when a (re-)list is complete.
 pub(super) fn relevant_changes<K, S>(
     events: S,
     fingerprint: fn(&K) -> u64,
-    resource: &'static str,
 ) -> impl Stream<Item = ()> + Send + 'static
 where
     K: Resource + Send + 'static,
-    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    S: Stream<Item = watcher::Event<K>> + Send + 'static,
 {
-    type Seen = HashMap<(Option<String>, String), u64>;
-    let seen: Arc<Mutex<Seen>> = Default::default();
+    let mut seen: HashMap<(Option<String>, String), u64> = HashMap::new();
+    let key = |o: &K| {
+        (
+            o.meta().namespace.clone(),
+            o.meta().name.clone().unwrap_or_default(),
+        )
+    };
     events.filter_map(move |ev| {
-        let seen = seen.clone();
-        async move {
-            let ev = match ev {
-                Ok(ev) => ev,
-                Err(e) => {
-                    tracing::warn!(controller = CONTROLLER, resource, error = %e, "watch error; retrying");
-                    return None;
-                }
-            };
-            let key = |o: &K| {
-                (
-                    o.meta().namespace.clone(),
-                    o.meta().name.clone().unwrap_or_default(),
-                )
-            };
-            let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-            match ev {
-                watcher::Event::Init => None,
-                watcher::Event::InitApply(o) => {
-                    seen.insert(key(&o), fingerprint(&o));
-                    None
-                }
-                watcher::Event::InitDone => Some(()),
-                watcher::Event::Apply(o) => {
-                    let fp = fingerprint(&o);
-                    (seen.insert(key(&o), fp) != Some(fp)).then_some(())
-                }
-                watcher::Event::Delete(o) => {
-                    seen.remove(&key(&o));
-                    Some(())
-                }
+        let change = match ev {
+            watcher::Event::Init => None,
+            watcher::Event::InitApply(o) => {
+                seen.insert(key(&o), fingerprint(&o));
+                None
             }
-        }
+            watcher::Event::InitDone => Some(()),
+            watcher::Event::Apply(o) => {
+                let fp = fingerprint(&o);
+                (seen.insert(key(&o), fp) != Some(fp)).then_some(())
+            }
+            watcher::Event::Delete(o) => {
+                seen.remove(&key(&o));
+                Some(())
+            }
+        };
+        futures::future::ready(change)
     })
 }
 

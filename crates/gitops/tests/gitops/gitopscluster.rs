@@ -512,6 +512,16 @@ async fn basic_mode_writes_a_secret_per_managed_cluster() {
         (s["metadata"]["labels"]["region"] == "us").then_some(())
     })
     .await;
+    // an owned Secret deleted by someone else is written again (the watch of the owned Secrets
+    // reconciles their ManagedCluster)
+    let uid = secret(&env, "argocd", "edge-1-secret").await.unwrap()["metadata"]["uid"].clone();
+    env.delete("v1", "Secret", Some("argocd"), "edge-1-secret")
+        .await;
+    eventually("edge-1-secret written again", || async {
+        let s = secret(&env, "argocd", "edge-1-secret").await?;
+        (s["metadata"]["uid"] != uid).then_some(())
+    })
+    .await;
     env.delete(
         "cluster.open-cluster-management.io/v1",
         "ManagedCluster",

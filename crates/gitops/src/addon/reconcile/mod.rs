@@ -17,8 +17,9 @@ mod context;
 mod pass;
 mod status;
 
-use argocd_pull_ops::api_health::{ApiHealth, ControllerBackoff};
+use argocd_pull_ops::api_health::{ApiHealth, rewatching};
 use argocd_pull_ops::retry::{Backoff, Retries};
+use argocd_pull_ops::watch::WatchEvents;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,8 +28,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
@@ -55,24 +56,48 @@ pub async fn run(
         retries: Retries::new(Backoff::GITOPS),
     });
     let token = shutdown.clone();
-    let controller = Controller::new(
+    // every watch as every controller's (`rewatching`: retried within seconds of the API
+    // server's return); the GitOpsClusters reflected into the store the reconciles read
+    let (store, writer) = reflector::store::<GitOpsCluster>();
+    let gitopsclusters = rewatching(
         Api::<GitOpsCluster>::all(client.clone()),
         watcher::Config::default(),
-    );
-    let store = controller.store();
+        health.clone(),
+    )
+    .reflect(writer)
+    .relists_whole("gitopsclusters")
+    .controller(CONTROLLER)
+    .applied_objects()
+    .map(Ok);
+    let services = rewatching(
+        Api::<Service>::all(client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={}", PRINCIPAL_SERVICES[0])),
+        health.clone(),
+    )
+    .lists_as_they_come("services")
+    .controller(CONTROLLER)
+    .touched_objects()
+    .map(Ok);
+    let decisions = rewatching(
+        Api::<PlacementDecision>::all(client),
+        watcher::Config::default(),
+        health.clone(),
+    )
+    .lists_as_they_come("placementdecisions")
+    .controller(CONTROLLER)
+    .touched_objects()
+    .map(Ok);
     let gcs = store.clone();
     let gcs_for_services = store.clone();
-    let run = controller
+    let run = Controller::for_stream(gitopsclusters, store.clone())
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
         // the end of an API-server outage: every GitOpsCluster at once, not at its next retry
         // (5 s doubling per failure)
-        .trigger_backoff(ControllerBackoff::new(health.clone()))
         .reconcile_all_on(health.recovered())
         // The principal Service changing (a new LoadBalancer address: new SANs) reconciles the
         // GitOpsClusters of its namespace.
-        .watches(
-            Api::<Service>::all(client.clone()),
-            watcher::Config::default().fields(&format!("metadata.name={}", PRINCIPAL_SERVICES[0])),
+        .watches_stream(
+            services,
             move |svc: Service| {
                 let ns = svc.namespace().unwrap_or_default();
                 gcs_for_services
@@ -84,9 +109,8 @@ pub async fn run(
             },
         )
         // A PlacementDecision change reconciles the GitOpsClusters of that Placement at once.
-        .watches(
-            Api::<PlacementDecision>::all(client),
-            watcher::Config::default(),
+        .watches_stream(
+            decisions,
             move |d: PlacementDecision| {
                 let ns = d.namespace().unwrap_or_default();
                 let placement = d
