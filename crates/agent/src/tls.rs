@@ -230,15 +230,7 @@ pub fn identity_from_uri(der: &[u8], re: &Regex) -> anyhow::Result<String> {
     Ok(id)
 }
 
-/// RFC 1123 label.
-pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
+pub use argocd_pull_ops::dns::is_dns_label;
 
 /// Accepts TCP connections and completes TLS handshakes concurrently; yields the TLS streams.
 /// Handshake failures (wrong CA, expired certificate, TLS 1.2 when 1.3 is demanded) are logged and

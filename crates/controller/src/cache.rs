@@ -409,17 +409,8 @@ manifest_work_resource!(WorkWire);
 macro_rules! projection_meta_view {
     ($t:ty) => {
         impl MetaView for $t {
-            fn object_name(&self) -> Option<&str> {
-                self.metadata.name.as_deref()
-            }
-            fn object_namespace(&self) -> Option<&str> {
-                self.metadata.namespace.as_deref()
-            }
-            fn object_uid(&self) -> Option<&str> {
-                self.metadata.uid.as_deref()
-            }
-            fn is_being_deleted(&self) -> bool {
-                self.metadata.deletion_timestamp.is_some()
+            fn object_meta(&self) -> &ObjectMeta {
+                &self.metadata
             }
             fn label(&self, key: &str) -> Option<&str> {
                 self.tags.label(key)

@@ -1,5 +1,6 @@
 //! What the rules read of an object's metadata, whatever form it is kept in.
 
+use argocd_pull_api::ObjectMeta;
 use argocd_pull_api::argocd::Application;
 use argocd_pull_api::ocm::work::ManifestWork;
 
@@ -13,35 +14,38 @@ use argocd_pull_api::ocm::work::ManifestWork;
 /// implementation for a bare `ObjectMeta`: a projection's `metadata` passed to a rule would read
 /// no label at all, so that does not compile.
 pub trait MetaView {
-    /// `metadata.name`.
-    fn object_name(&self) -> Option<&str>;
-    /// `metadata.namespace`.
-    fn object_namespace(&self) -> Option<&str>;
-    /// `metadata.uid`.
-    fn object_uid(&self) -> Option<&str>;
-    /// Whether `metadata.deletionTimestamp` is set.
-    fn is_being_deleted(&self) -> bool;
+    /// The object's `ObjectMeta`, for its identity and deletion (not for its labels and
+    /// annotations, which a cache may keep elsewhere: [`MetaView::label`], [`MetaView::annotation`]).
+    fn object_meta(&self) -> &ObjectMeta;
     /// The value of label `key`.
     fn label(&self, key: &str) -> Option<&str>;
     /// The value of annotation `key`.
     fn annotation(&self, key: &str) -> Option<&str>;
+
+    /// `metadata.name`.
+    fn object_name(&self) -> Option<&str> {
+        self.object_meta().name.as_deref()
+    }
+    /// `metadata.namespace`.
+    fn object_namespace(&self) -> Option<&str> {
+        self.object_meta().namespace.as_deref()
+    }
+    /// `metadata.uid`.
+    fn object_uid(&self) -> Option<&str> {
+        self.object_meta().uid.as_deref()
+    }
+    /// Whether `metadata.deletionTimestamp` is set.
+    fn is_being_deleted(&self) -> bool {
+        self.object_meta().deletion_timestamp.is_some()
+    }
 }
 
 /// The [`MetaView`] of a whole `ObjectMeta` (labels and annotations in its maps).
 macro_rules! whole_meta_view {
     ($t:ty) => {
         impl MetaView for $t {
-            fn object_name(&self) -> Option<&str> {
-                self.metadata.name.as_deref()
-            }
-            fn object_namespace(&self) -> Option<&str> {
-                self.metadata.namespace.as_deref()
-            }
-            fn object_uid(&self) -> Option<&str> {
-                self.metadata.uid.as_deref()
-            }
-            fn is_being_deleted(&self) -> bool {
-                self.metadata.deletion_timestamp.is_some()
+            fn object_meta(&self) -> &ObjectMeta {
+                &self.metadata
             }
             fn label(&self, key: &str) -> Option<&str> {
                 entry(&self.metadata.labels, key)

@@ -1,5 +1,6 @@
 //! Small helpers: YAML, time, names.
 
+use argocd_pull_ops::dns::is_dns_label;
 use serde_json::Value;
 
 /// Parses a multi-document YAML stream (empty documents skipped).
@@ -48,14 +49,6 @@ pub(crate) fn age(ts: &str) -> String {
 const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 
-fn is_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
 
 /// Validates a DNS-1123 subdomain (most object names); returns the real server's message.
 pub(crate) fn validate_subdomain(name: &str) -> Result<(), String> {
@@ -64,7 +57,7 @@ pub(crate) fn validate_subdomain(name: &str) -> Result<(), String> {
             "Invalid value: \"{name}\": must be no more than 253 characters"
         ));
     }
-    if !name.split('.').all(is_label) {
+    if !name.split('.').all(is_dns_label) {
         return Err(format!(
             "Invalid value: \"{name}\": {DNS1123_SUBDOMAIN_MSG}"
         ));
@@ -79,7 +72,7 @@ pub(crate) fn validate_label(name: &str) -> Result<(), String> {
             "Invalid value: \"{name}\": must be no more than 63 characters"
         ));
     }
-    if !is_label(name) {
+    if !is_dns_label(name) {
         return Err(format!("Invalid value: \"{name}\": {DNS1123_LABEL_MSG}"));
     }
     Ok(())

@@ -52,6 +52,7 @@ pub mod api_health;
 pub mod apis;
 pub mod client;
 pub mod conflict;
+pub mod dns;
 pub mod labels;
 pub mod leader;
 pub mod logging;

@@ -52,14 +52,7 @@ impl ShardConfig {
     pub fn validate(&self) -> Result<(), ShardError> {
         let bad = |m: String| Err(ShardError::Config(m));
         let name = &self.lease_name;
-        let label_ok = |s: &str| {
-            !s.is_empty()
-                && s.len() <= 63
-                && s.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !s.starts_with('-')
-                && !s.ends_with('-')
-        };
+        let label_ok = crate::dns::is_dns_label;
         if !label_ok(name) {
             return bad(format!(
                 "lease name {name:?} must be 1 to 63 characters of a-z, 0-9 and '-', starting \
