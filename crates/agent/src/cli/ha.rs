@@ -6,17 +6,48 @@ use std::time::Duration;
 
 use super::common::parse_duration;
 
+/// `--ha-mode`: how several principal replicas share the agents.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HaMode {
+    /// The holder of one Lease serves every agent, the others forward to it (`--leader-elect`).
+    ActivePassive,
+    /// Every replica serves the agents of its shards and forwards the others' to their owner.
+    ActiveActive,
+}
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct HaArgs {
     /// Run as one of several replicas: the holder of a Lease serves, the others forward their
     /// connections to it and take over when it is gone (see the agent crate's README, "Principal
-    /// HA").
+    /// HA"). The same as `--ha-mode active-passive`.
     #[arg(
         long = "leader-elect",
         env = "ARGOCD_PRINCIPAL_LEADER_ELECT",
         default_value_t = false
     )]
     pub leader_elect: bool,
+    /// Run as one of several replicas: `active-passive` (as --leader-elect) or `active-active`
+    /// (every replica serves its share of the agents, held on shard Leases
+    /// `<lease-name>-shard-<k>`, and forwards the other agents' calls to their owner on
+    /// --ha-replica-port).
+    #[arg(long = "ha-mode", env = "ARGOCD_PRINCIPAL_HA_MODE", value_enum)]
+    pub ha_mode: Option<HaMode>,
+    /// Active/active: how many shards the agents are split into (1-1024, the same on every
+    /// replica; to change it, stop every replica first).
+    #[arg(
+        long = "ha-shards",
+        env = "ARGOCD_PRINCIPAL_HA_SHARDS",
+        default_value_t = 32
+    )]
+    pub ha_shards: u32,
+    /// Active/active: the port the replicas take each other's forwarded calls on (mutual TLS
+    /// with the principal's own certificate), at the address in --ha-advertise-address.
+    #[arg(
+        long = "ha-replica-port",
+        env = "ARGOCD_PRINCIPAL_HA_REPLICA_PORT",
+        default_value_t = 8406
+    )]
+    pub ha_replica_port: u16,
     /// Name of the Lease the replicas elect the active one with.
     #[arg(
         long = "lease-name",
@@ -94,9 +125,9 @@ impl HaArgs {
         if !self.ha_enabled {
             return Ok(None);
         }
-        if self.leader_elect {
+        if self.mode()?.is_some() {
             anyhow::bail!(
-                "--ha-enabled (cross-cluster replication) cannot be combined with --leader-elect (in-cluster Lease failover): run one principal per cluster with --ha-enabled (Kubernetes restarts it in place), or several with --leader-elect and no --ha-enabled"
+                "--ha-enabled (cross-cluster replication) cannot be combined with --leader-elect or --ha-mode (in-cluster replicas): run one principal per cluster with --ha-enabled (Kubernetes restarts it in place), or several with --ha-mode and no --ha-enabled"
             );
         }
         let port = match self.ha_admin_port {
@@ -123,25 +154,67 @@ impl HaArgs {
         Ok(Some(s))
     }
 
-    /// The HA settings when `--leader-elect` is on.
-    pub fn config(&self, namespace: &str) -> anyhow::Result<Option<crate::ha::HaConfig>> {
-        if !self.leader_elect {
-            return Ok(None);
+    /// The in-cluster HA mode: `--ha-mode`, or active/passive with `--leader-elect`.
+    pub fn mode(&self) -> anyhow::Result<Option<HaMode>> {
+        match (self.leader_elect, self.ha_mode) {
+            (true, Some(HaMode::ActiveActive)) => anyhow::bail!(
+                "--leader-elect is --ha-mode active-passive: drop it to run active/active replicas (--ha-mode active-active)"
+            ),
+            (true, _) => Ok(Some(HaMode::ActivePassive)),
+            (false, m) => Ok(m),
         }
-        let advertise = self
-            .advertise_address
+    }
+
+    fn advertise(&self) -> String {
+        self.advertise_address
             .clone()
             .or_else(|| std::env::var("POD_IP").ok())
-            .unwrap_or_default();
-        let name = self
-            .replica_name
+            .unwrap_or_default()
+    }
+
+    fn name(&self) -> String {
+        self.replica_name
             .clone()
             .or_else(|| std::env::var("POD_NAME").ok())
             .or_else(|| std::env::var("HOSTNAME").ok())
-            .unwrap_or_else(|| format!("principal-{}", std::process::id()));
+            .unwrap_or_else(|| format!("principal-{}", std::process::id()))
+    }
+
+    /// The HA settings in active/passive mode (`--leader-elect`).
+    pub fn config(&self, namespace: &str) -> anyhow::Result<Option<crate::ha::HaConfig>> {
+        if self.mode()? != Some(HaMode::ActivePassive) {
+            return Ok(None);
+        }
         let ns = self.lease_namespace.as_deref().unwrap_or(namespace);
-        crate::ha::HaConfig::new(&self.lease_name, ns, &name, &advertise, self.lease_duration)
-            .map(Some)
+        crate::ha::HaConfig::new(
+            &self.lease_name,
+            ns,
+            &self.name(),
+            &self.advertise(),
+            self.lease_duration,
+        )
+        .map(Some)
+    }
+
+    /// The settings in active/active mode (`--ha-mode active-active`).
+    pub fn active_active(
+        &self,
+        namespace: &str,
+    ) -> anyhow::Result<Option<crate::ha::active_active::ActiveActive>> {
+        if self.mode()? != Some(HaMode::ActiveActive) {
+            return Ok(None);
+        }
+        let ns = self.lease_namespace.as_deref().unwrap_or(namespace);
+        crate::ha::active_active::ActiveActive::new(
+            &self.lease_name,
+            ns,
+            &self.name(),
+            &self.advertise(),
+            self.lease_duration,
+            self.ha_shards,
+            self.ha_replica_port,
+        )
+        .map(Some)
     }
 }
 
@@ -207,6 +280,7 @@ mod tests {
         );
         assert!(err(&["--ha-enabled", "--ha-peer-address=nohost"]).contains("host:port"));
         assert!(err(&["--ha-enabled", "--leader-elect"]).contains("cannot be combined"));
+        assert!(err(&["--ha-enabled", "--ha-mode=active-active"]).contains("cannot be combined"));
         assert!(
             !parse(&["--ha-enabled=false"]).ha_enabled,
             "the peer's boolean flag syntax"
@@ -258,6 +332,87 @@ mod tests {
                 "--lease-duration=1s"
             ])
             .contains("at least 2s")
+        );
+    }
+
+    #[test]
+    fn the_ha_modes_and_the_active_active_settings_and_their_errors() {
+        assert_eq!(parse(&[]).mode().unwrap(), None);
+        assert_eq!(
+            parse(&["--leader-elect"]).mode().unwrap(),
+            Some(HaMode::ActivePassive)
+        );
+        let p = parse(&[
+            "--ha-mode=active-passive",
+            "--ha-advertise-address=10.0.0.7",
+        ]);
+        assert!(
+            p.config("argocd").unwrap().is_some(),
+            "active-passive is --leader-elect"
+        );
+        assert!(p.active_active("argocd").unwrap().is_none());
+        let aa = parse(&[
+            "--ha-mode=active-active",
+            "--ha-replica-name=principal-0",
+            "--ha-advertise-address=10.0.0.7",
+            "--ha-shards=64",
+            "--ha-replica-port=9406",
+            "--lease-duration=6s",
+        ]);
+        assert!(aa.config("argocd").unwrap().is_none());
+        let c = aa.active_active("argocd").unwrap().unwrap();
+        assert_eq!(c.shards.identity, "principal-0@10.0.0.7");
+        assert_eq!(c.shards.lease_name, "argocd-agent-principal");
+        assert_eq!(c.shards.namespace, "argocd");
+        assert_eq!(c.shards.shards.get(), 64);
+        assert_eq!(c.replica_port, 9406);
+        assert_eq!(
+            (
+                c.shards.lease_duration,
+                c.shards.renew_period,
+                c.shards.poll_period
+            ),
+            (
+                Duration::from_secs(6),
+                Duration::from_secs(2),
+                Duration::from_secs(1)
+            )
+        );
+        let d = parse(&["--ha-mode=active-active", "--ha-advertise-address=10.0.0.7"])
+            .active_active("argocd")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (d.shards.shards.get(), d.replica_port),
+            (32, 8406),
+            "the defaults"
+        );
+        let err = |args: &[&str]| {
+            let mut a = vec!["--ha-mode=active-active", "--ha-replica-name=p"];
+            a.extend_from_slice(args);
+            parse(&a)
+                .active_active("argocd")
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        assert!(err(&["--ha-advertise-address="]).contains("POD_IP"));
+        assert!(err(&["--ha-advertise-address=pod.example"]).contains("not an IP address"));
+        assert!(err(&["--ha-advertise-address=10.0.0.7", "--ha-shards=0"]).contains("1 to 1024"));
+        assert!(
+            err(&["--ha-advertise-address=10.0.0.7", "--ha-shards=2000"]).contains("1 to 1024")
+        );
+        assert!(
+            err(&["--ha-advertise-address=10.0.0.7", "--lease-duration=1s"])
+                .contains("at least 2s")
+        );
+        assert!(
+            err(&["--ha-advertise-address=10.0.0.7", "--lease-name=Principal"])
+                .contains("--lease-name")
+        );
+        assert!(
+            err(&["--ha-advertise-address=10.0.0.7", "--leader-elect"])
+                .contains("drop it to run active/active")
         );
     }
 }

@@ -16,6 +16,7 @@
 //! A replica that loses the Lease (it could not renew in time) stops its principal at once, so two
 //! replicas never serve the same agent, and campaigns again as a standby.
 
+pub mod active_active;
 mod front;
 mod holder;
 pub mod replication;

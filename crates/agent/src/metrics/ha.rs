@@ -32,6 +32,8 @@ pub struct HaMetrics {
     pub forwarder: ForwarderMetrics,
     /// The replica's client (`argocd_agent_replication_client_*`).
     pub client: ClientMetrics,
+    /// Active/active replicas (ours, `argocd_principal_ha_*`).
+    pub shards: super::shards::ShardMetrics,
 }
 
 /// pkg/replication/forwarder.go `ForwarderMetrics`.
@@ -69,6 +71,7 @@ const LEASE_STATES: [&str; 3] = ["recovering", "active", "standby"];
 
 impl HaMetrics {
     pub(crate) fn register(&self, reg: &mut Registry) {
+        self.shards.register(reg);
         reg.register(
             "argocd_agent_ha_state",
             "Current HA state: 1 for the active state, 0 for all others",

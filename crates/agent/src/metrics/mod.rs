@@ -30,6 +30,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 mod ha;
 mod handles;
 mod peer;
+mod shards;
 #[cfg(test)]
 mod tests;
 

@@ -282,6 +282,9 @@ impl super::Inner {
 
     /// Queues `agent`'s cluster info for the writers (Argo CD's cache, the hub).
     pub(super) fn cluster_changed(&self, agent: &str) {
+        if !self.writes_for(agent) {
+            return;
+        }
         for tx in [&self.cluster_changed, &self.status_changed]
             .into_iter()
             .flatten()
@@ -292,6 +295,9 @@ impl super::Inner {
 
     /// Queues `agent` for the hub writer only (its cluster secret changed).
     pub(super) fn status_changed(&self, agent: &str) {
+        if !self.writes_for(agent) {
+            return;
+        }
         if let Some(tx) = &self.status_changed {
             let _ = tx.send(agent.to_string());
         }

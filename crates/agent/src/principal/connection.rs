@@ -148,28 +148,34 @@ impl Inner {
     /// connected to this principal are shown `Failed`.
     pub(super) async fn sweep_after_start(self: Arc<Self>) {
         tokio::time::sleep(self.cfg.heartbeat * 2).await;
+        self.sweep_unconnected(self.started_at, |a| self.writes_for(a));
+    }
+
+    /// Agents of `select` the hub shows connected that have not connected to this principal
+    /// since `since` are shown `Failed`.
+    pub(super) fn sweep_unconnected(&self, since: jiff::Timestamp, select: impl Fn(&str) -> bool) {
         let shown: Vec<String> = self
             .hub_secrets
             .lock()
             .expect("poisoned")
             .iter()
-            .filter(|(_, s)| {
-                AgentStatus::from_annotations(&s.annotations)
-                    .is_some_and(|p| p.connection == Connection::Successful)
+            .filter(|(a, s)| {
+                select(a)
+                    && AgentStatus::from_annotations(&s.annotations)
+                        .is_some_and(|p| p.connection == Connection::Successful)
             })
             .map(|(a, _)| a.clone())
             .collect();
-        let started = self.started_at;
         for agent in shown {
             let changed = self.with_cluster(&agent, |s| {
                 if s.stream == Stream::Up || !s.connected {
                     return false;
                 }
                 s.connected = false;
-                s.modified_at = started;
+                s.modified_at = since;
                 s.reason = format!(
                     "the agent has not connected to this principal since it started at {}",
-                    agent_status::rfc3339(started)
+                    agent_status::rfc3339(since)
                 );
                 true
             });

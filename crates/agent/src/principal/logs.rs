@@ -263,6 +263,11 @@ impl LogStreamService for Svc {
         req: Request<tonic::Streaming<LogStreamData>>,
     ) -> Result<tonic::Response<LogStreamResponse>, Status> {
         let agent = self.stream_identity(&req)?;
+        if let super::forward::Via::Owner(ch) =
+            self.inner.route_call(&agent, self.forwarded).await?
+        {
+            return super::forward::stream_logs(&self.inner, ch, &agent, req).await;
+        }
         let mut inbound = req.into_inner();
         let mut uuid = String::new();
         let mut tx: Option<mpsc::Sender<LogMsg>> = None;

@@ -7,14 +7,19 @@ pub mod cluster_info;
 pub mod cluster_secrets;
 mod config;
 pub mod connection;
+pub mod forward;
+mod forward_http;
 mod hub;
 pub mod identity;
 mod inspect;
 mod logs;
 pub mod mapping;
 mod namespace_watch;
+pub mod owners;
 pub mod redis_proxy;
 mod registration;
+mod replica_link;
+mod replica_port;
 mod repository;
 pub mod resource_proxy;
 mod resync;
@@ -43,9 +48,6 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::auth::TokenIssuer;
 use crate::metrics::Metrics;
-use crate::proto::authapi::authentication_server::AuthenticationServer;
-use crate::proto::eventstreamapi::event_stream_server::EventStreamServer;
-use crate::proto::versionapi::version_server::VersionServer;
 use crate::store::Store;
 use crate::tls::{self, TlsMaterial};
 
@@ -97,6 +99,10 @@ struct Inner {
     agent_namespaces: Mutex<HashMap<String, String>>,
     /// destination-based mapping: the agent each hub Application was routed to
     routes: Mutex<mapping::Routes>,
+    /// active/active replicas: who serves each agent (`None`: this principal serves every agent)
+    owners: Option<owners::Owners>,
+    /// ... and the connections to the other replicas
+    links: Option<replica_link::Links>,
 }
 
 /// The principal's TLS configuration (with `--enable-websocket` it offers HTTP/1.1 too).
@@ -126,6 +132,8 @@ pub struct Principal {
     tls: Option<tokio::sync::watch::Sender<Arc<rustls::ServerConfig>>>,
     resource_proxy_addr: Option<SocketAddr>,
     redis_proxy_addr: Option<SocketAddr>,
+    /// the replica port's TLS configuration (active/active)
+    replica_tls: Option<tokio::sync::watch::Sender<Arc<rustls::ServerConfig>>>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -136,6 +144,27 @@ impl Principal {
         cfg: PrincipalConfig,
         store: Arc<dyn Store>,
         metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Principal> {
+        Self::start_with(cfg, store, metrics, None).await
+    }
+
+    /// [`Principal::start`] as one of several active/active replicas: it serves the agents of
+    /// the shards `owners` says it holds, forwards the others' calls to their owners and takes
+    /// the other replicas' forwarded calls on `owners.replica_listen`.
+    pub async fn start_sharded(
+        cfg: PrincipalConfig,
+        store: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
+        owners: owners::Owners,
+    ) -> anyhow::Result<Principal> {
+        Self::start_with(cfg, store, metrics, Some(owners)).await
+    }
+
+    async fn start_with(
+        cfg: PrincipalConfig,
+        store: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
+        owners: Option<owners::Owners>,
     ) -> anyhow::Result<Principal> {
         let identity = Regex::new(&cfg.identity_regex)
             .map_err(|e| anyhow::anyhow!("invalid identity regex: {e}"))?;
@@ -149,8 +178,30 @@ impl Principal {
             true => None,
             false => Some(Arc::new(server_tls(&cfg, &cfg.tls)?)),
         };
-        let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
+        let listener = tokio::net::TcpListener::bind(cfg.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("binding the agents' gRPC port {}: {e}", cfg.listen))?;
         let addr = listener.local_addr()?;
+        let replica_listener = match &owners {
+            Some(o) => Some(
+                tokio::net::TcpListener::bind(o.replica_listen)
+                    .await
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "binding the replica port {} (--ha-replica-port): {e}",
+                            o.replica_listen
+                        )
+                    })?,
+            ),
+            None => None,
+        };
+        let links = match &owners {
+            Some(_) => Some(replica_link::Links::new(
+                (!cfg.insecure_plaintext).then_some(&cfg.tls),
+                cfg.heartbeat,
+            )?),
+            None => None,
+        };
         let mut tasks_pre = Vec::new();
         let (cluster_tx, cluster_rx) = match &cfg.argocd_cache {
             Some(_) => {
@@ -195,6 +246,8 @@ impl Principal {
             cluster_servers: Mutex::new(HashMap::new()),
             agent_namespaces: Mutex::new(HashMap::new()),
             routes: Mutex::new(Default::default()),
+            owners,
+            links,
         });
         let mut secrets_synced = inner.secrets_synced.subscribe();
         if let Some(c) = cfg.cluster_secrets.clone() {
@@ -286,48 +339,10 @@ impl Principal {
         };
         let svc = Svc {
             inner: inner.clone(),
+            forwarded: false,
         };
-        let mut es = EventStreamServer::new(svc.clone())
-            .max_decoding_message_size(cfg.max_event_size.saturating_mul(2).max(4096))
-            .max_encoding_message_size(cfg.max_event_size.saturating_mul(2).max(4096));
-        if cfg.compression {
-            es = es
-                .send_compressed(tonic::codec::CompressionEncoding::Gzip)
-                .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
-        } else {
-            es = es.accept_compressed(tonic::codec::CompressionEncoding::Gzip);
-        }
         let (stx, srx) = tokio::sync::oneshot::channel::<()>();
-        // every service goes into `routes`: native gRPC and --enable-websocket serve the same
-        // (each in a server span per call when OTLP tracing is on, each counted in grpc_server_*)
-        use crate::grpc_metrics::Metered;
-        use crate::otel::grpc::add_service as add;
-        let gm = &metrics.grpc;
-        let routes = tonic::service::Routes::default();
-        let routes = add(routes, Metered::new(VersionServer::new(svc.clone()), gm));
-        let routes = add(
-            routes,
-            Metered::new(AuthenticationServer::new(svc.clone()), gm),
-        );
-        let routes = add(routes, Metered::new(es, gm));
-        let routes = add(
-            routes,
-            Metered::new(
-                crate::proto::logstreamapi::log_stream_service_server::LogStreamServiceServer::new(
-                    svc.clone(),
-                ),
-                gm,
-            ),
-        );
-        let routes = add(
-            routes,
-            Metered::new(
-                crate::proto::terminalstreamapi::terminal_stream_service_server::TerminalStreamServiceServer::new(
-                    svc.clone(),
-                ),
-                gm,
-            ),
-        );
+        let routes = server::routes(&svc, &cfg, &metrics);
         let routes = match &cfg.extra_services {
             Some(x) => (x.0)(routes),
             None => routes,
@@ -364,6 +379,29 @@ impl Principal {
             }
         }));
         tasks.push(accept_task);
+        let replica_tls = match replica_listener {
+            Some(l) => {
+                let (tls, t) = replica_port::serve(&inner, l).await?;
+                tasks.extend(t);
+                tls
+            }
+            None => None,
+        };
+        if let Some(o) = &inner.owners {
+            let w = inner.clone();
+            let mut owned = o.owned();
+            tasks.push(tokio::spawn(async move {
+                let mut before = std::collections::BTreeSet::new();
+                loop {
+                    let now = owned.borrow_and_update().clone();
+                    w.shards_changed(&before, &now);
+                    before = now;
+                    if owned.changed().await.is_err() {
+                        return;
+                    }
+                }
+            }));
+        }
         let resource_proxy_addr = match &cfg.resource_proxy {
             Some(rp) => {
                 let (a, t) = resource_proxy::start(inner.clone(), rp).await?;
@@ -388,6 +426,7 @@ impl Principal {
             tls: tls_tx,
             resource_proxy_addr,
             redis_proxy_addr,
+            replica_tls,
             shutdown: Some(stx),
             tasks,
         })
@@ -412,6 +451,10 @@ impl Principal {
             );
         };
         let cfg = server_tls(&self.inner.cfg, m)?;
+        if let (Some(rtx), Some(links)) = (&self.replica_tls, &self.inner.links) {
+            rtx.send_replace(Arc::new(replica_link::server_config(m)?));
+            links.reload(m)?;
+        }
         tx.send_replace(Arc::new(cfg));
         tracing::info!("principal TLS certificate and client CA bundle reloaded");
         Ok(())

@@ -19,7 +19,11 @@ use crate::proto::versionapi::{self, version_server::Version};
 use crate::session::{self, HandleError, Handler, Outbox, SessionCtx};
 use crate::tls::{self};
 
+use super::forward::{self, FORWARDED_AGENT, Via};
 use super::{AgentState, Inner, SOURCE};
+use crate::proto::authapi::authentication_server::AuthenticationServer;
+use crate::proto::eventstreamapi::event_stream_server::EventStreamServer;
+use crate::proto::versionapi::version_server::VersionServer;
 
 pub(super) struct SessionHandler {
     inner: Arc<Inner>,
@@ -92,6 +96,46 @@ impl Handler for SessionHandler {
 #[derive(Clone)]
 pub(super) struct Svc {
     pub(super) inner: Arc<Inner>,
+    /// The replica port: calls another active/active replica forwarded, for the agent it names
+    /// in [`FORWARDED_AGENT`] (see [`super::forward`]).
+    pub(super) forwarded: bool,
+}
+
+/// The agent-facing services on `svc` (every one in a server span per call when OTLP tracing is
+/// on, each counted in `grpc_server_*`): native gRPC and `--enable-websocket` serve the same.
+pub(super) fn routes(
+    svc: &Svc,
+    cfg: &super::PrincipalConfig,
+    metrics: &crate::metrics::Metrics,
+) -> tonic::service::Routes {
+    use crate::grpc_metrics::Metered;
+    use crate::otel::grpc::add_service as add;
+    use crate::proto::logstreamapi::log_stream_service_server::LogStreamServiceServer;
+    use crate::proto::terminalstreamapi::terminal_stream_service_server::TerminalStreamServiceServer;
+    let size = cfg.max_event_size.saturating_mul(2).max(4096);
+    let mut es = EventStreamServer::new(svc.clone())
+        .max_decoding_message_size(size)
+        .max_encoding_message_size(size)
+        .accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+    if cfg.compression {
+        es = es.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+    }
+    let gm = &metrics.grpc;
+    let routes = tonic::service::Routes::default();
+    let routes = add(routes, Metered::new(VersionServer::new(svc.clone()), gm));
+    let routes = add(
+        routes,
+        Metered::new(AuthenticationServer::new(svc.clone()), gm),
+    );
+    let routes = add(routes, Metered::new(es, gm));
+    let routes = add(
+        routes,
+        Metered::new(LogStreamServiceServer::new(svc.clone()), gm),
+    );
+    add(
+        routes,
+        Metered::new(TerminalStreamServiceServer::new(svc.clone()), gm),
+    )
 }
 
 impl Svc {
@@ -123,7 +167,8 @@ impl Svc {
                 "token belongs to agent {agent:?} but the client certificate identifies {cert_agent:?}"
             )));
         }
-        if self.inner.cfg.client_cert_subject_match {
+        // (a forwarded call was matched by the replica the agent reached)
+        if self.inner.cfg.client_cert_subject_match && !self.forwarded {
             self.subject_matches(req, &agent)?;
         }
         Ok((agent, mode))
@@ -149,6 +194,20 @@ impl Svc {
     }
 
     pub(super) fn cert_identity<T>(&self, req: &Request<T>) -> Result<String, Status> {
+        if self.forwarded {
+            // the forwarding replica authenticated the agent (certificate, blocklist, header)
+            return req
+                .metadata()
+                .get(FORWARDED_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .filter(|a| tls::is_dns_label(a))
+                .map(str::to_string)
+                .ok_or_else(|| {
+                    Status::unauthenticated(format!(
+                        "a call on the replica port must name its agent in {FORWARDED_AGENT}"
+                    ))
+                });
+        }
         if let Some(h) = &self.inner.cfg.identity_header {
             return self.header_identity(req, h);
         }
@@ -241,6 +300,9 @@ impl Authentication for Svc {
         req: Request<authapi::AuthRequest>,
     ) -> Result<Response<authapi::AuthResponse>, Status> {
         let agent = self.cert_identity(&req)?;
+        if let Via::Owner(ch) = self.inner.route_call(&agent, self.forwarded).await? {
+            return forward::authenticate(&self.inner, ch, &agent, req).await;
+        }
         let r = req.into_inner();
         let method = match self.inner.cfg.identity_header {
             Some(_) => "header",
@@ -320,6 +382,9 @@ impl Authentication for Svc {
         req: Request<authapi::RefreshTokenRequest>,
     ) -> Result<Response<authapi::AuthResponse>, Status> {
         let agent = self.cert_identity(&req)?;
+        if let Via::Owner(ch) = self.inner.route_call(&agent, self.forwarded).await? {
+            return forward::refresh_token(&self.inner, ch, &agent, req).await;
+        }
         let (who, mode) = self
             .inner
             .tokens
@@ -370,6 +435,9 @@ impl EventStream for Svc {
         req: Request<tonic::Streaming<eventstreamapi::Event>>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         let (agent, mode) = self.verified_agent(&req)?;
+        if let Via::Owner(ch) = self.inner.route_call(&agent, self.forwarded).await? {
+            return forward::subscribe(&self.inner, ch, &agent, req).await;
+        }
         let a = self.inner.register(&agent, mode);
         let inbound = req.into_inner();
         let (tx, rx) = mpsc::channel::<Box<eventstreamapi::Event>>(session::WIRE_BUFFER);

@@ -454,6 +454,11 @@ impl TerminalStreamService for Svc {
         req: tonic::Request<tonic::Streaming<TerminalStreamData>>,
     ) -> Result<tonic::Response<TerminalOut>, Status> {
         let agent = self.stream_identity(&req)?;
+        if let super::forward::Via::Owner(ch) =
+            self.inner.route_call(&agent, self.forwarded).await?
+        {
+            return super::forward::stream_terminal(&self.inner, ch, &agent, req).await;
+        }
         let mut inbound = req.into_inner();
         let first = inbound.message().await?.ok_or_else(|| {
             Status::invalid_argument("the terminal stream ended before its handshake")

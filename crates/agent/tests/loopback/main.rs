@@ -1,4 +1,5 @@
 //! Loopback tests: real TLS 1.3 + gRPC between a principal and agents in one process.
+mod active_active;
 mod autonomous;
 mod cluster_info;
 mod cuts;

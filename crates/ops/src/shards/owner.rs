@@ -73,6 +73,8 @@ pub struct ShardOwner {
     /// Why no shard is taken now, as last logged.
     waiting: Option<String>,
     tx: watch::Sender<BTreeSet<ShardId>>,
+    /// The other replicas' valid shards, as the last round read them.
+    others: watch::Sender<BTreeMap<ShardId, String>>,
 }
 
 impl ShardOwner {
@@ -94,8 +96,16 @@ impl ShardOwner {
             held: BTreeMap::new(),
             waiting: None,
             tx,
+            others: watch::channel(BTreeMap::new()).0,
         };
         Ok((owner, rx))
+    }
+
+    /// The shards other replicas hold validly, by holder identity, as of the last read of the
+    /// Leases (once per `poll_period`; emptied when the owner stops). With the owned set it
+    /// tells where each agent is served: a shard in neither has no owner right now.
+    pub fn others(&self) -> watch::Receiver<BTreeMap<ShardId, String>> {
+        self.others.subscribe()
     }
 
     /// Holds this replica's share of the shards until `shutdown` is cancelled, then releases
@@ -331,6 +341,18 @@ impl ShardOwner {
             }
             Some(seen) => Holder::from_lease(seen.view.holder.as_deref(), seen.obs.expired),
         });
+        let others: BTreeMap<ShardId, String> = holders
+            .iter()
+            .filter_map(|(s, h)| match h {
+                Holder::Valid(id) if *id != me => Some((s, id.clone())),
+                _ => None,
+            })
+            .collect();
+        self.others.send_if_modified(|cur| {
+            let changed = *cur != others;
+            *cur = others;
+            changed
+        });
         let mut decision = decide(&me, &live, &holders);
         if !taking {
             decision.acquire.clear();
@@ -482,6 +504,7 @@ impl ShardOwner {
         self.held.clear();
         self.membership = None;
         self.publish();
+        self.others.send_replace(BTreeMap::new());
         let release_all = async {
             let Ok(Some(leases)) = self.list().await else {
                 return 0;

@@ -29,6 +29,8 @@ pub fn config(identity: &str) -> ShardConfig {
 pub struct Replica {
     pub name: String,
     pub owned: watch::Receiver<BTreeSet<ShardId>>,
+    /// The shards the others hold, as this one last read them.
+    pub others: watch::Receiver<BTreeMap<ShardId, String>>,
     pub token: CancellationToken,
     pub task: JoinHandle<Result<(), ShardError>>,
 }
@@ -37,11 +39,13 @@ impl Replica {
     pub fn start(hub: &Hub, cfg: ShardConfig) -> Replica {
         let name = cfg.identity.clone();
         let (owner, owned) = ShardOwner::new(hub.client(), cfg).expect("valid settings");
+        let others = owner.others();
         let token = CancellationToken::new();
         let task = tokio::spawn(owner.run(token.clone()));
         Replica {
             name,
             owned,
+            others,
             token,
             task,
         }

@@ -17,6 +17,29 @@ async fn three_replicas_split_the_shards_fairly_each_owned_once() {
     let mut sizes: Vec<usize> = sets.iter().map(BTreeSet::len).collect();
     sizes.sort();
     assert_eq!(sizes, [10, 11, 11]);
+    // each replica learns where every shard it does not own is served (the agent router)
+    for r in [&a, &b, &c] {
+        let mut others = r.others.clone();
+        let owners = tokio::time::timeout(
+            crate::harness::GUARD,
+            others.wait_for(|o| o.len() + r.owned.borrow().len() == 32),
+        )
+        .await
+        .expect("the others' shards are seen")
+        .expect("the owner runs")
+        .clone();
+        for (shard, holder) in &owners {
+            assert_ne!(holder, &r.name, "only others' shards");
+            let theirs = [&a, &b, &c]
+                .into_iter()
+                .find(|x| &x.name == holder)
+                .unwrap();
+            assert!(
+                theirs.owned.borrow().contains(shard),
+                "{holder} owns {shard}"
+            );
+        }
+    }
     for r in [a, b, c] {
         r.stop().await;
     }

@@ -429,8 +429,8 @@ impl PrincipalArgs {
             Some("the TLS material or the JWT key come from Secrets")
         } else if self.kubeconfig.is_some() || self.kubecontext.is_some() {
             Some("--kubeconfig / --kubecontext")
-        } else if self.ha.leader_elect {
-            Some("--leader-elect (its Lease)")
+        } else if self.ha.leader_elect || self.ha.ha_mode.is_some() {
+            Some("--leader-elect / --ha-mode (their Leases)")
         } else if self.enable_self_cluster_registration {
             Some("--enable-self-cluster-registration (the cluster secrets)")
         } else if !store_given {

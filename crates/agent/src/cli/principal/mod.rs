@@ -258,6 +258,14 @@ async fn run(
         );
     }
     let replication = args.ha.replication()?;
+    {
+        let ns = args
+            .namespace
+            .clone()
+            .unwrap_or_else(common::default_namespace);
+        args.ha.config(&ns)?;
+        args.ha.active_active(&ns)?;
+    }
     let selector = super::label_selector(&args.label_selector)?;
     let namespace_create = namespace_create(&args)?;
     let auth = match &args.identity_regex {
@@ -439,6 +447,29 @@ async fn run(
             state: None,
         };
         let run = crate::ha::replication::run(settings, cfg, node, shutdown.clone());
+        let reload = (
+            &args,
+            &shutdown,
+            reload_client.as_ref(),
+            reload_namespace.as_str(),
+        );
+        return run_reloading_tls(run, reload, initial_tls, tls_tx, admin).await;
+    }
+    if let Some(aa) = args.ha.active_active(&cfg.namespace)? {
+        let Some(client) = ha_client else {
+            bail!(
+                "--ha-mode active-active needs a Kubernetes client for its Leases (run in a cluster or set KUBECONFIG)"
+            );
+        };
+        let (tls_tx, tls_rx) = tokio::sync::watch::channel(initial_tls.clone());
+        let replica = crate::ha::Replica {
+            client,
+            store,
+            metrics,
+            role: tokio::sync::watch::channel(crate::ha::Role::Recovering).0,
+            tls: tls_reloadable(&args).then_some(tls_rx),
+        };
+        let run = crate::ha::active_active::run(aa, cfg, replica, shutdown.clone());
         let reload = (
             &args,
             &shutdown,

@@ -69,7 +69,7 @@ pub(super) async fn start(
                 let svc = hyper::service::service_fn(move |req| {
                     let inner = inner.clone();
                     let caller = caller.clone();
-                    async move { Ok::<_, Infallible>(handle(&inner, caller, req).await) }
+                    async move { Ok::<_, Infallible>(handle(&inner, caller, false, req).await) }
                 });
                 let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                 // as the peer's ReadHeaderTimeout: a caller that never finishes its headers
@@ -117,9 +117,12 @@ fn version() -> Resp {
     respond(200, serde_json::to_vec_pretty(&v).unwrap_or_default())
 }
 
-async fn handle(
+/// Serves one request of `caller` (the client certificate's CN); `forwarded`: another
+/// active/active replica passed it on (`caller` is the agent it authenticated).
+pub(super) async fn handle(
     inner: &Arc<Inner>,
     caller: Result<String, String>,
+    forwarded: bool,
     req: Request<Incoming>,
 ) -> Resp {
     // as the peer's extractAgentFromAuth: a resource-proxy JWT bearer (self-registered cluster
@@ -150,6 +153,15 @@ async fn handle(
         );
     }
     let path = req.uri().path().to_string();
+    if path != "/version" {
+        match inner.route_request(&agent, forwarded).await {
+            Ok(None) => {}
+            Ok(Some(owner)) => {
+                return super::forward_http::resource(inner, owner, &agent, req).await;
+            }
+            Err(answer) => return answer,
+        }
+    }
     if path == "/version" {
         return if req.method() == Method::GET {
             version()

@@ -1,0 +1,93 @@
+//! Active/active principal replicas (`--ha-mode active-active`, ours: the peer has no such
+//! mode): the shards a replica holds, the calls it forwards to the others, its rebalances.
+//! Each replica exports its own; `argocd_principal_connected_agents` counts the agents it serves.
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(String, String)>;
+
+/// The calls a replica forwards (`call` label): the agents' gRPC calls, and the resource
+/// proxy's requests (`resource`, container logs included) and web-terminal upgrades (`exec`).
+pub const FORWARDED_CALLS: [&str; 7] = [
+    "authenticate",
+    "refresh_token",
+    "subscribe",
+    "stream_logs",
+    "stream_terminal",
+    "resource",
+    "exec",
+];
+
+#[derive(Debug, Default)]
+pub struct ShardMetrics {
+    held: Gauge,
+    count: Gauge,
+    forwarded: Family<Labels, Counter>,
+    open: Gauge,
+    rebalances: Counter,
+}
+
+impl ShardMetrics {
+    pub(crate) fn register(&self, reg: &mut Registry) {
+        reg.register(
+            "argocd_principal_ha_shards_held",
+            "Shards this active/active replica holds (it serves their agents)",
+            self.held.clone(),
+        );
+        reg.register(
+            "argocd_principal_ha_shard_count",
+            "The agents' shard count (--ha-shards) of this active/active replica",
+            self.count.clone(),
+        );
+        reg.register(
+            "argocd_principal_ha_streams_forwarded",
+            "Calls of agents this replica does not serve, forwarded to the replica that does, by call",
+            self.forwarded.clone(),
+        );
+        reg.register(
+            "argocd_principal_ha_forwarded_streams",
+            "Forwarded streams open now",
+            self.open.clone(),
+        );
+        reg.register(
+            "argocd_principal_ha_shard_rebalances",
+            "Changes of the shards this replica holds",
+            self.rebalances.clone(),
+        );
+    }
+
+    /// Active/active with `count` shards: every forwarded call's series starts at zero.
+    pub fn sharded(&self, count: u32) {
+        self.count.set(i64::from(count));
+        for c in FORWARDED_CALLS {
+            let _ = self
+                .forwarded
+                .get_or_create(&vec![("call".into(), c.into())]);
+        }
+    }
+
+    pub(crate) fn held(&self, n: usize) {
+        self.held.set(n as i64);
+    }
+
+    pub(crate) fn rebalanced(&self) {
+        self.rebalances.inc();
+    }
+
+    pub(crate) fn forwarded(&self, call: &str) {
+        self.forwarded
+            .get_or_create(&vec![("call".into(), call.into())])
+            .inc();
+    }
+
+    pub(crate) fn stream_opened(&self) {
+        self.open.inc();
+    }
+
+    pub(crate) fn stream_closed(&self) {
+        self.open.dec();
+    }
+}
