@@ -40,3 +40,21 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- define "argocd-pull-principal.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
+
+{{- /*
+The principal's HA mode: "" (one replica), "active-passive" (--leader-elect: the Lease holder
+serves, the others forward to it) or "active-active" (every replica serves its shards of the
+agents). principal.ha.enabled=true with an empty mode is active-passive (the value it always
+meant); with a mode set, the mode decides.
+*/}}
+{{- define "argocd-pull-principal.haMode" -}}
+{{- $ha := .Values.principal.ha }}
+{{- $mode := default "" $ha.mode }}
+{{- if not (has $mode (list "" "active-passive" "active-active")) }}
+{{- fail (printf "principal.ha.mode %q is not supported: use active-passive (one replica serves, the others stand by) or active-active (every replica serves a share of the agents), or leave it empty for one replica" $mode) }}
+{{- end }}
+{{- if and (eq $mode "") $ha.enabled }}
+{{- $mode = "active-passive" }}
+{{- end }}
+{{- $mode }}
+{{- end }}

@@ -252,11 +252,11 @@ fn the_principal_alerts_read_the_lease_and_the_agents_streams() {
             .unwrap()
             .contains("argocd_agent_ha_state{state=\"active\"}")
     );
+    // issue 29: active-active exists; this alert is about active-passive's one Lease
+    let text = n["annotations"]["description"].as_str().unwrap();
     assert!(
-        n["annotations"]["description"]
-            .as_str()
-            .unwrap()
-            .contains("active/active shards do not exist yet")
+        text.contains("principal.ha.mode active-passive") && !text.contains("do not exist"),
+        "{text}"
     );
     let r = expr("ArgoCDPullResourceProxyErrors");
     assert!(r["expr"].as_str().unwrap().ends_with("> 0.05"), "{r}");
@@ -282,4 +282,79 @@ fn bad_observability_values_are_rejected_naming_the_value() {
     assert!(e.contains("severity"), "{e}");
     let e = h.template_err("argocd-pull", &["--set", "grafanaDashboard.enable=true"]);
     assert!(e.contains("enable"), "a misspelt key: {e}");
+}
+
+#[test]
+fn active_active_principals_alert_on_shards_without_an_owner() {
+    let Some(h) = helm::helm("principal shard alert") else {
+        return;
+    };
+    let alerts = |mode: &str| {
+        let objs = h.template(
+            "argocd-pull-principal",
+            "r",
+            "argocd",
+            &[
+                "--set",
+                "prometheusRule.enabled=true",
+                "--set",
+                "prometheusRule.severity=critical",
+                "--set",
+                &format!("principal.ha.mode={mode}"),
+                "--set",
+                "replicaCount=2",
+            ],
+        );
+        objs.of_kind("PrometheusRule")[0]["spec"]["groups"][0]["rules"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let names = |rules: &[Value]| -> Vec<String> {
+        rules
+            .iter()
+            .map(|r| r["alert"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // active-passive: the Lease alert, no shard alert
+    assert_eq!(
+        names(&alerts("active-passive")),
+        [
+            "ArgoCDPullAgentDisconnected",
+            "ArgoCDPullPrincipalEventsQueueGrowing",
+            "ArgoCDPullResourceProxyErrors",
+            "ArgoCDPullPrincipalNoActiveReplica",
+        ]
+    );
+    // active-active: every replica serves, so no replica "holds the Lease"; the shards must
+    // all have an owner
+    let rules = alerts("active-active");
+    assert_eq!(
+        names(&rules),
+        [
+            "ArgoCDPullAgentDisconnected",
+            "ArgoCDPullPrincipalEventsQueueGrowing",
+            "ArgoCDPullResourceProxyErrors",
+            "ArgoCDPullPrincipalShardsWithoutOwner",
+        ]
+    );
+    let a = &rules[3];
+    assert_eq!(
+        a["expr"],
+        "sum(argocd_principal_ha_shards_held) by (namespace) < max(argocd_principal_ha_shard_count) by (namespace)"
+    );
+    assert_eq!(a["for"], "1m");
+    assert_eq!(a["labels"]["severity"], "critical");
+    let d = a["annotations"]["description"].as_str().unwrap();
+    for says in [
+        "{{ $labels.namespace }}",
+        "{{ $value }}",
+        "no owning replica",
+        "logs for a shard error",
+        "RBAC on Leases",
+        "--ha-shards",
+        "same name",
+    ] {
+        assert!(d.contains(says), "{says}: {d}");
+    }
 }

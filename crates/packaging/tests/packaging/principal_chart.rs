@@ -206,8 +206,14 @@ fn invalid_values_fail_naming_the_value() {
     );
     let e = h.template_err(CHART, &["--set", "principal.auth=userpass:/x"]);
     assert!(e.contains("/principal/auth") && e.contains("mtls:"), "{e}");
+    // more than one replica only with an HA mode, and the message names both
     let e = h.template_err(CHART, &["--set", "replicaCount=3"]);
-    assert!(e.contains("/replicaCount"), "{e}");
+    assert!(
+        e.contains("replicaCount 3 needs principal.ha.mode")
+            && e.contains("active-passive")
+            && e.contains("active-active"),
+        "{e}"
+    );
     let e = h.template_err(CHART, &["--set", "service.port=70000"]);
     assert!(e.contains("/service/port") && e.contains("maximum"), "{e}");
 }
@@ -258,4 +264,286 @@ fn websocket_enable_reaches_the_principal_as_the_peers_variable() {
     }
     let e = h.template_err(CHART, &["--set-string", "principal.websocket.enable=yes"]);
     assert!(e.contains("/principal/websocket/enable"), "{e}");
+}
+
+/// The pod selector of the principal's Deployment.
+fn pod_selector(objs: &helm::Objects, release: &str) -> serde_json::Value {
+    objs.get("Deployment", &format!("{release}-argocd-pull-principal"))["spec"]["selector"]
+        ["matchLabels"]
+        .clone()
+}
+
+/// `(apiGroup, resource, verb)` grants on Leases of the principal's Role.
+fn lease_verbs(objs: &helm::Objects) -> Vec<String> {
+    grants(objs.get("Role", "p-argocd-pull-principal-repositories"))
+        .into_iter()
+        .filter(|(g, r, _)| g == "coordination.k8s.io" && r == "leases")
+        .map(|(_, _, v)| v)
+        .collect()
+}
+
+#[test]
+fn ha_active_passive_is_leader_election_on_one_lease_as_before() {
+    let Some(h) = helm::helm("principal chart active-passive") else {
+        return;
+    };
+    // `enabled: true` (kept for compatibility) and `mode: active-passive` are the same render
+    let enabled = h
+        .template_raw(
+            CHART,
+            "p",
+            "argocd",
+            &[
+                "--set",
+                "principal.ha.enabled=true",
+                "--set",
+                "replicaCount=2",
+            ],
+        )
+        .unwrap();
+    let mode = h
+        .template_raw(
+            CHART,
+            "p",
+            "argocd",
+            &[
+                "--set",
+                "principal.ha.mode=active-passive",
+                "--set",
+                "replicaCount=2",
+            ],
+        )
+        .unwrap();
+    assert_eq!(enabled, mode);
+    let objs = helm::Objects(helm::parse(&mode));
+    let d = objs.get("Deployment", "p-argocd-pull-principal");
+    assert_eq!(d["spec"]["replicas"], 2);
+    let c = container(d);
+    let e = env(c);
+    assert_eq!(e["ARGOCD_PRINCIPAL_LEADER_ELECT"], "true");
+    assert_eq!(e["ARGOCD_PRINCIPAL_LEASE_DURATION"], "3s");
+    assert_eq!(
+        e["POD_NAME"],
+        json!({"fieldRef": {"fieldPath": "metadata.name"}})
+    );
+    assert_eq!(
+        e["POD_IP"],
+        json!({"fieldRef": {"fieldPath": "status.podIP"}})
+    );
+    for absent in [
+        "ARGOCD_PRINCIPAL_HA_MODE",
+        "ARGOCD_PRINCIPAL_HA_SHARDS",
+        "ARGOCD_PRINCIPAL_HA_REPLICA_PORT",
+    ] {
+        assert!(!e.contains_key(absent), "{absent} in active-passive");
+    }
+    assert!(
+        !c["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "replica")
+    );
+    assert!(
+        objs.find("Service", "p-argocd-pull-principal-replicas")
+            .is_none()
+    );
+    assert_eq!(
+        lease_verbs(&objs),
+        ["create", "get", "list", "patch", "update", "watch"]
+    );
+    // a drain takes one replica at a time
+    let pdb = objs.get("PodDisruptionBudget", "p-argocd-pull-principal");
+    assert_eq!(pdb["apiVersion"], "policy/v1");
+    assert_eq!(pdb["metadata"]["namespace"], "argocd");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        pod_selector(&objs, "p")
+    );
+
+    // one replica: HA on, but nothing to keep available
+    let objs = h.template(
+        CHART,
+        "p",
+        "argocd",
+        &["--set", "principal.ha.enabled=true"],
+    );
+    assert!(objs.of_kind("PodDisruptionBudget").is_empty());
+    assert_eq!(
+        env(container(objs.get("Deployment", "p-argocd-pull-principal")))["ARGOCD_PRINCIPAL_LEADER_ELECT"],
+        "true"
+    );
+}
+
+#[test]
+fn ha_active_active_serves_from_every_replica_with_shards_and_a_replica_port() {
+    let Some(h) = helm::helm("principal chart active-active") else {
+        return;
+    };
+    let objs = h.template(
+        CHART,
+        "p",
+        "argocd",
+        &[
+            "--set",
+            "principal.ha.mode=active-active",
+            "--set",
+            "replicaCount=3",
+            "--set",
+            "principal.ha.shards=64",
+            "--set",
+            "principal.ha.replicaPort=9406",
+            "--set",
+            "principal.ha.leaseDuration=5s",
+        ],
+    );
+    let d = objs.get("Deployment", "p-argocd-pull-principal");
+    assert_eq!(d["spec"]["replicas"], 3);
+    let c = container(d);
+    let e = env(c);
+    assert_eq!(e["ARGOCD_PRINCIPAL_HA_MODE"], "active-active");
+    assert_eq!(e["ARGOCD_PRINCIPAL_HA_SHARDS"], "64");
+    assert_eq!(e["ARGOCD_PRINCIPAL_HA_REPLICA_PORT"], "9406");
+    assert_eq!(e["ARGOCD_PRINCIPAL_LEASE_DURATION"], "5s");
+    // the Lease holder identity is <POD_NAME>@<POD_IP>
+    assert_eq!(
+        e["POD_NAME"],
+        json!({"fieldRef": {"fieldPath": "metadata.name"}})
+    );
+    assert_eq!(
+        e["POD_IP"],
+        json!({"fieldRef": {"fieldPath": "status.podIP"}})
+    );
+    assert!(
+        !e.contains_key("ARGOCD_PRINCIPAL_LEADER_ELECT"),
+        "active-active is not --leader-elect: {e:?}"
+    );
+    let replica = c["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "replica")
+        .expect("a replica port");
+    assert_eq!(
+        *replica,
+        json!({"name": "replica", "containerPort": 9406, "protocol": "TCP"})
+    );
+
+    // the replicas reach each other through a headless Service listing unready pods too
+    let svc = objs.get("Service", "p-argocd-pull-principal-replicas");
+    assert_eq!(svc["metadata"]["namespace"], "argocd");
+    assert_eq!(svc["spec"]["clusterIP"], "None");
+    assert_eq!(svc["spec"]["publishNotReadyAddresses"], true);
+    assert_eq!(
+        svc["spec"]["ports"],
+        json!([{"name": "replica", "protocol": "TCP", "port": 9406, "targetPort": "replica"}])
+    );
+    assert_eq!(svc["spec"]["selector"], pod_selector(&objs, "p"));
+    // agents still connect to the one gRPC Service
+    assert_eq!(
+        objs.get("Service", "p-argocd-pull-principal")["spec"]["ports"],
+        json!([{"name": "https", "protocol": "TCP", "port": 443, "targetPort": 8443}])
+    );
+
+    // shard and membership Leases: created, renewed, watched; never patched or deleted
+    assert_eq!(
+        lease_verbs(&objs),
+        ["create", "get", "list", "update", "watch"]
+    );
+    let pdb = objs.get("PodDisruptionBudget", "p-argocd-pull-principal");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        pod_selector(&objs, "p")
+    );
+
+    // the defaults; `enabled: true` beside `mode: active-active` is active-active
+    let objs = h.template(
+        CHART,
+        "p",
+        "argocd",
+        &[
+            "--set",
+            "principal.ha.mode=active-active",
+            "--set",
+            "principal.ha.enabled=true",
+            "--set",
+            "replicaCount=2",
+        ],
+    );
+    let e = env(container(objs.get("Deployment", "p-argocd-pull-principal")));
+    assert_eq!(e["ARGOCD_PRINCIPAL_HA_MODE"], "active-active");
+    assert_eq!(e["ARGOCD_PRINCIPAL_HA_SHARDS"], "32");
+    assert_eq!(e["ARGOCD_PRINCIPAL_HA_REPLICA_PORT"], "8406");
+    assert_eq!(e["ARGOCD_PRINCIPAL_LEASE_DURATION"], "3s");
+    assert!(!e.contains_key("ARGOCD_PRINCIPAL_LEADER_ELECT"));
+    assert_eq!(
+        objs.get("Service", "p-argocd-pull-principal-replicas")["spec"]["ports"][0]["port"],
+        8406
+    );
+    assert!(
+        objs.find("PodDisruptionBudget", "p-argocd-pull-principal")
+            .is_some()
+    );
+}
+
+#[test]
+fn bad_ha_values_fail_naming_the_fix() {
+    let Some(h) = helm::helm("principal chart HA values") else {
+        return;
+    };
+    let e = h.template_err(CHART, &["--set", "principal.ha.mode=active-standby"]);
+    assert!(
+        e.contains("/principal/ha/mode") && e.contains("'active-passive', 'active-active'"),
+        "{e}"
+    );
+    // without the schema (--skip-schema-validation), the template says the same
+    let e = h.template_err(
+        CHART,
+        &[
+            "--skip-schema-validation",
+            "--set",
+            "principal.ha.mode=active-standby",
+        ],
+    );
+    assert!(
+        e.contains("principal.ha.mode \"active-standby\" is not supported: use active-passive")
+            && e.contains("or active-active"),
+        "{e}"
+    );
+    for shards in ["0", "1025"] {
+        let e = h.template_err(
+            CHART,
+            &[
+                "--set",
+                "principal.ha.mode=active-active",
+                "--set",
+                &format!("principal.ha.shards={shards}"),
+            ],
+        );
+        assert!(e.contains("/principal/ha/shards"), "{shards}: {e}");
+    }
+    // the replica port must not be one the principal already listens on
+    for (port, taken) in [
+        ("8443", "principal.listen.port"),
+        ("8000", "principal.metrics.port"),
+        ("6379", "the Redis proxy"),
+    ] {
+        let e = h.template_err(
+            CHART,
+            &[
+                "--set",
+                "principal.ha.mode=active-active",
+                "--set",
+                &format!("principal.ha.replicaPort={port}"),
+            ],
+        );
+        assert!(
+            e.contains(&format!(
+                "principal.ha.replicaPort {port} is taken by {taken}"
+            )),
+            "{e}"
+        );
+    }
 }
