@@ -9,6 +9,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // the peer's cross-cluster HA APIs, verbatim (principal/apis/{replication,haadmin})
         "proto/replicationapi/replication.proto",
         "proto/haadminapi/haadmin.proto",
+        // ours, between active/active replicas
+        "proto/argocdpull/redisrelay.proto",
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={f}");

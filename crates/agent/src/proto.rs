@@ -27,6 +27,10 @@ pub mod replicationapi {
 pub mod haadminapi {
     tonic::include_proto!("haadminapi");
 }
+/// Ours (package `argocdpull.redisrelay.v1`): the Redis proxy between active/active replicas.
+pub mod redisrelay {
+    tonic::include_proto!("argocdpull.redisrelay.v1");
+}
 pub mod io {
     pub mod cloudevents {
         pub mod v1 {

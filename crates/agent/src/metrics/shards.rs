@@ -9,9 +9,10 @@ use prometheus_client::registry::Registry;
 
 type Labels = Vec<(String, String)>;
 
-/// The calls a replica forwards (`call` label): the agents' gRPC calls, and the resource
-/// proxy's requests (`resource`, container logs included) and web-terminal upgrades (`exec`).
-pub const FORWARDED_CALLS: [&str; 7] = [
+/// The calls a replica forwards (`call` label): the agents' gRPC calls, the resource proxy's
+/// requests (`resource`, container logs included) and web-terminal upgrades (`exec`), and the
+/// Redis proxy's commands for agents (`redis`).
+pub const FORWARDED_CALLS: [&str; 8] = [
     "authenticate",
     "refresh_token",
     "subscribe",
@@ -19,6 +20,7 @@ pub const FORWARDED_CALLS: [&str; 7] = [
     "stream_terminal",
     "resource",
     "exec",
+    "redis",
 ];
 
 #[derive(Debug, Default)]

@@ -63,6 +63,22 @@ impl Inner {
     }
 }
 
+impl Inner {
+    /// Where the Redis proxy asks `agent`: `None` here, else the owner's replica port.
+    pub(super) async fn redis_route(&self, agent: &str) -> Result<Option<SocketAddr>, String> {
+        let Some(owners) = &self.owners else {
+            return Ok(None);
+        };
+        match owners.wait_owner(agent).await {
+            Owner::Me => Ok(None),
+            Owner::Replica { addr, .. } => Ok(Some(addr)),
+            Owner::Nobody(shard) => Err(format!(
+                "no principal replica holds shard {shard} of agent {agent:?} yet (a replica left or is starting)"
+            )),
+        }
+    }
+}
+
 /// Forwards `req` for `agent` to the replica at `addr` and returns its answer.
 pub(super) async fn resource(
     inner: &Arc<Inner>,

@@ -31,7 +31,15 @@ pub(super) async fn serve(
         inner: inner.clone(),
         forwarded: true,
     };
-    let grpc = routes(&svc, &inner.cfg, &inner.metrics).prepare();
+    let relay = crate::proto::redisrelay::redis_relay_server::RedisRelayServer::new(
+        super::redis_proxy::relay::RelaySvc(inner.clone()),
+    );
+    let grpc = routes(&svc, &inner.cfg, &inner.metrics)
+        .add_service(crate::grpc_metrics::Metered::new(
+            relay,
+            &inner.metrics.grpc,
+        ))
+        .prepare();
     tracing::info!(addr = %listener.local_addr()?, "taking the other replicas' forwarded calls");
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder

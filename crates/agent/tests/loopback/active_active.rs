@@ -16,15 +16,16 @@ use argocd_pull_agent::ha::active_active::{self, ActiveActive};
 use argocd_pull_agent::ha::{Replica as ReplicaDeps, Role};
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
 use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::{PrincipalConfig, ResourceProxyConfig};
+use argocd_pull_agent::principal::{PrincipalConfig, RedisProxyConfig, ResourceProxyConfig};
 use argocd_pull_agent::store::{Kind, MemStore, Store};
+use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::fake_pods::{FakePods, Seen};
 use crate::harness::*;
-use argocd_pull_agent::agent::ResourceProxyClient;
+use argocd_pull_agent::agent::{LocalRedisProxy, ResourceProxyClient};
 use argocd_pull_agent::resource::kubeconfig_yaml;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, AttachParams, LogParams};
@@ -59,6 +60,12 @@ impl Replica {
             jwt.to_string(),
         );
         cfg.namespace = "argocd".into();
+        if let Some((p, hub)) = &ports.redis {
+            cfg.redis_proxy = Some(RedisProxyConfig::new(
+                format!("{host}:{p}").parse().unwrap(),
+                hub,
+            ));
+        }
         if let Some(p) = ports.proxy {
             cfg.resource_proxy = Some(ResourceProxyConfig::new(
                 format!("{host}:{p}").parse().unwrap(),
@@ -148,6 +155,19 @@ fn metric(m: &Metrics, name: &str) -> f64 {
         .sum()
 }
 
+/// The value of one exact series (`name{labels}`), 0 when absent.
+fn metric_of(m: &Metrics, series: &str) -> f64 {
+    m.encode()
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .parse::<f64>()
+                .ok()
+        })
+        .sum()
+}
+
 /// A Service: each connection goes to the next replica (round robin) that accepts it.
 async fn service(backends: Vec<SocketAddr>) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -176,11 +196,13 @@ async fn service(backends: Vec<SocketAddr>) -> SocketAddr {
 }
 
 /// The replicas' ports: the same on each replica's address, as pods behind a Service.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Ports {
     grpc: u16,
     replica: u16,
     proxy: Option<u16>,
+    /// the Redis proxy's port and the hub Redis
+    redis: Option<(u16, String)>,
 }
 
 /// Free ports on 127.0.0.2 (`proxy`: with the resource proxy).
@@ -194,6 +216,7 @@ async fn ports(proxy: bool) -> Ports {
         grpc,
         replica,
         proxy: proxy.then_some(p),
+        redis: None,
     }
 }
 
@@ -215,7 +238,7 @@ async fn replicas(
     // every replica signs with the same key (the `argocd-agent-jwt` Secret)
     let jwt = throwaway_jwt_key();
     let replicas: Vec<Replica> = (0..n)
-        .map(|i| Replica::start(i, ports, h.client(), hub.clone(), pki, &jwt))
+        .map(|i| Replica::start(i, ports.clone(), h.client(), hub.clone(), pki, &jwt))
         .collect();
     let backends = (0..n)
         .map(|i| format!("127.0.0.{}:{}", i + 2, ports.grpc).parse().unwrap())
@@ -421,7 +444,7 @@ async fn argo_cd_reaches_every_agents_logs_and_terminal_through_any_replica() {
     let pki = LocalPki::new().unwrap();
     let hub = MemStore::new();
     let ports = ports(true).await;
-    let (replicas, svc) = replicas(&h, &hub, &pki, REPLICAS, ports).await;
+    let (replicas, svc) = replicas(&h, &hub, &pki, REPLICAS, ports.clone()).await;
     let names = ["a", "b", "c"];
     let mut agents = Vec::new();
     let mut fakes = Vec::new();
@@ -479,16 +502,13 @@ async fn argo_cd_reaches_every_agents_logs_and_terminal_through_any_replica() {
     let forwarded: f64 = replicas
         .iter()
         .map(|r| {
-            let m = r.metrics.encode();
-            m.lines()
-                .filter(|l| {
-                    l.starts_with("argocd_principal_ha_streams_forwarded_total{call=\"resource\"}")
-                        || l.starts_with(
-                            "argocd_principal_ha_streams_forwarded_total{call=\"exec\"}",
-                        )
-                })
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum::<f64>()
+            metric_of(
+                &r.metrics,
+                "argocd_principal_ha_streams_forwarded_total{call=\"resource\"}",
+            ) + metric_of(
+                &r.metrics,
+                "argocd_principal_ha_streams_forwarded_total{call=\"exec\"}",
+            )
         })
         .sum();
     assert_eq!(
@@ -497,6 +517,113 @@ async fn argo_cd_reaches_every_agents_logs_and_terminal_through_any_replica() {
         "each agent's logs and terminal were forwarded by the two replicas not serving it"
     );
     for a in agents {
+        a.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn argo_cd_s_redis_reaches_every_agent_through_any_replica() {
+    use redis::AsyncCommands;
+    if !crate::redis_server::available() {
+        println!(
+            "SKIP: redis-server is not installed (apt-get install redis-server); active/active Redis proxy test not run"
+        );
+        return;
+    }
+    init();
+    let h = argocd_pull_hub::Hub::new();
+    let pki = LocalPki::new().unwrap();
+    let hub = MemStore::new();
+    let hub_redis = crate::redis_server::RedisServer::start().await;
+    let mut ports = ports(false).await;
+    let redis_port = TcpListener::bind("127.0.0.2:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    ports.redis = Some((redis_port, hub_redis.addr.clone()));
+    let (replicas, svc) = replicas(&h, &hub, &pki, REPLICAS, ports).await;
+    let names = ["agent-a", "agent-b", "agent-c"];
+    let mut agents = Vec::new();
+    for n in names {
+        let r = crate::redis_server::RedisServer::start().await;
+        let mut c = AgentConfig::new(svc, pki.agent(n).unwrap(), Mode::Managed);
+        c.reconnect_max = Duration::from_millis(500);
+        c.redis_proxy = Some(LocalRedisProxy::new(&r.addr));
+        let a = Agent::start(c, Arc::new(MemStore::new()), Metrics::new("argocd_agent"))
+            .await
+            .unwrap();
+        tokio::time::timeout(T, a.wait_connected(0)).await.unwrap();
+        let mut conn = r.conn().await;
+        let _: () = conn
+            .set(
+                "app|resources-tree|guestbook|1.8.3.gz",
+                format!("tree of {n}"),
+            )
+            .await
+            .unwrap();
+        agents.push((a, r));
+    }
+    let url = |i: usize| format!("redis://127.0.0.{}:{redis_port}/?protocol=resp3", i + 2);
+    // one Argo CD connection per replica reads every agent's key: most are served elsewhere
+    for i in 0..REPLICAS {
+        let mut c = redis::Client::open(url(i))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        for n in names {
+            let v: String = c
+                .get(format!("app|resources-tree|{n}_guestbook|1.8.3.gz"))
+                .await
+                .unwrap_or_else(|e| panic!("GET of {n} through replica {i}: {e}"));
+            assert_eq!(v, format!("tree of {n}"));
+        }
+    }
+    // one subscription connection for every agent's channel, on one replica
+    let mut ps = redis::Client::open(url(0))
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    for n in names {
+        ps.subscribe(format!("app|resources-tree|{n}_guestbook|1.8.3.gz"))
+            .await
+            .unwrap();
+    }
+    let mut msgs = ps.on_message();
+    for (k, n) in names.iter().enumerate() {
+        let mut a = agents[k].1.conn().await;
+        let receivers: i64 = a
+            .publish("app|resources-tree|guestbook|1.8.3.gz", "")
+            .await
+            .unwrap();
+        assert_eq!(receivers, 1, "{n} subscribed on its own Redis");
+        let m = tokio::time::timeout(T, msgs.next())
+            .await
+            .expect("pushed in time")
+            .expect("a message");
+        assert_eq!(
+            m.get_channel_name(),
+            format!("app|resources-tree|{n}_guestbook|1.8.3.gz")
+        );
+    }
+    let forwarded: f64 = replicas
+        .iter()
+        .map(|r| {
+            metric_of(
+                &r.metrics,
+                "argocd_principal_ha_streams_forwarded_total{call=\"redis\"}",
+            )
+        })
+        .sum();
+    assert!(
+        forwarded >= 1.0,
+        "commands for agents served elsewhere were relayed"
+    );
+    drop(msgs);
+    for (a, _) in agents {
         a.shutdown().await;
     }
 }

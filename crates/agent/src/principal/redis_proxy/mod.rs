@@ -20,6 +20,7 @@
 //! * UNSUBSCRIBE also stops the pushes of the named agent channels (still forwarded to the hub,
 //!   whose confirmation the client reads).
 
+pub(super) mod relay;
 mod resp;
 mod track;
 
@@ -222,6 +223,7 @@ async fn serve(inner: Arc<Inner>, cfg: Arc<RedisProxyConfig>, client: BoxIo) {
         let _ = conn.tx.send(resp::error(e)).await;
     }
     proxy.remove_conn(&conn.id);
+    conn.end_relays();
     if let Some(p) = pinger {
         p.abort();
     }
@@ -335,8 +337,23 @@ async fn command_loop(
     }
 }
 
-/// Sends `body` to `agent` for this connection and waits for its answer.
+/// Sends `body` to `agent` for connection `conn` and waits for its answer: here, or on the
+/// active/active replica serving the agent ([`relay`]).
 async fn ask(
+    inner: &Arc<Inner>,
+    cfg: &RedisProxyConfig,
+    conn: &Arc<ConnShared>,
+    agent: &str,
+    body: RedisCommandBody,
+) -> Result<RedisResponseBody, String> {
+    match inner.redis_route(agent).await? {
+        Some(addr) => relay::ask_there(inner, addr, conn, agent, body).await,
+        None => ask_here(inner, cfg, &conn.id, agent, body).await,
+    }
+}
+
+/// [`ask`] of an agent this principal serves.
+async fn ask_here(
     inner: &Arc<Inner>,
     cfg: &RedisProxyConfig,
     conn_id: &str,
@@ -369,7 +386,7 @@ async fn ask(
     }
 }
 
-fn used(conn: &ConnShared, agent: &str) {
+pub(super) fn used(conn: &ConnShared, agent: &str) {
     conn.agents
         .lock()
         .expect("poisoned")
@@ -391,7 +408,7 @@ async fn agent_get(
         }),
         ..Default::default()
     };
-    let r = ask(inner, cfg, &conn.id, agent, body).await.and_then(|b| {
+    let r = ask(inner, cfg, conn, agent, body).await.and_then(|b| {
         let g = b
             .get
             .ok_or_else(|| format!("agent {agent:?} answered GET without a get response"))?;
@@ -437,7 +454,7 @@ async fn agent_subscribe(
         .lock()
         .expect("poisoned")
         .insert((agent.to_string(), channel.to_string()));
-    let r = ask(inner, cfg, &conn.id, agent, body)
+    let r = ask(inner, cfg, conn, agent, body)
         .await
         .and_then(|b| match b.subscribe_response {
             Some(s) if s.error.is_empty() => Ok(()),
@@ -490,7 +507,7 @@ fn spawn_pinger(
                     ping: Some(Default::default()),
                     ..Default::default()
                 };
-                ask(&inner, &cfg, &conn.id, a, body)
+                ask(&inner, &cfg, &conn, a, body)
             });
             for (a, r) in agents.iter().zip(futures::future::join_all(pings).await) {
                 if let Err(e) = r {
@@ -543,6 +560,19 @@ impl Inner {
                 .contains(&(a.name.clone(), p.channel_name.clone()));
             if !subscribed {
                 tracing::debug!(agent = %a.name, channel = %p.channel_name, "redis push for a channel the connection does not subscribe; dropped");
+                return Ok(());
+            }
+            if let Some(relay) = &conn.relay {
+                // another replica's connection: the push goes there
+                let push = (a.name.clone(), p.channel_name.clone());
+                if let Err(tokio::sync::mpsc::error::TrySendError::Full(push)) =
+                    relay.try_send(push)
+                {
+                    let relay = relay.clone();
+                    tokio::spawn(async move {
+                        let _ = relay.send(push).await;
+                    });
+                }
                 return Ok(());
             }
             let msg = resp::message(&p.channel_name, conn.resp3.load(Ordering::SeqCst));

@@ -30,6 +30,12 @@ pub struct ConnShared {
     /// Ends the connection (agent gone, failed ping).
     pub close: Notify,
     pub closed: AtomicBool,
+    /// Active/active, on the replica serving the agents: this is another replica's connection,
+    /// whose subscription pushes go there as `(agent, channel)`.
+    pub relay: Option<mpsc::Sender<(String, String)>>,
+    /// ... and on the replica holding Argo CD's connection: the push streams from the replicas
+    /// serving the agents it uses, by replica.
+    pub relays: Mutex<HashMap<std::net::SocketAddr, tokio::task::AbortHandle>>,
 }
 
 impl ConnShared {
@@ -42,6 +48,24 @@ impl ConnShared {
             subs: Mutex::new(HashSet::new()),
             close: Notify::new(),
             closed: AtomicBool::new(false),
+            relay: None,
+            relays: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Another replica's connection `id`, whose pushes go to `relay`.
+    pub fn relayed(id: String, relay: mpsc::Sender<(String, String)>) -> Self {
+        let (tx, _) = mpsc::channel(1);
+        Self {
+            relay: Some(relay),
+            ..Self::new(id, tx)
+        }
+    }
+
+    /// Stops the push streams from other replicas (the connection ended).
+    pub fn end_relays(&self) {
+        for (_, h) in lock(&self.relays).drain() {
+            h.abort();
         }
     }
 
