@@ -4,6 +4,7 @@
 //! The Kubernetes APIs are `argocd-pull demo --keep-running` processes (embedded hubs served
 //! over HTTP with a kubeconfig); the PKI comes from `argocd-pull pki`.
 
+mod active_active;
 mod cross_cluster;
 mod leader_elect;
 
@@ -68,6 +69,26 @@ impl Proc {
             child,
             lines,
             log,
+        }
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for the process to exit on its own: its exit code (`None`: killed by a signal).
+    pub(crate) fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: did not exit within {within:?}",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 

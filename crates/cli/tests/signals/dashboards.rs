@@ -245,9 +245,9 @@ fn helm_template() -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
-/// The chart rendered with its dashboard and PrometheusRule: the dashboard JSON, the alerts'
-/// `(name, expr)`.
-fn render(helm: &Path, chart: &str) -> (Value, Vec<(String, String)>) {
+/// The chart rendered with its dashboard and PrometheusRule (and `values`, `--set` pairs): the
+/// dashboard JSON, the alerts' `(name, expr)`.
+fn render(helm: &Path, chart: &str, values: &[&str]) -> (Value, Vec<(String, String)>) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../charts")
         .join(chart);
@@ -257,6 +257,7 @@ fn render(helm: &Path, chart: &str) -> (Value, Vec<(String, String)>) {
         .args(["-n", "monitoring"])
         .args(["--set", "grafanaDashboard.enabled=true"])
         .args(["--set", "prometheusRule.enabled=true"])
+        .args(values.iter().flat_map(|v| ["--set", v]))
         .output()
         .expect("run helm-template");
     assert!(
@@ -447,7 +448,7 @@ fn dashboards_and_alerts_query_only_what_the_binaries_expose() {
     let mut by_chart = BTreeMap::new();
     for (chart, body) in &bodies {
         let exposed = exposed(body);
-        let (dashboard, alerts) = render(&helm, chart);
+        let (dashboard, alerts) = render(&helm, chart, &[]);
         let mut queries = dashboard_queries(&dashboard, &format!("{chart} dashboard"));
         let panels = queries.len();
         assert!(panels >= 15, "{chart}: {panels} dashboard queries");
@@ -468,6 +469,30 @@ fn dashboards_and_alerts_query_only_what_the_binaries_expose() {
             alerts.into_iter().map(|(n, _)| n).collect::<Vec<_>>(),
         );
     }
+    // active/active replicas (issue 29): their alert reads the shard metrics every principal has
+    let (_, aa) = render(
+        &helm,
+        "argocd-pull-principal",
+        &["principal.ha.mode=active-active", "replicaCount=3"],
+    );
+    let names: Vec<&str> = aa.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "ArgoCDPullAgentDisconnected",
+            "ArgoCDPullPrincipalEventsQueueGrowing",
+            "ArgoCDPullResourceProxyErrors",
+            "ArgoCDPullPrincipalShardsWithoutOwner"
+        ]
+    );
+    let queries: Vec<Query> = aa
+        .into_iter()
+        .map(|(name, expr)| Query {
+            source: format!("argocd-pull-principal (active-active) alert {name}"),
+            expr,
+        })
+        .collect();
+    all.extend(problems(&queries, &exposed(&bodies[1].1), true, &[]));
     assert!(all.is_empty(), "{}", all.join("\n"));
     // the alerts issue 30 asks for
     assert_eq!(
