@@ -1,0 +1,559 @@
+//! Active/active principal replicas at fleet scale (issue 29): `BENCH_AGENTS` (default 10,000)
+//! managed agents with real TLS gRPC streams, `BENCH_APPS` (default 10) Applications each, reach
+//! the replicas through one round-robin TCP balancer (a Service). Run with 1 replica and then
+//! with `BENCH_REPLICAS` (default 3) side by side, so the gain is a ratio:
+//!
+//! * connected and resynced, every Application delivered, each replica's share of the agents;
+//! * each replica's RSS (its own process: this binary re-executed) idle, with its agents, and at
+//!   peak, against a process holding only the same hub store (the API server's data in a real
+//!   deployment);
+//! * an update of every Application, delivered (events/s), before and after one replica is
+//!   SIGKILLed; the killed replica's agents back and resynced, and a new Application reaching
+//!   every agent afterwards: nothing lost, nothing re-created.
+//!
+//! The replicas share shard Leases on an embedded hub served over HTTP; each holds the hub's
+//! Applications in its own store (as each would watch the API server).
+//! `cargo bench -p argocd-pull-agent --bench scale_out`. Results: docs/performance.md.
+
+use std::io::{BufRead, Write};
+use std::net::SocketAddr;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use argocd_pull_agent::Mode;
+use argocd_pull_agent::agent::{Agent, AgentConfig};
+use argocd_pull_agent::ha::active_active::{self, ActiveActive};
+use argocd_pull_agent::ha::{Replica, Role};
+use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
+use argocd_pull_agent::metrics::Metrics;
+use argocd_pull_agent::principal::PrincipalConfig;
+use argocd_pull_agent::store::{Kind, MemStore, Store};
+use argocd_pull_agent::tls::TlsMaterial;
+use serde_json::json;
+use tokio::net::{TcpListener, TcpStream};
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn app(ns: &str, name: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": name, "namespace": ns,
+                     "labels": {"team": "platform", "app.kubernetes.io/part-of": "fleet"}},
+        "spec": {"project": "default",
+                 "source": {"repoURL": "https://github.com/argoproj/argocd-example-apps.git",
+                            "path": format!("guestbook/{name}"), "targetRevision": "HEAD"},
+                 "destination": {"server": "https://kubernetes.default.svc", "namespace": name},
+                 "syncPolicy": {"automated": {"prune": true, "selfHeal": true}}}
+    })
+}
+
+async fn hub(agents: usize, apps: usize) -> MemStore {
+    let hub = MemStore::new();
+    for a in 0..agents {
+        for i in 0..apps {
+            hub.create(
+                Kind::Application,
+                app(&format!("agent-{a}"), &format!("app-{i}")),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    hub
+}
+
+fn status_kib(pid: &str, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn metric(m: &Metrics, name: &str) -> f64 {
+    m.encode()
+        .lines()
+        .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A child: one replica (`BENCH_ROLE=replica`) or only the hub store (`store-only`). Commands on
+/// stdin, each answered by one line: `stats`, `touch <revision>` (every Application's
+/// targetRevision), `add <name>` (one more Application per agent); EOF stops it (SIGTERM-like).
+async fn child(role: &str) {
+    let (agents, apps) = (env("BENCH_AGENTS", 10_000), env("BENCH_APPS", 10));
+    let hub = hub(agents, apps).await;
+    let metrics = Metrics::new("argocd_principal");
+    let token = argocd_pull_ops::CancellationToken::new();
+    let mut run = None;
+    if role == "replica" {
+        let dir = std::path::PathBuf::from(std::env::var("BENCH_DIR").unwrap());
+        let read = |f: &str| std::fs::read(dir.join(f)).unwrap();
+        let tls = TlsMaterial {
+            cert_pem: read("tls.crt"),
+            key_pem: read("tls.key"),
+            ca_pem: read("ca.crt"),
+        };
+        let jwt = String::from_utf8(read("jwt.key")).unwrap();
+        let i = env("BENCH_INDEX", 0);
+        let host = format!("127.0.0.{}", i + 2);
+        let mut cfg = PrincipalConfig::new(
+            format!("{host}:{}", env("BENCH_GRPC_PORT", 0))
+                .parse()
+                .unwrap(),
+            tls,
+            jwt,
+        );
+        cfg.namespace = "argocd".into();
+        let aa = ActiveActive::new(
+            "argocd-agent-principal",
+            "argocd",
+            &format!("principal-{i}"),
+            &host,
+            Duration::from_secs(3),
+            32,
+            env("BENCH_REPLICA_PORT", 0) as u16,
+        )
+        .unwrap();
+        let kc = kube::config::Kubeconfig::read_from(dir.join("hub.kubeconfig")).unwrap();
+        let kcfg =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .unwrap();
+        let client = kube::Client::try_from(kcfg).unwrap();
+        let deps = Replica {
+            client,
+            store: Arc::new(hub.clone()),
+            metrics: metrics.clone(),
+            role: tokio::sync::watch::channel(Role::Recovering).0,
+            tls: None,
+        };
+        run = Some(tokio::spawn(active_active::run(
+            aa,
+            cfg,
+            deps,
+            token.clone(),
+        )));
+    }
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        while std::io::stdin().read_line(&mut s).unwrap_or(0) > 0 {
+            let _ = tx.send(std::mem::take(&mut s));
+        }
+    });
+    while let Some(line) = rx.recv().await {
+        let line = line.trim();
+        if line == "stats" {
+            println!(
+                "stats {} {} {} {} {}",
+                metrics.connected_agents.get(),
+                metric(&metrics, "argocd_principal_ha_shards_held"),
+                status_kib("self", "VmRSS:"),
+                status_kib("self", "VmHWM:"),
+                metric(
+                    &metrics,
+                    "argocd_principal_ha_streams_forwarded_total{call=\"subscribe\"}"
+                ),
+            );
+        } else if let Some(rev) = line.strip_prefix("touch ") {
+            for a in 0..agents {
+                for i in 0..apps {
+                    hub.merge_patch(
+                        Kind::Application,
+                        &format!("agent-{a}"),
+                        &format!("app-{i}"),
+                        json!({"spec": {"source": {"targetRevision": rev}}}),
+                    )
+                    .await
+                    .unwrap();
+                }
+            }
+            println!("done");
+        } else if let Some(name) = line.strip_prefix("add ") {
+            for a in 0..agents {
+                hub.create(Kind::Application, app(&format!("agent-{a}"), name))
+                    .await
+                    .unwrap();
+            }
+            println!("done");
+        }
+        std::io::stdout().flush().unwrap();
+    }
+    token.cancel();
+    if let Some(r) = run {
+        let _ = r.await;
+    }
+}
+
+struct Proc {
+    child: Child,
+    out: std::io::BufReader<ChildStdout>,
+}
+
+impl Proc {
+    fn spawn(role: &str, dir: &std::path::Path, vars: &[(&str, String)]) -> Proc {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.env("BENCH_ROLE", role)
+            .env("BENCH_DIR", dir)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "{role} started");
+        Proc { child, out }
+    }
+
+    fn send(&mut self, cmd: &str) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{cmd}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn answer(&mut self) -> String {
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        line.trim().to_string()
+    }
+
+    fn ask(&mut self, cmd: &str) -> String {
+        self.send(cmd);
+        self.answer()
+    }
+
+    /// connected agents, shards held, RSS and peak (KiB), subscribes forwarded
+    fn stats(&mut self) -> (i64, f64, u64, u64, f64) {
+        let s = self.ask("stats");
+        let f: Vec<&str> = s.split_whitespace().skip(1).collect();
+        (
+            f[0].parse().unwrap(),
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+            f[3].parse().unwrap(),
+            f[4].parse().unwrap(),
+        )
+    }
+
+    fn stop(mut self) {
+        drop(self.child.stdin.take());
+        self.child.wait().unwrap();
+    }
+}
+
+/// Round robin over the backends that accept (a Service).
+async fn balancer(backends: Vec<SocketAddr>) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut c, _)) = l.accept().await else {
+                return;
+            };
+            let (backends, next) = (backends.clone(), next.clone());
+            tokio::spawn(async move {
+                let start = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                for k in 0..backends.len() {
+                    if let Ok(mut up) =
+                        TcpStream::connect(backends[(start + k) % backends.len()]).await
+                    {
+                        let _ = up.set_nodelay(true);
+                        let _ = tokio::io::copy_bidirectional(&mut c, &mut up).await;
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    match std::env::var("BENCH_ROLE") {
+        Ok(role) => rt.block_on(child(&role)),
+        Err(_) => rt.block_on(drive()),
+    }
+}
+
+/// Waits until `f` (polled every 250 ms) is true; the time it took. Panics after `limit`.
+async fn until<F, Fut>(what: &str, limit: Duration, f: F) -> Duration
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let t0 = Instant::now();
+    if std::env::var("BENCH_DEBUG").is_ok() {
+        eprintln!("waiting: {what}");
+    }
+    while !f().await {
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    t0.elapsed()
+}
+
+/// How many of `agents` hold Application `name` at `revision` (`None`: any).
+async fn holding(agents: &[(Agent, MemStore)], name: Option<&str>, revision: &str) -> usize {
+    let mut n = 0;
+    for (_, s) in agents {
+        for o in s.list(Kind::Application, Some("argocd")).await.unwrap() {
+            if name.is_none_or(|w| o["metadata"]["name"] == w)
+                && (revision.is_empty() || o["spec"]["source"]["targetRevision"] == revision)
+            {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+async fn drive() {
+    let (n, apps) = (env("BENCH_AGENTS", 10_000), env("BENCH_APPS", 10));
+    let replicas = env("BENCH_REPLICAS", 3);
+    let pki = LocalPki::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (f, b) in [
+        ("tls.crt", &pki.principal.cert_pem),
+        ("tls.key", &pki.principal.key_pem),
+        ("ca.crt", &pki.principal.ca_pem),
+    ] {
+        std::fs::write(dir.path().join(f), b).unwrap();
+    }
+    std::fs::write(dir.path().join("jwt.key"), throwaway_jwt_key()).unwrap();
+    let store_only = Proc::spawn("store-only", dir.path(), &[]);
+    let store_kib = status_kib(&store_only.child.id().to_string(), "VmHWM:");
+    store_only.stop();
+    println!(
+        "agents={n} apps_per_agent={apps} hub_store_alone_mib={:.0}",
+        store_kib as f64 / 1024.0
+    );
+    for count in [1, replicas] {
+        run(&pki, dir.path(), n, apps, count, store_kib).await;
+    }
+}
+
+async fn run(
+    pki: &LocalPki,
+    dir: &std::path::Path,
+    n: usize,
+    apps: usize,
+    count: usize,
+    store_kib: u64,
+) {
+    // the Leases' API server
+    let hub = argocd_pull_hub::Hub::new();
+    let ns: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(hub.client());
+    ns.create(
+        &Default::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "argocd"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let served = hub.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    std::fs::write(dir.join("hub.kubeconfig"), served.kubeconfig_yaml()).unwrap();
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.2:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (grpc, replica_port) = (free(), free());
+    let mut procs: Vec<Proc> = (0..count)
+        .map(|i| {
+            Proc::spawn(
+                "replica",
+                dir,
+                &[
+                    ("BENCH_INDEX", i.to_string()),
+                    ("BENCH_GRPC_PORT", grpc.to_string()),
+                    ("BENCH_REPLICA_PORT", replica_port.to_string()),
+                ],
+            )
+        })
+        .collect();
+    // every shard held before the agents come (a fleet joining a running set of replicas)
+    let t0 = Instant::now();
+    loop {
+        let held: f64 = procs.iter_mut().map(|p| p.stats().1).sum();
+        if held == 32.0 {
+            let shares: Vec<f64> = procs.iter_mut().map(|p| p.stats().1).collect();
+            let fair = 32 / count;
+            if shares
+                .iter()
+                .all(|&s| s as usize == fair || s as usize == fair + 1)
+            {
+                break;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "shards split");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let idle: Vec<u64> = procs.iter_mut().map(|p| p.stats().2).collect();
+    let svc = balancer(
+        (0..count)
+            .map(|i| format!("127.0.0.{}:{grpc}", i + 2).parse().unwrap())
+            .collect(),
+    )
+    .await;
+    let started = Instant::now();
+    let mut agents: Vec<(Agent, MemStore)> = Vec::with_capacity(n);
+    for i in 0..n {
+        let c = AgentConfig::new(
+            svc,
+            pki.agent(&format!("agent-{i}")).unwrap(),
+            Mode::Managed,
+        );
+        let store = MemStore::with_capacity(apps + 1);
+        let a = Agent::start(c, Arc::new(store.clone()), Metrics::new("argocd_agent"))
+            .await
+            .unwrap();
+        agents.push((a, store));
+    }
+    let limit = Duration::from_secs(600);
+    let owned = agents;
+    let agents = &owned;
+    until("every agent connected", limit, || async {
+        agents.iter().all(|(a, _)| a.is_connected())
+    })
+    .await;
+    let connected = started.elapsed();
+    until("every Application delivered", limit, || async {
+        holding(agents, None, "").await == n * apps
+    })
+    .await;
+    let delivered = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await; // queues drained (not a sync: a settle)
+    let stats: Vec<(i64, f64, u64, u64, f64)> = procs.iter_mut().map(|p| p.stats()).collect();
+    let fair = n as f64 / count as f64;
+    let shares: Vec<String> = stats
+        .iter()
+        .map(|s| format!("{} ({:+.1} %)", s.0, (s.0 as f64 - fair) / fair * 100.0))
+        .collect();
+    let per_agent: Vec<String> = stats
+        .iter()
+        .zip(&idle)
+        .map(|(s, i)| format!("{:.1}", s.2.saturating_sub(*i) as f64 / s.0.max(1) as f64))
+        .collect();
+    let peaks: Vec<String> = stats
+        .iter()
+        .map(|s| {
+            format!(
+                "{:.0}/{:.0}",
+                s.3 as f64 / 1024.0,
+                s.3.saturating_sub(store_kib) as f64 / 1024.0
+            )
+        })
+        .collect();
+    let forwarded: f64 = stats.iter().map(|s| s.4).sum();
+    println!(
+        "replicas={count}: connected_s={:.1} delivered_s={:.1} ({:.0} Applications/s); agents per replica {} (fair {fair:.0}); \
+         RSS per connected agent KiB {}; peak MiB raw/minus hub store {}; streams forwarded {forwarded}",
+        connected.as_secs_f64(),
+        delivered.as_secs_f64(),
+        (n * apps) as f64 / delivered.as_secs_f64(),
+        shares.join(", "),
+        per_agent.join(", "),
+        peaks.join(", "),
+    );
+    // an update of every Application, delivered
+    // every replica holds the whole hub (as each watches the API server): all are written at
+    // once, and the one serving an agent delivers
+    let wave = |procs: &mut Vec<Proc>, cmd: &str| {
+        for p in procs.iter_mut() {
+            p.send(cmd);
+        }
+        for p in procs.iter_mut() {
+            assert_eq!(p.answer(), "done");
+        }
+    };
+    let t = Instant::now();
+    wave(&mut procs, "touch v1");
+    until("the update delivered", limit, || async {
+        let h = holding(agents, None, "v1").await;
+        if std::env::var("BENCH_DEBUG").is_ok() {
+            eprintln!("v1 held {h}/{}", n * apps);
+        }
+        h == n * apps
+    })
+    .await;
+    let before = (n * apps) as f64 / t.elapsed().as_secs_f64();
+    if count < 2 {
+        println!("replicas=1: update of every Application delivered at {before:.0} events/s");
+        for p in procs {
+            p.stop();
+        }
+        futures::future::join_all(owned.into_iter().map(|(a, _)| a.shutdown())).await;
+        return;
+    }
+    // SIGKILL one replica
+    let conns: Vec<u64> = agents.iter().map(|(a, _)| a.connections()).collect();
+    let mut killed = procs.remove(0);
+    let t = Instant::now();
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
+    let taken = loop {
+        let held: f64 = procs.iter_mut().map(|p| p.stats().1).sum();
+        if held == 32.0 {
+            break t.elapsed();
+        }
+        assert!(t.elapsed() < limit, "shards taken over");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    until("the killed replica's agents back", limit, || async {
+        agents.iter().all(|(a, _)| a.is_connected())
+    })
+    .await;
+    let back = t.elapsed();
+    let moved = (0..n)
+        .filter(|&i| agents[i].0.connections() > conns[i])
+        .count();
+    wave(&mut procs, "add app-after");
+    until("a new Application on every agent", limit, || async {
+        holding(agents, Some("app-after"), "").await == n
+    })
+    .await;
+    let after_new = t.elapsed();
+    let t2 = Instant::now();
+    wave(&mut procs, "touch v2");
+    until("the second update delivered", limit, || async {
+        holding(agents, None, "v2").await == n * apps
+    })
+    .await;
+    let after = (n * apps) as f64 / t2.elapsed().as_secs_f64();
+    let total = holding(agents, None, "").await;
+    println!(
+        "replicas={count}, one SIGKILLed: shards taken in {:.1}s, {} agents reconnected, all connected {:.1}s after the kill, \
+         a new Application on every agent {:.1}s after it; {total} Applications held (lost {}); \
+         update of every Application {before:.0} events/s before, {after:.0} after",
+        taken.as_secs_f64(),
+        moved,
+        back.as_secs_f64(),
+        after_new.as_secs_f64(),
+        (n * (apps + 1)).saturating_sub(total),
+    );
+    for p in procs {
+        p.stop();
+    }
+    futures::future::join_all(owned.into_iter().map(|(a, _)| a.shutdown())).await;
+}
