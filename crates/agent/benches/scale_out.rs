@@ -12,7 +12,9 @@
 //!   every agent afterwards: nothing lost, nothing re-created.
 //!
 //! The replicas share shard Leases on an embedded hub served over HTTP; each holds the hub's
-//! Applications in its own store (as each would watch the API server).
+//! Applications in its own store (as each would watch the API server). The agents live in
+//! processes of 5,000 each, each with its own balancer (a process may hold 20,000 descriptors
+//! here, and an agent takes three with the balancer), started at 2,000 agents a second.
 //! `cargo bench -p argocd-pull-agent --bench scale_out`. Results: docs/performance.md.
 
 use std::io::{BufRead, Write};
@@ -31,7 +33,7 @@ use argocd_pull_agent::principal::PrincipalConfig;
 use argocd_pull_agent::store::{Kind, MemStore, Store};
 use argocd_pull_agent::tls::TlsMaterial;
 use serde_json::json;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -257,7 +259,7 @@ impl Proc {
 
 /// Round robin over the backends that accept (a Service).
 async fn balancer(backends: Vec<SocketAddr>) -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let l = argocd_pull_ops::net::listen("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = l.local_addr().unwrap();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     tokio::spawn(async move {
@@ -289,42 +291,117 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    match std::env::var("BENCH_ROLE") {
-        Ok(role) => rt.block_on(child(&role)),
+    match std::env::var("BENCH_ROLE").as_deref() {
+        Ok("agents") => rt.block_on(agent_host()),
+        Ok(role) => rt.block_on(child(role)),
         Err(_) => rt.block_on(drive()),
     }
 }
 
-/// Waits until `f` (polled every 250 ms) is true; the time it took. Panics after `limit`.
-async fn until<F, Fut>(what: &str, limit: Duration, f: F) -> Duration
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let t0 = Instant::now();
-    if std::env::var("BENCH_DEBUG").is_ok() {
-        eprintln!("waiting: {what}");
-    }
-    while !f().await {
-        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    t0.elapsed()
-}
-
-/// How many of `agents` hold Application `name` at `revision` (`None`: any).
-async fn holding(agents: &[(Agent, MemStore)], name: Option<&str>, revision: &str) -> usize {
+/// How many of `agents` hold Application `name` at `revision` (`*`: any).
+async fn holding(agents: &[(Agent, MemStore)], name: &str, revision: &str) -> usize {
     let mut n = 0;
     for (_, s) in agents {
         for o in s.list(Kind::Application, Some("argocd")).await.unwrap() {
-            if name.is_none_or(|w| o["metadata"]["name"] == w)
-                && (revision.is_empty() || o["spec"]["source"]["targetRevision"] == revision)
+            if (name == "*" || o["metadata"]["name"] == name)
+                && (revision == "*" || o["spec"]["source"]["targetRevision"] == revision)
             {
                 n += 1;
             }
         }
     }
     n
+}
+
+/// A child holding agents `BENCH_FROM..BENCH_TO` behind its own round-robin balancer over
+/// `BENCH_BACKENDS` (a process has 20,000 file descriptors here: an agent takes three with the
+/// balancer, so the fleet is spread over several processes). Started at 2,000 agents a second
+/// over all hosts. Commands, one line each: `connected`, `count <name|*> <revision|*>`, `mark`,
+/// `moved` (agents reconnected since the mark).
+async fn agent_host() {
+    let (from, to) = (env("BENCH_FROM", 0), env("BENCH_TO", 0));
+    let hosts = env("BENCH_HOSTS", 1);
+    let apps = env("BENCH_APPS", 10);
+    let dir = std::path::PathBuf::from(std::env::var("BENCH_DIR").unwrap());
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    let ca = argocd_pull_agent::pki::Ca::from_pem(&read("ca.crt"), &read("ca.key")).unwrap();
+    let backends: Vec<SocketAddr> = std::env::var("BENCH_BACKENDS")
+        .unwrap()
+        .split(',')
+        .map(|a| a.parse().unwrap())
+        .collect();
+    let svc = balancer(backends).await;
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let mut agents: Vec<(Agent, MemStore)> = Vec::with_capacity(to - from);
+    for i in from..to {
+        if i > from && (i - from).is_multiple_of(500 / hosts.max(1)) {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let name = format!("agent-{i}");
+        let issued = ca.issue_agent(&name).unwrap();
+        let tls = TlsMaterial {
+            cert_pem: issued.cert_pem.into(),
+            key_pem: issued.key_pem.into(),
+            ca_pem: ca.cert_pem.clone().into(),
+        };
+        let c = AgentConfig::new(svc, tls, Mode::Managed);
+        let store = MemStore::with_capacity(apps + 1);
+        let a = Agent::start(c, Arc::new(store.clone()), Metrics::new("argocd_agent"))
+            .await
+            .unwrap();
+        agents.push((a, store));
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        while std::io::stdin().read_line(&mut s).unwrap_or(0) > 0 {
+            let _ = tx.send(std::mem::take(&mut s));
+        }
+    });
+    let mut mark: Vec<u64> = Vec::new();
+    while let Some(line) = rx.recv().await {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let answer = match w.as_slice() {
+            ["connected"] => agents.iter().filter(|(a, _)| a.is_connected()).count(),
+            ["count", name, rev] => holding(&agents, name, rev).await,
+            ["mark"] => {
+                mark = agents.iter().map(|(a, _)| a.connections()).collect();
+                0
+            }
+            ["moved"] => agents
+                .iter()
+                .zip(&mark)
+                .filter(|((a, _), m)| a.connections() > **m)
+                .count(),
+            _ => usize::MAX,
+        };
+        println!("{answer}");
+        std::io::stdout().flush().unwrap();
+    }
+    futures::future::join_all(agents.into_iter().map(|(a, _)| a.shutdown())).await;
+}
+
+/// The agent hosts, asked together.
+struct Hosts(Vec<Proc>);
+
+impl Hosts {
+    /// The sum of every host's answer to `cmd`.
+    fn sum(&mut self, cmd: &str) -> usize {
+        for h in &mut self.0 {
+            h.send(cmd);
+        }
+        self.0
+            .iter_mut()
+            .map(|h| h.answer().parse::<usize>().unwrap())
+            .sum()
+    }
+
+    fn stop(self) {
+        for h in self.0 {
+            h.stop();
+        }
+    }
 }
 
 async fn drive() {
@@ -339,6 +416,7 @@ async fn drive() {
     ] {
         std::fs::write(dir.path().join(f), b).unwrap();
     }
+    std::fs::write(dir.path().join("ca.key"), &pki.ca.key_pem).unwrap();
     std::fs::write(dir.path().join("jwt.key"), throwaway_jwt_key()).unwrap();
     let store_only = Proc::spawn("store-only", dir.path(), &[]);
     let store_kib = status_kib(&store_only.child.id().to_string(), "VmHWM:");
@@ -348,18 +426,11 @@ async fn drive() {
         store_kib as f64 / 1024.0
     );
     for count in [1, replicas] {
-        run(&pki, dir.path(), n, apps, count, store_kib).await;
+        run(dir.path(), n, apps, count, store_kib).await;
     }
 }
 
-async fn run(
-    pki: &LocalPki,
-    dir: &std::path::Path,
-    n: usize,
-    apps: usize,
-    count: usize,
-    store_kib: u64,
-) {
+async fn run(dir: &std::path::Path, n: usize, apps: usize, count: usize, store_kib: u64) {
     // the Leases' API server
     let hub = argocd_pull_hub::Hub::new();
     let ns: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(hub.client());
@@ -410,38 +481,54 @@ async fn run(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let idle: Vec<u64> = procs.iter_mut().map(|p| p.stats().2).collect();
-    let svc = balancer(
-        (0..count)
-            .map(|i| format!("127.0.0.{}:{grpc}", i + 2).parse().unwrap())
-            .collect(),
-    )
-    .await;
+    let backends: Vec<String> = (0..count)
+        .map(|i| format!("127.0.0.{}:{grpc}", i + 2))
+        .collect();
+    let per_host = 5_000;
+    let nhosts = n.div_ceil(per_host);
     let started = Instant::now();
-    let mut agents: Vec<(Agent, MemStore)> = Vec::with_capacity(n);
-    for i in 0..n {
-        let c = AgentConfig::new(
-            svc,
-            pki.agent(&format!("agent-{i}")).unwrap(),
-            Mode::Managed,
-        );
-        let store = MemStore::with_capacity(apps + 1);
-        let a = Agent::start(c, Arc::new(store.clone()), Metrics::new("argocd_agent"))
-            .await
-            .unwrap();
-        agents.push((a, store));
-    }
+    let mut hosts = Hosts(
+        (0..nhosts)
+            .map(|h| {
+                Proc::spawn(
+                    "agents",
+                    dir,
+                    &[
+                        ("BENCH_FROM", (h * per_host).to_string()),
+                        ("BENCH_TO", ((h + 1) * per_host).min(n).to_string()),
+                        ("BENCH_HOSTS", nhosts.to_string()),
+                        ("BENCH_BACKENDS", backends.join(",")),
+                    ],
+                )
+            })
+            .collect(),
+    );
     let limit = Duration::from_secs(600);
-    let owned = agents;
-    let agents = &owned;
-    until("every agent connected", limit, || async {
-        agents.iter().all(|(a, _)| a.is_connected())
-    })
-    .await;
+    let wait = |hosts: &mut Hosts, what: &str, cmd: &str, want: usize| {
+        let t0 = Instant::now();
+        loop {
+            let got = hosts.sum(cmd);
+            if got == want {
+                return t0.elapsed();
+            }
+            if std::env::var("BENCH_DEBUG").is_ok() {
+                eprintln!("{what}: {got}/{want}");
+            }
+            assert!(
+                t0.elapsed() < limit,
+                "{what}: {got} of {want} within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    };
+    wait(&mut hosts, "every agent connected", "connected", n);
     let connected = started.elapsed();
-    until("every Application delivered", limit, || async {
-        holding(agents, None, "").await == n * apps
-    })
-    .await;
+    wait(
+        &mut hosts,
+        "every Application delivered",
+        "count * *",
+        n * apps,
+    );
     let delivered = started.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await; // queues drained (not a sync: a settle)
     let stats: Vec<(i64, f64, u64, u64, f64)> = procs.iter_mut().map(|p| p.stats()).collect();
@@ -489,25 +576,18 @@ async fn run(
     };
     let t = Instant::now();
     wave(&mut procs, "touch v1");
-    until("the update delivered", limit, || async {
-        let h = holding(agents, None, "v1").await;
-        if std::env::var("BENCH_DEBUG").is_ok() {
-            eprintln!("v1 held {h}/{}", n * apps);
-        }
-        h == n * apps
-    })
-    .await;
+    wait(&mut hosts, "the update delivered", "count * v1", n * apps);
     let before = (n * apps) as f64 / t.elapsed().as_secs_f64();
     if count < 2 {
         println!("replicas=1: update of every Application delivered at {before:.0} events/s");
         for p in procs {
             p.stop();
         }
-        futures::future::join_all(owned.into_iter().map(|(a, _)| a.shutdown())).await;
+        hosts.stop();
         return;
     }
     // SIGKILL one replica
-    let conns: Vec<u64> = agents.iter().map(|(a, _)| a.connections()).collect();
+    hosts.sum("mark");
     let mut killed = procs.remove(0);
     let t = Instant::now();
     killed.child.kill().unwrap();
@@ -520,28 +600,33 @@ async fn run(
         assert!(t.elapsed() < limit, "shards taken over");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    until("the killed replica's agents back", limit, || async {
-        agents.iter().all(|(a, _)| a.is_connected())
-    })
-    .await;
+    // every agent connected again (the killed replica's own and those it forwarded)
+    wait(
+        &mut hosts,
+        "the killed replica's agents back",
+        "connected",
+        n,
+    );
     let back = t.elapsed();
-    let moved = (0..n)
-        .filter(|&i| agents[i].0.connections() > conns[i])
-        .count();
+    let moved = hosts.sum("moved");
     wave(&mut procs, "add app-after");
-    until("a new Application on every agent", limit, || async {
-        holding(agents, Some("app-after"), "").await == n
-    })
-    .await;
+    wait(
+        &mut hosts,
+        "a new Application on every agent",
+        "count app-after *",
+        n,
+    );
     let after_new = t.elapsed();
     let t2 = Instant::now();
     wave(&mut procs, "touch v2");
-    until("the second update delivered", limit, || async {
-        holding(agents, None, "v2").await == n * apps
-    })
-    .await;
+    wait(
+        &mut hosts,
+        "the second update delivered",
+        "count * v2",
+        n * apps,
+    );
     let after = (n * apps) as f64 / t2.elapsed().as_secs_f64();
-    let total = holding(agents, None, "").await;
+    let total = hosts.sum("count * *");
     println!(
         "replicas={count}, one SIGKILLed: shards taken in {:.1}s, {} agents reconnected, all connected {:.1}s after the kill, \
          a new Application on every agent {:.1}s after it; {total} Applications held (lost {}); \
@@ -555,5 +640,5 @@ async fn run(
     for p in procs {
         p.stop();
     }
-    futures::future::join_all(owned.into_iter().map(|(a, _)| a.shutdown())).await;
+    hosts.stop();
 }

@@ -57,6 +57,7 @@ pub mod labels;
 pub mod leader;
 pub mod logging;
 pub mod metrics;
+pub mod net;
 pub mod otel;
 pub mod reconcile_metrics;
 pub mod retry;

@@ -190,8 +190,7 @@ pub async fn run(
     // every port is bound before anything starts, so a port in use leaves nothing running
     let mut listeners = Vec::new();
     for (kind, addr) in public {
-        let l = tokio::net::TcpListener::bind(addr)
-            .await
+        let l = argocd_pull_ops::net::listen(addr)
             .map_err(|e| anyhow::anyhow!("binding {kind:?} on {addr}: {e}"))?;
         tracing::info!(listener = ?kind, addr = %l.local_addr()?, "HA front listening");
         listeners.push((kind, l));

@@ -178,21 +178,16 @@ impl Principal {
             true => None,
             false => Some(Arc::new(server_tls(&cfg, &cfg.tls)?)),
         };
-        let listener = tokio::net::TcpListener::bind(cfg.listen)
-            .await
+        let listener = argocd_pull_ops::net::listen(cfg.listen)
             .map_err(|e| anyhow::anyhow!("binding the agents' gRPC port {}: {e}", cfg.listen))?;
         let addr = listener.local_addr()?;
         let replica_listener = match &owners {
-            Some(o) => Some(
-                tokio::net::TcpListener::bind(o.replica_listen)
-                    .await
-                    .map_err(|e| {
-                        anyhow::anyhow!(
-                            "binding the replica port {} (--ha-replica-port): {e}",
-                            o.replica_listen
-                        )
-                    })?,
-            ),
+            Some(o) => Some(argocd_pull_ops::net::listen(o.replica_listen).map_err(|e| {
+                anyhow::anyhow!(
+                    "binding the replica port {} (--ha-replica-port): {e}",
+                    o.replica_listen
+                )
+            })?),
             None => None,
         };
         let links = match &owners {

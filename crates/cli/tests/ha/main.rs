@@ -7,6 +7,7 @@
 mod active_active;
 mod cross_cluster;
 mod leader_elect;
+mod real;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -93,14 +93,12 @@ pub(super) async fn start(
     inner: Arc<Inner>,
     cfg: &RedisProxyConfig,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind(cfg.listen)
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "Redis proxy cannot listen on {}: {e} (use --disable-redis-proxy or free the port)",
-                cfg.listen
-            )
-        })?;
+    let listener = argocd_pull_ops::net::listen(cfg.listen).map_err(|e| {
+        anyhow::anyhow!(
+            "Redis proxy cannot listen on {}: {e} (use --disable-redis-proxy or free the port)",
+            cfg.listen
+        )
+    })?;
     let addr = listener.local_addr()?;
     let acceptor = cfg.server_tls.clone().map(tokio_rustls::TlsAcceptor::from);
     tracing::info!(%addr, tls = cfg.server_tls.is_some(), upstream = %cfg.upstream, "Redis proxy listening");

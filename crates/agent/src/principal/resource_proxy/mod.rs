@@ -41,8 +41,7 @@ pub(super) async fn start(
         tls::server_config_with(&cfg.tls, cfg.allow_tls12, cfg.cipher_suites.as_deref())
             .map_err(|e| anyhow::anyhow!("resource proxy TLS configuration: {e:#}"))?;
     server_tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let listener = tokio::net::TcpListener::bind(cfg.listen)
-        .await
+    let listener = argocd_pull_ops::net::listen(cfg.listen)
         .map_err(|e| anyhow::anyhow!("resource proxy cannot listen on {}: {e}", cfg.listen))?;
     let addr = listener.local_addr()?;
     let m = inner.metrics.clone();
