@@ -14,6 +14,8 @@
 #   packaging   dry_run::* (the charts through the hub's server-side dry run)
 #   ctl         real::* (argocd-pull ctl: pki, agent, jwt, blocklist and validate against the
 #               hub as the principal's cluster and cluster1 as the agent's)
+#   ha          real::* (three `principal --ha-mode active-active` processes with shard Leases on
+#               the hub, 30 agent processes on cluster1 through one balancer, one replica killed)
 #
 # The test binaries are built first, without the lock, with the workspace's features
 # (`--workspace --test <target>`: the same build `cargo test --workspace` makes, so nothing is
@@ -50,6 +52,7 @@ SUITES=(
   "packaging|argocd-pull-packaging|packaging|dry_run::"
   "ctl|argocd-pull|ctl|real::"
   "fleet|argocd-pull|fleet|real::"
+  "ha|argocd-pull|ha|real::"
   # gitops and controller last: with --disruptive they restart the hub API server, after which
   # OCM's agents on cluster1 take a while to reconnect (the cmp fan-out waits for their status).
   # gitops one test at a time: e2e:: runs GitOpsCluster controllers in the test process, which
@@ -62,7 +65,7 @@ only=()
 for a in "$@"; do
   case "$a" in
     --disruptive) export ARGOCD_PULL_E2E_DISRUPTIVE=1 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) only+=("$a") ;;
   esac
 done
@@ -71,7 +74,7 @@ for s in "${SUITES[@]}"; do
   name=${s%%|*}
   if [ ${#only[@]} -eq 0 ] || [[ " ${only[*]} " == *" $name "* ]]; then selected+=("$s"); fi
 done
-[ ${#selected[@]} -gt 0 ] || { echo "no such suite: ${only[*]} (suites: controller gitops cmp agent packaging ctl fleet)" >&2; exit 2; }
+[ ${#selected[@]} -gt 0 ] || { echo "no such suite: ${only[*]} (suites: controller gitops cmp agent packaging ctl fleet ha)" >&2; exit 2; }
 
 for f in "$ARGOCD_PULL_E2E_HUB_KUBECONFIG" "$ARGOCD_PULL_E2E_MANAGED_KUBECONFIG"; do
   [ -r "$f" ] || { echo "cannot read kubeconfig $f (set REALK8S or ARGOCD_PULL_E2E_*_KUBECONFIG)" >&2; exit 2; }

@@ -14,7 +14,8 @@
 //! The replicas share shard Leases on an embedded hub served over HTTP; each holds the hub's
 //! Applications in its own store (as each would watch the API server). The agents live in
 //! processes of 5,000 each, each with its own balancer (a process may hold 20,000 descriptors
-//! here, and an agent takes three with the balancer), started at 2,000 agents a second.
+//! here, and an agent takes three with the balancer), started at `BENCH_RATE` agents a second
+//! (default 2,000).
 //! `cargo bench -p argocd-pull-agent --bench scale_out`. Results: docs/performance.md.
 
 use std::io::{BufRead, Write};
@@ -33,7 +34,6 @@ use argocd_pull_agent::principal::PrincipalConfig;
 use argocd_pull_agent::store::{Kind, MemStore, Store};
 use argocd_pull_agent::tls::TlsMaterial;
 use serde_json::json;
-use tokio::net::TcpStream;
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -257,34 +257,6 @@ impl Proc {
     }
 }
 
-/// Round robin over the backends that accept (a Service).
-async fn balancer(backends: Vec<SocketAddr>) -> SocketAddr {
-    let l = argocd_pull_ops::net::listen("127.0.0.1:0".parse().unwrap()).unwrap();
-    let addr = l.local_addr().unwrap();
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut c, _)) = l.accept().await else {
-                return;
-            };
-            let (backends, next) = (backends.clone(), next.clone());
-            tokio::spawn(async move {
-                let start = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                for k in 0..backends.len() {
-                    if let Ok(mut up) =
-                        TcpStream::connect(backends[(start + k) % backends.len()]).await
-                    {
-                        let _ = up.set_nodelay(true);
-                        let _ = tokio::io::copy_bidirectional(&mut c, &mut up).await;
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
 fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -315,8 +287,8 @@ async fn holding(agents: &[(Agent, MemStore)], name: &str, revision: &str) -> us
 
 /// A child holding agents `BENCH_FROM..BENCH_TO` behind its own round-robin balancer over
 /// `BENCH_BACKENDS` (a process has 20,000 file descriptors here: an agent takes three with the
-/// balancer, so the fleet is spread over several processes). Started at 2,000 agents a second
-/// over all hosts. Commands, one line each: `connected`, `count <name|*> <revision|*>`, `mark`,
+/// balancer, so the fleet is spread over several processes). Started at `BENCH_RATE` (default
+/// 2,000) agents a second over all hosts. Commands, one line each: `connected`, `count <name|*> <revision|*>`, `mark`,
 /// `moved` (agents reconnected since the mark).
 async fn agent_host() {
     let (from, to) = (env("BENCH_FROM", 0), env("BENCH_TO", 0));
@@ -330,13 +302,15 @@ async fn agent_host() {
         .split(',')
         .map(|a| a.parse().unwrap())
         .collect();
-    let svc = balancer(backends).await;
+    let svc = argocd_pull_agent::local::balancer(backends).await.unwrap();
     println!("ready");
     std::io::stdout().flush().unwrap();
     let mut agents: Vec<(Agent, MemStore)> = Vec::with_capacity(to - from);
+    // `BENCH_RATE` agents a second over all hosts, in steps of 50 ms
+    let step = (env("BENCH_RATE", 2000) / 20 / hosts.max(1)).max(1);
     for i in from..to {
-        if i > from && (i - from).is_multiple_of(500 / hosts.max(1)) {
-            tokio::time::sleep(Duration::from_millis(250)).await;
+        if i > from && (i - from).is_multiple_of(step) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let name = format!("agent-{i}");
         let issued = ca.issue_agent(&name).unwrap();
@@ -368,6 +342,18 @@ async fn agent_host() {
             ["mark"] => {
                 mark = agents.iter().map(|(a, _)| a.connections()).collect();
                 0
+            }
+            ["errors"] => {
+                // why the agents not connected are not (a diagnosis, on stderr)
+                let mut why: std::collections::BTreeMap<String, usize> = Default::default();
+                for (a, _) in agents.iter().filter(|(a, _)| !a.is_connected()) {
+                    let e = a.last_error().unwrap_or_else(|| "none yet".into());
+                    *why.entry(e.chars().take(160).collect()).or_default() += 1;
+                }
+                for (e, k) in &why {
+                    eprintln!("{k} agents: {e}");
+                }
+                why.values().sum()
             }
             ["moved"] => agents
                 .iter()
@@ -513,6 +499,9 @@ async fn run(dir: &std::path::Path, n: usize, apps: usize, count: usize, store_k
             }
             if std::env::var("BENCH_DEBUG").is_ok() {
                 eprintln!("{what}: {got}/{want}");
+                if t0.elapsed().as_secs().is_multiple_of(20) {
+                    hosts.sum("errors");
+                }
             }
             assert!(
                 t0.elapsed() < limit,

@@ -154,3 +154,34 @@ async fn start(
         pki: Box::new(pki),
     })
 }
+
+/// A round-robin TCP balancer in front of principal replicas, as a Kubernetes Service is: each
+/// connection goes to the next backend that accepts it (tests and benchmarks of several
+/// replicas). Runs until the runtime stops; returns its address on loopback.
+pub async fn balancer(
+    backends: Vec<std::net::SocketAddr>,
+) -> std::io::Result<std::net::SocketAddr> {
+    let l = argocd_pull_ops::net::listen("127.0.0.1:0".parse().expect("an address"))?;
+    let addr = l.local_addr()?;
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut c, _)) = l.accept().await else {
+                return;
+            };
+            let (backends, next) = (backends.clone(), next.clone());
+            tokio::spawn(async move {
+                let start = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                for k in 0..backends.len() {
+                    let to = backends[(start + k) % backends.len()];
+                    if let Ok(mut up) = tokio::net::TcpStream::connect(to).await {
+                        let _ = up.set_nodelay(true);
+                        let _ = tokio::io::copy_bidirectional(&mut c, &mut up).await;
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Ok(addr)
+}

@@ -20,7 +20,7 @@ use argocd_pull_agent::principal::{PrincipalConfig, RedisProxyConfig, ResourcePr
 use argocd_pull_agent::store::{Kind, MemStore, Store};
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::fake_pods::{FakePods, Seen};
@@ -168,33 +168,6 @@ fn metric_of(m: &Metrics, series: &str) -> f64 {
         .sum()
 }
 
-/// A Service: each connection goes to the next replica (round robin) that accepts it.
-async fn service(backends: Vec<SocketAddr>) -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut c, _)) = l.accept().await else {
-                return;
-            };
-            let (backends, next) = (backends.clone(), next.clone());
-            tokio::spawn(async move {
-                let start = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                for k in 0..backends.len() {
-                    if let Ok(mut up) =
-                        TcpStream::connect(backends[(start + k) % backends.len()]).await
-                    {
-                        let _ = tokio::io::copy_bidirectional(&mut c, &mut up).await;
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
 /// The replicas' ports: the same on each replica's address, as pods behind a Service.
 #[derive(Clone)]
 struct Ports {
@@ -243,7 +216,7 @@ async fn replicas(
     let backends = (0..n)
         .map(|i| format!("127.0.0.{}:{}", i + 2, ports.grpc).parse().unwrap())
         .collect();
-    let svc = service(backends).await;
+    let svc = argocd_pull_agent::local::balancer(backends).await.unwrap();
     // the shards split evenly, every one held once
     until("a fair split of the shards", || {
         let held: Vec<f64> = replicas

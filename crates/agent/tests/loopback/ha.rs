@@ -4,7 +4,6 @@
 //! docs/reliability.md (`cargo test -p argocd-pull-agent --test loopback ha:: -- --nocapture`).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,7 +16,7 @@ use argocd_pull_agent::principal::PrincipalConfig;
 use argocd_pull_agent::store::{Kind, MemStore, Store, StoreEvent};
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::harness::*;
@@ -108,33 +107,6 @@ impl Drop for Replica {
     }
 }
 
-/// A Service: each connection goes to the first replica (round robin) that accepts it.
-async fn service(backends: Vec<SocketAddr>) -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut c, _)) = l.accept().await else {
-                return;
-            };
-            let (backends, next) = (backends.clone(), next.clone());
-            tokio::spawn(async move {
-                let start = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                for k in 0..backends.len() {
-                    if let Ok(mut up) =
-                        TcpStream::connect(backends[(start + k) % backends.len()]).await
-                    {
-                        let _ = tokio::io::copy_bidirectional(&mut c, &mut up).await;
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
 async fn wait_role(r: &mut watch::Receiver<Role>, want: impl Fn(&Role) -> bool) {
     tokio::time::timeout(T, r.wait_for(|x| want(x)))
         .await
@@ -178,7 +150,7 @@ async fn active_principal_crash_under_load_fails_over_with_nothing_lost() {
     let backends = (0..REPLICAS)
         .map(|i| format!("127.0.0.{}:{port}", i + 2).parse().unwrap())
         .collect();
-    let svc = service(backends).await;
+    let svc = argocd_pull_agent::local::balancer(backends).await.unwrap();
     // exactly one becomes active, the others stand by for it
     let active = tokio::time::timeout(T, async {
         loop {

@@ -8,8 +8,6 @@
 //! Everything lives in namespaces named after a random suffix, deleted at the end. Without the
 //! variables the test prints `SKIP: …` and passes.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -61,33 +59,6 @@ async fn namespace(c: &kube::Client, name: &str) {
         .create(&PostParams::default(), &ns)
         .await
         .unwrap();
-}
-
-/// A Service: round robin over the replicas that accept.
-async fn balancer(backends: Vec<SocketAddr>) -> SocketAddr {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut c, _)) = l.accept().await else {
-                return;
-            };
-            let (backends, next) = (backends.clone(), next.clone());
-            tokio::spawn(async move {
-                let start = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                for k in 0..backends.len() {
-                    if let Ok(mut up) =
-                        tokio::net::TcpStream::connect(backends[(start + k) % backends.len()]).await
-                    {
-                        let _ = tokio::io::copy_bidirectional(&mut c, &mut up).await;
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
 }
 
 /// Polls until `f` holds (the processes and the API server move on their own); the time taken.
@@ -223,12 +194,13 @@ async fn real_clusters_three_active_active_replicas_serve_thirty_agent_processes
         },
     )
     .await;
-    let svc = balancer(
+    let svc = argocd_pull_agent::local::balancer(
         (0..REPLICAS)
             .map(|i| format!("127.0.0.{}:{grpc}", i + 2).parse().unwrap())
             .collect(),
     )
-    .await;
+    .await
+    .unwrap();
 
     // an Application for every agent, then the agents
     let hub_apps =
