@@ -15,6 +15,13 @@ pub enum HaMode {
     ActiveActive,
 }
 
+/// Several principal replicas in one cluster, by mode.
+#[derive(Debug)]
+pub enum InCluster {
+    ActivePassive(crate::ha::HaConfig),
+    ActiveActive(crate::ha::active_active::ActiveActive),
+}
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct HaArgs {
     /// Run as one of several replicas: the holder of a Lease serves, the others forward their
@@ -178,6 +185,17 @@ impl HaArgs {
             .or_else(|| std::env::var("POD_NAME").ok())
             .or_else(|| std::env::var("HOSTNAME").ok())
             .unwrap_or_else(|| format!("principal-{}", std::process::id()))
+    }
+
+    /// The in-cluster replicas' settings, in whichever mode is on.
+    pub fn in_cluster(&self, namespace: &str) -> anyhow::Result<Option<InCluster>> {
+        Ok(match self.mode()? {
+            None => None,
+            Some(HaMode::ActivePassive) => self.config(namespace)?.map(InCluster::ActivePassive),
+            Some(HaMode::ActiveActive) => {
+                self.active_active(namespace)?.map(InCluster::ActiveActive)
+            }
+        })
     }
 
     /// The HA settings in active/passive mode (`--leader-elect`).

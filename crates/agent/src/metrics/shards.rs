@@ -33,7 +33,12 @@ pub struct ShardMetrics {
 }
 
 impl ShardMetrics {
+    /// Registers every family; each forwarded call's series starts at zero (also outside
+    /// active/active, so that dashboards and alerts find them on every principal).
     pub(crate) fn register(&self, reg: &mut Registry) {
+        for c in FORWARDED_CALLS {
+            let _ = self.forwarded.get_or_create(&vec![("call".into(), c.into())]);
+        }
         reg.register(
             "argocd_principal_ha_shards_held",
             "Shards this active/active replica holds (it serves their agents)",

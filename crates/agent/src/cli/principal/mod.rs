@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 use super::common::{self, IdentitySource, read};
+use super::ha::InCluster;
 use crate::metrics::Metrics;
 use crate::principal::{Principal, PrincipalConfig};
 use crate::store::Store;
@@ -263,8 +264,7 @@ async fn run(
             .namespace
             .clone()
             .unwrap_or_else(common::default_namespace);
-        args.ha.config(&ns)?;
-        args.ha.active_active(&ns)?;
+        args.ha.in_cluster(&ns)?;
     }
     let selector = super::label_selector(&args.label_selector)?;
     let namespace_create = namespace_create(&args)?;
@@ -455,10 +455,11 @@ async fn run(
         );
         return run_reloading_tls(run, reload, initial_tls, tls_tx, admin).await;
     }
-    if let Some(aa) = args.ha.active_active(&cfg.namespace)? {
+    // several replicas: active/active (shard Leases) or active/passive (one Lease)
+    if let Some(mode) = args.ha.in_cluster(&cfg.namespace)? {
         let Some(client) = ha_client else {
             bail!(
-                "--ha-mode active-active needs a Kubernetes client for its Leases (run in a cluster or set KUBECONFIG)"
+                "--leader-elect / --ha-mode need a Kubernetes client for their Leases (run in a cluster or set KUBECONFIG)"
             );
         };
         let (tls_tx, tls_rx) = tokio::sync::watch::channel(initial_tls.clone());
@@ -469,30 +470,18 @@ async fn run(
             role: tokio::sync::watch::channel(crate::ha::Role::Recovering).0,
             tls: tls_reloadable(&args).then_some(tls_rx),
         };
-        let run = crate::ha::active_active::run(aa, cfg, replica, shutdown.clone());
-        let reload = (
-            &args,
-            &shutdown,
-            reload_client.as_ref(),
-            reload_namespace.as_str(),
-        );
-        return run_reloading_tls(run, reload, initial_tls, tls_tx, admin).await;
-    }
-    if let Some(ha) = args.ha.config(&cfg.namespace)? {
-        let Some(client) = ha_client else {
-            bail!(
-                "--leader-elect needs a Kubernetes client for its Lease (run in a cluster or set KUBECONFIG)"
-            );
-        };
-        let (tls_tx, tls_rx) = tokio::sync::watch::channel(initial_tls.clone());
-        let replica = crate::ha::Replica {
-            client,
-            store,
-            metrics,
-            role: tokio::sync::watch::channel(crate::ha::Role::Recovering).0,
-            tls: tls_reloadable(&args).then_some(tls_rx),
-        };
-        let run = crate::ha::run(ha, cfg, replica, shutdown.clone());
+        let run: std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>> =
+            match mode {
+                InCluster::ActiveActive(aa) => Box::pin(crate::ha::active_active::run(
+                    aa,
+                    cfg,
+                    replica,
+                    shutdown.clone(),
+                )),
+                InCluster::ActivePassive(ha) => {
+                    Box::pin(crate::ha::run(ha, cfg, replica, shutdown.clone()))
+                }
+            };
         let reload = (
             &args,
             &shutdown,
