@@ -37,7 +37,9 @@ impl ShardMetrics {
     /// active/active, so that dashboards and alerts find them on every principal).
     pub(crate) fn register(&self, reg: &mut Registry) {
         for c in FORWARDED_CALLS {
-            let _ = self.forwarded.get_or_create(&vec![("call".into(), c.into())]);
+            let _ = self
+                .forwarded
+                .get_or_create(&vec![("call".into(), c.into())]);
         }
         reg.register(
             "argocd_principal_ha_shards_held",
