@@ -270,6 +270,64 @@ fn main() {
     }
 }
 
+/// The Applications a host's agents hold, counted from their stores' watches (listing 50,000
+/// objects for every progress check would cost more than the delivery it waits for).
+#[derive(Default)]
+struct Tally {
+    total: usize,
+    by_name: std::collections::HashMap<String, usize>,
+    by_rev: std::collections::HashMap<String, usize>,
+}
+
+impl Tally {
+    fn count(&self, name: &str, rev: &str) -> usize {
+        match (name, rev) {
+            ("*", "*") => self.total,
+            ("*", r) => self.by_rev.get(r).copied().unwrap_or(0),
+            (n, "*") => self.by_name.get(n).copied().unwrap_or(0),
+            _ => usize::MAX,
+        }
+    }
+}
+
+/// Keeps `tally` up to date with what `store` holds.
+fn follow(store: &MemStore, tally: Arc<std::sync::Mutex<Tally>>) {
+    use argocd_pull_agent::store::StoreEvent;
+    use futures::StreamExt;
+    let mut w = store.watch(Kind::Application, Some("argocd"));
+    tokio::spawn(async move {
+        let mut seen: std::collections::HashMap<String, String> = Default::default();
+        let apply = |o: &serde_json::Value,
+                     seen: &mut std::collections::HashMap<String, String>| {
+            let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
+            let rev = o["spec"]["source"]["targetRevision"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            let mut t = tally.lock().unwrap();
+            match seen.insert(name.clone(), rev.clone()) {
+                Some(old) => *t.by_rev.entry(old).or_default() -= 1,
+                None => {
+                    t.total += 1;
+                    *t.by_name.entry(name).or_default() += 1;
+                }
+            }
+            *t.by_rev.entry(rev).or_default() += 1;
+        };
+        while let Some(Ok(ev)) = w.next().await {
+            match ev {
+                StoreEvent::Applied(o) => apply(&o, &mut seen),
+                StoreEvent::Restarted(all) => {
+                    for o in all.iter() {
+                        apply(o, &mut seen);
+                    }
+                }
+                StoreEvent::Deleted(_) => {}
+            }
+        }
+    });
+}
+
 /// How many of `agents` hold Application `name` at `revision` (`*`: any).
 async fn holding(agents: &[(Agent, MemStore)], name: &str, revision: &str) -> usize {
     let mut n = 0;
@@ -306,6 +364,7 @@ async fn agent_host() {
     println!("ready");
     std::io::stdout().flush().unwrap();
     let mut agents: Vec<(Agent, MemStore)> = Vec::with_capacity(to - from);
+    let tally = Arc::new(std::sync::Mutex::new(Tally::default()));
     // `BENCH_RATE` agents a second over all hosts, in steps of 50 ms
     let step = (env("BENCH_RATE", 2000) / 20 / hosts.max(1)).max(1);
     for i in from..to {
@@ -321,6 +380,7 @@ async fn agent_host() {
         };
         let c = AgentConfig::new(svc, tls, Mode::Managed);
         let store = MemStore::with_capacity(apps + 1);
+        follow(&store, tally.clone());
         let a = Agent::start(c, Arc::new(store.clone()), Metrics::new("argocd_agent"))
             .await
             .unwrap();
@@ -338,7 +398,8 @@ async fn agent_host() {
         let w: Vec<&str> = line.split_whitespace().collect();
         let answer = match w.as_slice() {
             ["connected"] => agents.iter().filter(|(a, _)| a.is_connected()).count(),
-            ["count", name, rev] => holding(&agents, name, rev).await,
+            ["count", name, rev] => tally.lock().unwrap().count(name, rev),
+            ["list", name, rev] => holding(&agents, name, rev).await,
             ["mark"] => {
                 mark = agents.iter().map(|(a, _)| a.connections()).collect();
                 0
@@ -411,7 +472,12 @@ async fn drive() {
         "agents={n} apps_per_agent={apps} hub_store_alone_mib={:.0}",
         store_kib as f64 / 1024.0
     );
-    for count in [1, replicas] {
+    // `BENCH_COUNTS`: the replica counts to run, e.g. `3` (default `1,<BENCH_REPLICAS>`)
+    let counts: Vec<usize> = std::env::var("BENCH_COUNTS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|c| c.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, replicas]);
+    for count in counts {
         run(dir.path(), n, apps, count, store_kib).await;
     }
 }
@@ -615,7 +681,8 @@ async fn run(dir: &std::path::Path, n: usize, apps: usize, count: usize, store_k
         n * apps,
     );
     let after = (n * apps) as f64 / t2.elapsed().as_secs_f64();
-    let total = hosts.sum("count * *");
+    // the final count from the stores themselves, not from the watches
+    let total = hosts.sum("list * *");
     println!(
         "replicas={count}, one SIGKILLed: shards taken in {:.1}s, {} agents reconnected, all connected {:.1}s after the kill, \
          a new Application on every agent {:.1}s after it; {total} Applications held (lost {}); \
