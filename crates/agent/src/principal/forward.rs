@@ -47,29 +47,45 @@ pub(super) enum Via {
 type Out<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 impl Inner {
-    /// Where `agent`'s call goes; `forwarded`: the call came over the replica link.
-    pub(super) async fn route_call(&self, agent: &str, forwarded: bool) -> Result<Via, Status> {
+    /// The one routing rule of every forwarded path (gRPC calls, resource-proxy requests, Redis
+    /// commands): `None` when this replica serves `agent`, else the owner's replica port; `Err`
+    /// says why nobody can take it now. `forwarded`: it came over the replica link, and a
+    /// forwarded call is never forwarded again.
+    pub(super) async fn owner_addr(
+        &self,
+        agent: &str,
+        forwarded: bool,
+    ) -> Result<Option<std::net::SocketAddr>, String> {
         let Some(owners) = &self.owners else {
-            return Ok(Via::Here);
+            return Ok(None);
         };
         match owners.wait_owner(agent).await {
-            Owner::Me => Ok(Via::Here),
-            Owner::Replica { identity, .. } if forwarded => Err(Status::unavailable(format!(
-                "this principal replica no longer serves agent {agent:?} (replica {identity} does): reconnect"
-            ))),
+            Owner::Me => Ok(None),
+            Owner::Replica { identity, .. } if forwarded => Err(format!(
+                "this principal replica no longer serves agent {agent:?} (replica {identity} does): retry"
+            )),
             Owner::Replica { addr, identity } => {
-                tracing::debug!(agent, owner = %identity, "forwarding the agent's call");
-                Ok(Via::Owner(
-                    self.links
-                        .as_ref()
-                        .expect("links with owners")
-                        .channel(addr),
-                ))
+                tracing::debug!(agent, owner = %identity, "forwarding to the replica serving the agent");
+                Ok(Some(addr))
             }
-            Owner::Nobody(shard) => Err(Status::unavailable(format!(
+            Owner::Nobody(shard) => Err(format!(
                 "no principal replica holds shard {shard} of agent {agent:?} yet (a replica left or is starting): retry"
-            ))),
+            )),
         }
+    }
+
+    /// Where `agent`'s gRPC call goes; `forwarded`: the call came over the replica link.
+    pub(super) async fn route_call(&self, agent: &str, forwarded: bool) -> Result<Via, Status> {
+        Ok(match self.owner_addr(agent, forwarded).await {
+            Ok(None) => Via::Here,
+            Ok(Some(addr)) => Via::Owner(
+                self.links
+                    .as_ref()
+                    .expect("links with owners")
+                    .channel(addr),
+            ),
+            Err(why) => return Err(Status::unavailable(why)),
+        })
     }
 
     /// Counts a forwarded call.

@@ -18,7 +18,6 @@ use tower::ServiceExt;
 
 use super::Inner;
 use super::forward::FORWARDED_AGENT;
-use super::owners::Owner;
 use super::resource_proxy::reply::{Resp, failure};
 
 /// Headers of one connection that never travel on to another (RFC 9110 §7.6.1; HTTP/2 refuses
@@ -35,47 +34,15 @@ const HOP_BY_HOP: [&str; 7] = [
 
 impl Inner {
     /// Where a resource-proxy request for `agent` is served: `None` here, else the owner's
-    /// replica port; `Err`: the answer to give now.
+    /// replica port; `Err`: the answer to give now (503).
     pub(super) async fn route_request(
         &self,
         agent: &str,
         forwarded: bool,
     ) -> Result<Option<SocketAddr>, Resp> {
-        let Some(owners) = &self.owners else {
-            return Ok(None);
-        };
-        match owners.wait_owner(agent).await {
-            Owner::Me => Ok(None),
-            Owner::Replica { identity, .. } if forwarded => Err(failure(
-                503,
-                &format!(
-                    "this principal replica no longer serves agent {agent:?} (replica {identity} does): retry"
-                ),
-            )),
-            Owner::Replica { addr, .. } => Ok(Some(addr)),
-            Owner::Nobody(shard) => Err(failure(
-                503,
-                &format!(
-                    "no principal replica holds shard {shard} of agent {agent:?} yet (a replica left or is starting): retry"
-                ),
-            )),
-        }
-    }
-}
-
-impl Inner {
-    /// Where the Redis proxy asks `agent`: `None` here, else the owner's replica port.
-    pub(super) async fn redis_route(&self, agent: &str) -> Result<Option<SocketAddr>, String> {
-        let Some(owners) = &self.owners else {
-            return Ok(None);
-        };
-        match owners.wait_owner(agent).await {
-            Owner::Me => Ok(None),
-            Owner::Replica { addr, .. } => Ok(Some(addr)),
-            Owner::Nobody(shard) => Err(format!(
-                "no principal replica holds shard {shard} of agent {agent:?} yet (a replica left or is starting)"
-            )),
-        }
+        self.owner_addr(agent, forwarded)
+            .await
+            .map_err(|why| failure(503, &why))
     }
 }
 

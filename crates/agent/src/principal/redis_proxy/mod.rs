@@ -344,7 +344,7 @@ async fn ask(
     agent: &str,
     body: RedisCommandBody,
 ) -> Result<RedisResponseBody, String> {
-    match inner.redis_route(agent).await? {
+    match inner.owner_addr(agent, false).await? {
         Some(addr) => relay::ask_there(inner, addr, conn, agent, body).await,
         None => ask_here(inner, cfg, &conn.id, agent, body).await,
     }
