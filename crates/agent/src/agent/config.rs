@@ -35,6 +35,10 @@ pub struct AgentConfig {
     pub concurrency: usize,
     pub compression: bool,
     pub keepalive_interval: Duration,
+    /// How long connecting, logging in and opening the event stream may take together before
+    /// the attempt is abandoned and retried (a principal that accepted the connection and never
+    /// answers must not hold the agent; default 30 s).
+    pub login_timeout: Duration,
     pub backoff: Backoff,
     pub reconnect_min: Duration,
     pub reconnect_max: Duration,
@@ -106,6 +110,7 @@ impl AgentConfig {
             concurrency: crate::DEFAULT_CONCURRENCY,
             compression: false,
             keepalive_interval: Duration::from_secs(30),
+            login_timeout: Duration::from_secs(30),
             backoff: Backoff::default(),
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(30),

@@ -52,6 +52,65 @@ impl Inner {
         client_tls: &Option<Arc<rustls::ClientConfig>>,
         refresh: &mut Option<String>,
     ) -> anyhow::Result<session::SessionEnd> {
+        // every step before the event stream is up answers within `login_timeout`: a principal
+        // (or a balancer in front) that accepted the connection and never serves it must not
+        // hold the agent in its first attempt forever
+        let phase = std::sync::Mutex::new(Phase::Connecting);
+        let (inbound, tx) = match tokio::time::timeout(
+            self.cfg.login_timeout,
+            self.login(client_tls, refresh, &phase),
+        )
+        .await
+        {
+            Ok(r) => r?,
+            Err(_) => anyhow::bail!(
+                "no answer from the principal at {} within {:?} while {} (is the principal overloaded, or a proxy in front holding the connection without forwarding it?)",
+                self.cfg.principal,
+                self.cfg.login_timeout,
+                phase.lock().expect("poisoned").describe()
+            ),
+        };
+        self.connected.store(true, Ordering::SeqCst);
+        // ready = connected and authenticated
+        self.metrics.connection_up();
+        *self.last_error.lock().expect("poisoned") = None;
+        self.connected_tx.send_modify(|n| *n += 1);
+        tracing::info!(principal = %self.cfg.principal, mode = self.cfg.mode.as_str(), "connected to principal");
+        let ctx = SessionCtx {
+            source: self.source(),
+            queue: self.queue.clone(),
+            metrics: self.metrics.clone(),
+            max_event_size: self.cfg.max_event_size,
+            concurrency: self.cfg.concurrency,
+            recv_queue_size: self.cfg.recv_queue_size,
+            recv_workqueue: self.metrics.workqueues.queue(super::RECV_QUEUE),
+            peer_label: self.cfg.mode.as_str().to_string(),
+            trace: crate::otel::StreamAttrs {
+                component: crate::otel::Component::Agent,
+                agent: self.cfg.namespace.clone(),
+                mode: self.cfg.mode,
+            },
+            principal_uid: None,
+        };
+        let handler = Arc::new(SessionHandler {
+            inner: self.clone(),
+        });
+        Ok(session::run(ctx, handler, inbound, tx).await)
+    }
+}
+
+impl Inner {
+    /// Connect, authenticate (or refresh), check the version and open the event stream.
+    async fn login(
+        self: &Arc<Self>,
+        client_tls: &Option<Arc<rustls::ClientConfig>>,
+        refresh: &mut Option<String>,
+        phase: &std::sync::Mutex<Phase>,
+    ) -> anyhow::Result<(
+        tonic::Streaming<crate::proto::eventstreamapi::Event>,
+        mpsc::Sender<Box<crate::proto::eventstreamapi::Event>>,
+    )> {
+        let at = |p: Phase| *phase.lock().expect("poisoned") = p;
         let endpoint = Endpoint::from_shared(format!("http://{}", self.cfg.principal))?
             .http2_keep_alive_interval(self.cfg.keepalive_interval)
             .keep_alive_timeout(Duration::from_secs(20))
@@ -99,6 +158,7 @@ impl Inner {
                 &self.metrics.grpc,
             )
         };
+        at(Phase::Authenticating);
         let mut auth = AuthenticationClient::new(traced(&channel));
         let mut resp = None;
         if let Some(r) = refresh.as_ref() {
@@ -150,6 +210,7 @@ impl Inner {
         }
         // as the peer agent (pkg/client/remote.go): the principal judges the version at login
         // (string equality, FailedPrecondition "version mismatch"); Version is only logged
+        at(Phase::Version);
         let v = VersionClient::new(traced(&channel))
             .version(versionapi::VersionRequest {})
             .await?
@@ -168,6 +229,7 @@ impl Inner {
         let mut req = tonic::Request::new(ReceiverStream::new(rx).map(|e| *e));
         req.metadata_mut()
             .insert("authorization", resp.access_token.parse()?);
+        at(Phase::Subscribing);
         let inbound = es.subscribe(req).await?.into_inner();
         // container logs and web terminals open their own streams on this connection
         self.pod_streams.connected(
@@ -175,32 +237,27 @@ impl Inner {
             resp.access_token.clone(),
             resp.refresh_token.clone(),
         );
-        self.connected.store(true, Ordering::SeqCst);
-        // ready = connected and authenticated
-        self.metrics.connection_up();
-        *self.last_error.lock().expect("poisoned") = None;
-        self.connected_tx.send_modify(|n| *n += 1);
-        tracing::info!(principal = %self.cfg.principal, mode = self.cfg.mode.as_str(), "connected to principal");
-        let ctx = SessionCtx {
-            source: self.source(),
-            queue: self.queue.clone(),
-            metrics: self.metrics.clone(),
-            max_event_size: self.cfg.max_event_size,
-            concurrency: self.cfg.concurrency,
-            recv_queue_size: self.cfg.recv_queue_size,
-            recv_workqueue: self.metrics.workqueues.queue(super::RECV_QUEUE),
-            peer_label: self.cfg.mode.as_str().to_string(),
-            trace: crate::otel::StreamAttrs {
-                component: crate::otel::Component::Agent,
-                agent: self.cfg.namespace.clone(),
-                mode: self.cfg.mode,
-            },
-            principal_uid: None,
-        };
-        let handler = Arc::new(SessionHandler {
-            inner: self.clone(),
-        });
-        Ok(session::run(ctx, handler, inbound, tx).await)
+        Ok((inbound, tx))
+    }
+}
+
+/// Where a login attempt is (named in the error when it times out).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Phase {
+    Connecting,
+    Authenticating,
+    Version,
+    Subscribing,
+}
+
+impl Phase {
+    fn describe(self) -> &'static str {
+        match self {
+            Phase::Connecting => "connecting (TCP, TLS and HTTP/2)",
+            Phase::Authenticating => "authenticating",
+            Phase::Version => "asking for its version",
+            Phase::Subscribing => "opening the event stream",
+        }
     }
 }
 

@@ -44,6 +44,10 @@ pub(super) async fn serve(
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder
         .http2()
+        // one link carries every forwarded stream from one replica to this one: a Subscribe per
+        // agent for as long as it is connected (thousands), not hyper's default of 200, past
+        // which the other replica's calls would wait for a free stream without an error
+        .max_concurrent_streams(None)
         .timer(TokioTimer::new())
         .keep_alive_interval(inner.cfg.heartbeat)
         .keep_alive_timeout(super::connection::keepalive_timeout(inner.cfg.heartbeat));

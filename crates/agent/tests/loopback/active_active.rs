@@ -392,6 +392,70 @@ async fn every_replica_serves_its_share_and_agents_survive_a_stopped_and_a_kille
     }
 }
 
+/// More agents than one HTTP/2 connection's default stream limit (200) reach a replica that
+/// serves none of them: the replica link to their owner carries every one of their streams, so
+/// none waits for a free stream, and each gets its Application.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_replica_forwards_more_agents_than_an_http2_connection_s_default_stream_limit() {
+    init();
+    const MANY: usize = 210;
+    let h = argocd_pull_hub::Hub::new();
+    let pki = LocalPki::new().unwrap();
+    let hub = MemStore::new();
+    let ports = ports(false).await;
+    let (replicas, _svc) = replicas(&h, &hub, &pki, 2, ports.clone()).await;
+    // the agents that replica 1 serves, from the shard Leases
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(h.client(), "argocd");
+    let count = argocd_pull_ops::shards::ShardCount::new(SHARDS).unwrap();
+    let mut theirs = std::collections::BTreeSet::new();
+    for k in count.iter() {
+        let l = leases
+            .get(&argocd_pull_ops::shards::shard_lease_name(
+                "argocd-agent-principal",
+                k,
+            ))
+            .await
+            .unwrap();
+        let holder = l.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+        if holder.starts_with("principal-1@") {
+            theirs.insert(k);
+        }
+    }
+    let names: Vec<String> = (0..)
+        .map(|i| format!("agent-{i}"))
+        .filter(|n| theirs.contains(&argocd_pull_ops::shards::shard_of(n, count)))
+        .take(MANY)
+        .collect();
+    // every one of them reaches replica 0 directly
+    let at_zero: SocketAddr = format!("127.0.0.2:{}", ports.grpc).parse().unwrap();
+    let mut agents = Vec::new();
+    for name in &names {
+        put(&hub, app(name, "app", "v0")).await;
+        let store = MemStore::new();
+        let c = AgentConfig::new(at_zero, pki.agent(name).unwrap(), Mode::Managed);
+        let a = Agent::start(c, Arc::new(store.clone()), Metrics::new("argocd_agent"))
+            .await
+            .unwrap();
+        agents.push((a, store));
+    }
+    for (name, (a, s)) in names.iter().zip(&agents) {
+        tokio::time::timeout(T, a.wait_connected(0))
+            .await
+            .unwrap_or_else(|_| panic!("{name} connected through replica 0: {:?}", a.last_error()));
+        wait_for(s, "argocd", "app", &format!("{name} app"), |o| o.is_some()).await;
+    }
+    assert_eq!(replicas[1].metrics.connected_agents.get(), MANY as i64);
+    assert_eq!(
+        replicas[0].gauge("argocd_principal_ha_forwarded_streams"),
+        MANY as f64,
+        "every agent's event stream forwarded to its owner"
+    );
+    for (a, _) in agents {
+        a.shutdown().await;
+    }
+}
+
 /// Argo CD's client for `agent`'s cluster, at the resource proxy of one replica (its address is
 /// not in the principal's certificate: the name checked is `localhost`, which is).
 async fn proxy_at(url: &str, pki: &LocalPki, agent: &str) -> kube::Client {

@@ -607,3 +607,35 @@ async fn plaintext_principal_takes_the_identity_from_the_mesh_header_only() {
     a.shutdown().await;
     p.shutdown().await;
 }
+
+/// A principal (or a proxy in front of it) that completes the TLS handshake and then never
+/// answers does not hold the agent in its first attempt: the attempt is abandoned after the
+/// login timeout with an error naming the step, and the agent keeps retrying.
+#[tokio::test]
+async fn a_principal_that_never_answers_after_tls_is_named_and_retried() {
+    let pki = LocalPki::new().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cfg = Arc::new(tls::server_config(&pki.principal, false).unwrap());
+    let (mut conns, accept) = tls::serve_tls(listener, cfg, Arc::new(|_| {})).await;
+    // the TLS streams are held open and never read
+    let held = tokio::spawn(async move {
+        let mut keep = Vec::new();
+        while let Some(c) = conns.recv().await {
+            keep.push(c);
+        }
+    });
+    let mut c = argocd_pull_agent::agent::AgentConfig::new(
+        addr,
+        pki.agent("patient").unwrap(),
+        Mode::Managed,
+    );
+    c.login_timeout = std::time::Duration::from_millis(500);
+    let store = MemStore::new();
+    let a = refused_agent(c, &store, "within 500ms while authenticating").await;
+    let e = a.last_error().unwrap();
+    assert!(e.contains(&addr.to_string()), "{e}");
+    a.shutdown().await;
+    held.abort();
+    accept.abort();
+}
