@@ -30,6 +30,7 @@ pub struct ShardMetrics {
     forwarded: Family<Labels, Counter>,
     open: Gauge,
     rebalances: Counter,
+    cached: Gauge,
 }
 
 impl ShardMetrics {
@@ -66,6 +67,21 @@ impl ShardMetrics {
             "Changes of the shards this replica holds",
             self.rebalances.clone(),
         );
+        reg.register(
+            "argocd_principal_hub_applications_cached",
+            "Hub Applications in this principal's cache (an active/active replica keeps those of the agents it serves)",
+            self.cached.clone(),
+        );
+    }
+
+    /// The hub Applications in the cache now.
+    pub(crate) fn cached(&self, n: usize) {
+        self.cached.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// One more (`true`) or one fewer hub Application in the cache.
+    pub(crate) fn cached_step(&self, more: bool) {
+        self.cached.inc_by(if more { 1 } else { -1 });
     }
 
     /// Active/active with `count` shards: every forwarded call's series starts at zero.

@@ -71,6 +71,9 @@ impl Inner {
             Owner::Nobody(shard) => Err(format!(
                 "no principal replica holds shard {shard} of agent {agent:?} yet (a replica left or is starting): retry"
             )),
+            Owner::Loading(shard) => Err(format!(
+                "this principal replica took shard {shard} of agent {agent:?} and is still reading its hub Applications: retry"
+            )),
         }
     }
 

@@ -2,12 +2,14 @@
 //! autonomous agents' Applications are reverted. (AppProjects and the other objects of the
 //! principal's own namespace: `namespace_watch`.)
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use argocd_pull_ops::shards::{ShardId, shard_of};
 use futures::StreamExt;
 use serde_json::Value;
+use tokio::sync::watch;
 
 use crate::Mode;
 use crate::checksum::spec_checksum;
@@ -21,92 +23,192 @@ use crate::otel;
 impl Inner {
     pub(super) async fn watch_hub(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
         let mut ready = Some(ready);
+        // active/active: the shards held, at every change
+        let mut held = self.owners.as_ref().map(|o| o.owned());
         loop {
-            // the list streamed: each object is kept compact as it arrives, never the whole
-            // list as parsed objects (100,000 Applications are ~600 MiB parsed)
-            let mut s = self.store.watch_streaming(Kind::Application, None);
-            let mut building: Option<super::state::HubCache> = None;
-            while let Some(ev) = s.next().await {
-                match ev {
-                    Ok(WatchEvent::Init) => building = Some(HashMap::new()),
-                    Ok(WatchEvent::InitApply(h)) => {
-                        if let Some(b) = building.as_mut()
-                            && self.ns_allowed(o::namespace(&h))
-                        {
-                            b.entry(o::namespace(&h).to_string())
-                                .or_default()
-                                .insert(o::name(&h).to_string(), super::state::compact(&h));
-                        }
+            // the shards whose Applications this list keeps (all without active/active)
+            let covering = held.as_mut().map(|h| h.borrow_and_update().clone());
+            let relist = self
+                .watch_hub_once(&mut ready, covering, held.as_mut())
+                .await;
+            if !relist {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+
+    /// One list and watch of the hub's Applications, keeping those of the agents of `covering`
+    /// (every one when `None`). Returns `true` when shards were taken and a new list must read
+    /// their Applications, `false` when the watch ended.
+    async fn watch_hub_once(
+        self: &Arc<Self>,
+        ready: &mut Option<tokio::sync::oneshot::Sender<()>>,
+        mut covering: Option<BTreeSet<ShardId>>,
+        mut held: Option<&mut watch::Receiver<BTreeSet<ShardId>>>,
+    ) -> bool {
+        // the list streamed: each object is kept compact as it arrives, never the whole
+        // list as parsed objects (100,000 Applications are ~600 MiB parsed)
+        let mut s = self.store.watch_streaming(Kind::Application, None);
+        let mut building: Option<super::state::HubCache> = None;
+        let mut listed = false;
+        loop {
+            let ev = tokio::select! {
+                ev = s.next() => ev,
+                // shards handed over are dropped at once; shards taken need a new list (after
+                // this one is complete: a replica taking shards one by one lists once per step)
+                r = async { held.as_mut().expect("guarded").changed().await }, if listed && held.is_some() => {
+                    if r.is_err() {
+                        return false;
                     }
-                    Ok(WatchEvent::InitDone) => {
-                        // the new list replaces the cache first (sending reads it); each object
-                        // is then handled from it, and the old cache finds the deletions
-                        let by_ns = building.take().unwrap_or_default();
-                        let keys: Vec<(String, String)> = by_ns
-                            .iter()
-                            .flat_map(|(ns, m)| m.keys().map(|n| (ns.clone(), n.clone())))
-                            .collect();
-                        let old =
-                            std::mem::replace(&mut *self.cache.lock().expect("poisoned"), by_ns);
-                        for (ns, name) in keys {
-                            if let Some((h, enc)) = self.cached_with_wire(&ns, &name) {
-                                let known = old.get(&ns).is_some_and(|m| m.contains_key(&name));
-                                let _s = self.app_span(otel::op_of(known), &h).entered();
-                                self.on_hub_apply(&ns, &h, Some(&enc));
-                            }
-                        }
-                        let mut gone = Vec::new();
-                        {
-                            let cache = self.cache.lock().expect("poisoned");
-                            for (ns, objs) in old {
-                                for (name, b) in objs {
-                                    if cache.get(&ns).is_none_or(|m| !m.contains_key(&name))
-                                        && let Ok(h) = serde_json::from_slice::<Value>(&b)
-                                    {
-                                        gone.push((ns.clone(), h));
-                                    }
-                                }
-                            }
-                        }
-                        for (ns, h) in gone {
-                            let _s = self.app_span("delete", &h).entered();
-                            self.on_hub_delete(&ns, &h);
-                        }
-                        if let Some(r) = ready.take() {
-                            let _ = r.send(());
-                        }
+                    let now = held.as_mut().expect("guarded").borrow_and_update().clone();
+                    let c = covering.as_mut().expect("covering with held");
+                    if self.shards_left(c, &now) {
+                        return true;
                     }
-                    Ok(WatchEvent::Applied(h)) if self.ns_allowed(o::namespace(&h)) => {
-                        let ns = o::namespace(&h).to_string();
-                        let enc = super::state::compact(&h);
-                        let known = self
-                            .cache
-                            .lock()
-                            .expect("poisoned")
-                            .entry(ns.clone())
+                    continue;
+                }
+            };
+            let Some(ev) = ev else { return false };
+            match ev {
+                Ok(WatchEvent::Init) => building = Some(HashMap::new()),
+                Ok(WatchEvent::InitApply(h)) => {
+                    if let Some(b) = building.as_mut()
+                        && self.keeps(covering.as_ref(), &h)
+                    {
+                        b.entry(o::namespace(&h).to_string())
                             .or_default()
-                            .insert(o::name(&h).to_string(), enc.clone())
-                            .is_some();
-                        let _s = self.app_span(otel::op_of(known), &h).entered();
-                        self.on_hub_apply(&ns, &h, Some(&enc));
+                            .insert(o::name(&h).to_string(), super::state::compact(&h));
                     }
-                    Ok(WatchEvent::Deleted(h)) if self.ns_allowed(o::namespace(&h)) => {
-                        let ns = o::namespace(&h).to_string();
-                        if let Some(m) = self.cache.lock().expect("poisoned").get_mut(&ns) {
-                            m.remove(o::name(&h));
+                }
+                Ok(WatchEvent::InitDone) => {
+                    self.listed(building.take().unwrap_or_default(), covering.as_ref());
+                    if let Some(r) = ready.take() {
+                        let _ = r.send(());
+                    }
+                    listed = true;
+                    // the shards taken while this list ran need the next one
+                    if let (Some(h), Some(c)) = (held.as_mut(), covering.as_mut()) {
+                        let now = h.borrow_and_update().clone();
+                        if self.shards_left(c, &now) {
+                            return true;
                         }
-                        let _s = self.app_span("delete", &h).entered();
-                        self.on_hub_delete(&ns, &h);
                     }
-                    // outside --allowed-namespaces: not the principal's
-                    Ok(WatchEvent::Applied(_) | WatchEvent::Deleted(_)) => {}
-                    Err(e) => {
-                        tracing::warn!(error = %e, "hub watch error");
+                }
+                Ok(WatchEvent::Applied(h)) if self.keeps(covering.as_ref(), &h) => {
+                    let ns = o::namespace(&h).to_string();
+                    let enc = super::state::compact(&h);
+                    let known = self
+                        .cache
+                        .lock()
+                        .expect("poisoned")
+                        .entry(ns.clone())
+                        .or_default()
+                        .insert(o::name(&h).to_string(), enc.clone())
+                        .is_some();
+                    if !known {
+                        self.metrics.ha.shards.cached_step(true);
+                    }
+                    let _s = self.app_span(otel::op_of(known), &h).entered();
+                    self.on_hub_apply(&ns, &h, Some(&enc));
+                }
+                Ok(WatchEvent::Deleted(h)) if self.keeps(covering.as_ref(), &h) => {
+                    let ns = o::namespace(&h).to_string();
+                    if let Some(m) = self.cache.lock().expect("poisoned").get_mut(&ns)
+                        && m.remove(o::name(&h)).is_some()
+                    {
+                        self.metrics.ha.shards.cached_step(false);
+                    }
+                    let _s = self.app_span("delete", &h).entered();
+                    self.on_hub_delete(&ns, &h);
+                }
+                // outside --allowed-namespaces, or an agent another replica serves: not ours
+                Ok(WatchEvent::Applied(_) | WatchEvent::Deleted(_)) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "hub watch error");
+                }
+            }
+        }
+    }
+
+    /// A complete list `by_ns` replaces the cache first (sending reads it); each object is then
+    /// handled from it, and the old cache finds the deletions. With active/active, `covering`
+    /// are the shards listed: they are loaded now, and an Application of a shard no longer held
+    /// is not a deletion.
+    fn listed(
+        self: &Arc<Self>,
+        by_ns: super::state::HubCache,
+        covering: Option<&BTreeSet<ShardId>>,
+    ) {
+        let keys: Vec<(String, String)> = by_ns
+            .iter()
+            .flat_map(|(ns, m)| m.keys().map(|n| (ns.clone(), n.clone())))
+            .collect();
+        self.metrics.ha.shards.cached(keys.len());
+        let old = std::mem::replace(&mut *self.cache.lock().expect("poisoned"), by_ns);
+        if let (Some(owners), Some(c)) = (&self.owners, covering) {
+            owners.set_loaded(c.clone());
+        }
+        for (ns, name) in keys {
+            if let Some((h, enc)) = self.cached_with_wire(&ns, &name) {
+                let known = old.get(&ns).is_some_and(|m| m.contains_key(&name));
+                let _s = self.app_span(otel::op_of(known), &h).entered();
+                self.on_hub_apply(&ns, &h, Some(&enc));
+            }
+        }
+        let mut gone = Vec::new();
+        {
+            let cache = self.cache.lock().expect("poisoned");
+            for (ns, objs) in old {
+                for (name, b) in objs {
+                    if cache.get(&ns).is_none_or(|m| !m.contains_key(&name))
+                        && let Ok(h) = serde_json::from_slice::<Value>(&b)
+                        && self.keeps(covering, &h)
+                    {
+                        gone.push((ns.clone(), h));
                     }
                 }
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
         }
+        for (ns, h) in gone {
+            let _s = self.app_span("delete", &h).entered();
+            self.on_hub_delete(&ns, &h);
+        }
+    }
+
+    /// The shards held are `now`: the Applications of shards given up leave the cache and
+    /// `covering`; `true` when shards were taken (a new list reads theirs).
+    fn shards_left(&self, covering: &mut BTreeSet<ShardId>, now: &BTreeSet<ShardId>) -> bool {
+        let Some(owners) = &self.owners else {
+            return false;
+        };
+        let lost: BTreeSet<ShardId> = covering.difference(now).copied().collect();
+        if !lost.is_empty() {
+            covering.retain(|k| now.contains(k));
+            let count = owners.count();
+            let mut cache = self.cache.lock().expect("poisoned");
+            cache.retain(|ns, _| !lost.contains(&shard_of(ns, count)));
+            self.metrics
+                .ha
+                .shards
+                .cached(cache.values().map(HashMap::len).sum());
+            owners.set_loaded(covering.clone());
+        }
+        !now.is_subset(covering)
+    }
+
+    /// Whether the hub Application `h` belongs in this principal's cache: in its
+    /// `--allowed-namespaces`, and with active/active of an agent (its namespace) of a shard in
+    /// `covering`. With destination-based mapping the agent is not the namespace: every
+    /// Application is kept.
+    fn keeps(&self, covering: Option<&BTreeSet<ShardId>>, h: &Value) -> bool {
+        let ns = o::namespace(h);
+        self.ns_allowed(ns)
+            && match (covering, &self.owners) {
+                (Some(c), Some(owners)) if !self.cfg.destination_based_mapping => {
+                    c.contains(&shard_of(ns, owners.count()))
+                }
+                _ => true,
+            }
     }
 
     /// `--allowed-namespaces` (globs or `/regex/`, as the peer's `defaultAppFilterChain`); none

@@ -20,6 +20,10 @@ pub enum Owner {
     /// Nobody holds the agent's shard right now (a replica just died or left, or the replicas
     /// are starting).
     Nobody(ShardId),
+    /// This replica holds the agent's shard and is still reading the hub's Applications of it:
+    /// it serves the agent once they are in its cache (a resync from a partial cache would tell
+    /// the agent to delete what the hub has).
+    Loading(ShardId),
 }
 
 /// The shard Leases as this replica sees them: its own shards and the other replicas'.
@@ -28,6 +32,9 @@ pub struct Owners {
     count: ShardCount,
     owned: watch::Receiver<BTreeSet<ShardId>>,
     others: watch::Receiver<BTreeMap<ShardId, String>>,
+    /// the shards whose hub Applications are in this replica's cache (the hub watch keeps only
+    /// the Applications of the agents this replica serves)
+    loaded: watch::Sender<BTreeSet<ShardId>>,
     /// Where this replica takes the other replicas' forwarded calls (mutual TLS).
     pub replica_listen: SocketAddr,
     /// How long a call for an agent whose shard has no owner waits for one before it fails
@@ -49,9 +56,23 @@ impl Owners {
             count,
             owned,
             others,
+            loaded: watch::channel(BTreeSet::new()).0,
             replica_listen,
             wait,
         }
+    }
+
+    /// The shards whose hub Applications are now in this replica's cache.
+    pub(super) fn set_loaded(&self, shards: BTreeSet<ShardId>) {
+        self.loaded.send_if_modified(|l| {
+            let changed = *l != shards;
+            *l = shards;
+            changed
+        });
+    }
+
+    pub(super) fn count(&self) -> ShardCount {
+        self.count
     }
 
     pub fn shard(&self, agent: &str) -> ShardId {
@@ -67,7 +88,10 @@ impl Owners {
     pub fn owner(&self, agent: &str) -> Owner {
         let shard = self.shard(agent);
         if self.owned.borrow().contains(&shard) {
-            return Owner::Me;
+            return match self.loaded.borrow().contains(&shard) {
+                true => Owner::Me,
+                false => Owner::Loading(shard),
+            };
         }
         let others = self.others.borrow();
         let Some(identity) = others.get(&shard) else {
@@ -83,18 +107,21 @@ impl Owners {
         }
     }
 
-    /// [`Owners::owner`], waiting up to [`Owners::wait`] while nobody holds the agent's shard.
+    /// [`Owners::owner`], waiting up to [`Owners::wait`] while nobody holds the agent's shard or
+    /// this replica is still loading it.
     pub async fn wait_owner(&self, agent: &str) -> Owner {
         let (mut owned, mut others) = (self.owned.clone(), self.others.clone());
+        let mut loaded = self.loaded.subscribe();
         let deadline = tokio::time::Instant::now() + self.wait;
         loop {
             let now = self.owner(agent);
-            if !matches!(now, Owner::Nobody(_)) {
+            if !matches!(now, Owner::Nobody(_) | Owner::Loading(_)) {
                 return now;
             }
             tokio::select! {
                 r = owned.changed() => if r.is_err() { return now },
                 r = others.changed() => if r.is_err() { return now },
+                r = loaded.changed() => if r.is_err() { return now },
                 _ = tokio::time::sleep_until(deadline) => return now,
             }
         }
@@ -127,13 +154,18 @@ mod tests {
             .iter()
             .map(|&(k, id)| (s(k), id.to_string()))
             .collect();
-        Owners::new(
+        // the Leases' senders live on (a closed watch ends every wait at once)
+        let (owned, others) = (watch::channel(owned), watch::channel(others));
+        let o = Owners::new(
             count,
-            watch::channel(owned).1,
-            watch::channel(others).1,
+            owned.1,
+            others.1,
             "0.0.0.0:8406".parse().unwrap(),
             Duration::from_millis(50),
-        )
+        );
+        o.set_loaded(count.iter().collect());
+        std::mem::forget((owned.0, others.0));
+        o
     }
 
     #[tokio::test]
@@ -167,6 +199,22 @@ mod tests {
             },
             "IPv6 pod addresses"
         );
+        // a shard taken is served once its hub Applications are read
+        o.set_loaded([0].into_iter().map(|k| count.shard(k).unwrap()).collect());
+        assert_eq!(
+            o.owner(&agent_in(1)),
+            Owner::Loading(count.shard(1).unwrap())
+        );
+        let (later, one) = (o.clone(), agent_in(1));
+        let (waited, ()) = tokio::join!(o.wait_owner(&one), async move {
+            later.set_loaded(
+                [0, 1]
+                    .into_iter()
+                    .map(|k| count.shard(k).unwrap())
+                    .collect(),
+            );
+        });
+        assert_eq!(waited, Owner::Me);
         let o = owners(&[0], &[(2, "principal-1")]);
         assert!(
             matches!(o.owner(&agent_in(2)), Owner::Nobody(s) if s.get() == 2),

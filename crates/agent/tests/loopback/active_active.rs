@@ -313,6 +313,14 @@ async fn every_replica_serves_its_share_and_agents_survive_a_stopped_and_a_kille
             == AGENTS as i64
     })
     .await;
+    // each replica keeps only the hub Applications of the agents it serves
+    for r in &replicas {
+        assert_eq!(
+            r.gauge("argocd_principal_hub_applications_cached"),
+            r.metrics.connected_agents.get() as f64,
+            "a replica's cache holds its share of the fleet's Applications"
+        );
+    }
     let forwarded: f64 = replicas
         .iter()
         .map(|r| r.gauge("argocd_principal_ha_streams_forwarded_total"))
@@ -370,6 +378,10 @@ async fn every_replica_serves_its_share_and_agents_survive_a_stopped_and_a_kille
     let kill_back = t2.elapsed();
     until("the last replica serves every agent", || {
         replicas[2].metrics.connected_agents.get() == AGENTS as i64
+    })
+    .await;
+    until("the last replica caches every agent's Applications", || {
+        replicas[2].gauge("argocd_principal_hub_applications_cached") == (AGENTS * 3) as f64
     })
     .await;
 
