@@ -117,6 +117,34 @@ pub struct SessionCtx {
     pub principal_uid: Option<Arc<str>>,
 }
 
+/// The trailer our principal sets on the event streams it ends because it is stopping (an
+/// active/active replica handing its agents to the others on SIGTERM): our agent reconnects at
+/// once, within [`HANDOVER_SPREAD`], rather than over its reconnect window. The peer's agent sees
+/// an `Unavailable` status and reconnects with its own backoff.
+pub const RECONNECT_NOW: &str = "x-argocd-pull-reconnect";
+
+/// How long after a stopping principal's last word its agents are spread over.
+pub const HANDOVER_SPREAD: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The status a stopping principal ends an event stream with.
+pub fn stopping_status() -> tonic::Status {
+    let mut s = tonic::Status::unavailable(
+        "the principal is stopping: reconnect (another replica serves this agent now)",
+    );
+    s.metadata_mut().insert(
+        RECONNECT_NOW,
+        tonic::metadata::MetadataValue::from_static("now"),
+    );
+    s
+}
+
+/// Whether `end` is a stopping principal's [`stopping_status`].
+pub fn is_reconnect_now(end: &SessionEnd) -> bool {
+    matches!(end, SessionEnd::Status(s)
+        if s.code() == tonic::Code::Unavailable
+            && s.metadata().get(RECONNECT_NOW).is_some_and(|v| v == "now"))
+}
+
 /// Why a session ended.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionEnd {

@@ -29,8 +29,13 @@ impl Inner {
             let started = tokio::time::Instant::now();
             // the configuration of this attempt (reloaded certificates apply from here)
             let tls = client_tls.lock().expect("poisoned").clone();
+            let mut now = false;
             match self.connect_once(&tls, &mut refresh).await {
-                Ok(end) => tracing::info!(reason = %end, "stream to principal ended; reconnecting"),
+                Ok(end) => {
+                    // a stopping replica handed this agent to another: back at once
+                    now = session::is_reconnect_now(&end);
+                    tracing::info!(reason = %end, "stream to principal ended; reconnecting")
+                }
                 Err(e) => {
                     let e = self.explain_failure(e, &tls).await;
                     tracing::warn!(error = %e, "connection to principal failed");
@@ -39,10 +44,13 @@ impl Inner {
             }
             self.connected.store(false, Ordering::SeqCst);
             self.metrics.connection_down();
-            let wait = backoff.next(
-                started.elapsed() > Duration::from_secs(10),
-                rand::random::<f64>(),
-            );
+            let wait = match now {
+                true => backoff.handed_over(rand::random::<f64>()),
+                false => backoff.next(
+                    started.elapsed() > Duration::from_secs(10),
+                    rand::random::<f64>(),
+                ),
+            };
             tokio::time::sleep(wait).await;
         }
     }
@@ -312,6 +320,13 @@ impl Reconnect {
 
     /// The wait before the next attempt; `lived`: the last stream was up long enough to count
     /// as a working connection; `r`: uniform in `[0, 1)`.
+    /// The wait after a stopping principal handed the agent over ([`session::is_reconnect_now`]):
+    /// uniform in `[min, min + HANDOVER_SPREAD]`, capped at `max`.
+    pub(crate) fn handed_over(&mut self, r: f64) -> Duration {
+        self.delay = self.min;
+        (self.min + session::HANDOVER_SPREAD.mul_f64(r)).min(self.max)
+    }
+
     pub(crate) fn next(&mut self, lived: bool, r: f64) -> Duration {
         if lived {
             self.delay = self.min;

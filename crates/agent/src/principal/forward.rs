@@ -59,7 +59,15 @@ impl Inner {
         let Some(owners) = &self.owners else {
             return Ok(None);
         };
-        match owners.wait_owner(agent).await {
+        let mut owner = owners.wait_owner(agent).await;
+        // an owner that refused its last connection (gone without releasing its shards): wait
+        // for its shards to be taken rather than fail every call until then
+        if let (Owner::Replica { addr, .. }, Some(links)) = (&owner, &self.links)
+            && links.is_down(*addr)
+        {
+            owner = owners.wait_owner_other_than(agent, &owner).await;
+        }
+        match owner {
             Owner::Me => Ok(None),
             Owner::Replica { identity, .. } if forwarded => Err(format!(
                 "this principal replica no longer serves agent {agent:?} (replica {identity} does): retry"
@@ -89,6 +97,21 @@ impl Inner {
             ),
             Err(why) => return Err(Status::unavailable(why)),
         })
+    }
+
+    /// An event stream to an agent (served here or forwarded) that, when this principal stops,
+    /// ends with [`crate::session::stopping_status`]: our agent reconnects at once.
+    pub(super) fn ends_with_stopping_status<T: Send + 'static>(
+        &self,
+        s: impl Stream<Item = Result<T, Status>> + Send + 'static,
+    ) -> impl Stream<Item = Result<T, Status>> + Send + 'static {
+        let stopping = self.stopping.clone();
+        let last = stopping.clone();
+        s.take_until(stopping.cancelled_owned()).chain(
+            futures::stream::once(async move { last.is_cancelled() }).filter_map(
+                |stopped| async move { stopped.then(crate::session::stopping_status).map(Err) },
+            ),
+        )
     }
 
     /// Counts a forwarded call.
@@ -256,7 +279,7 @@ pub(super) async fn subscribe(
     let (meta, s, _) = up.into_parts();
     Ok(Response::from_parts(
         meta,
-        counted(inner, s),
+        Box::pin(inner.ends_with_stopping_status(counted(inner, s))),
         Default::default(),
     ))
 }

@@ -103,6 +103,9 @@ struct Inner {
     owners: Option<owners::Owners>,
     /// ... and the connections to the other replicas
     links: Option<replica_link::Links>,
+    /// cancelled when the principal stops: the event streams it serves or forwards end with
+    /// [`crate::session::stopping_status`]
+    stopping: argocd_pull_ops::CancellationToken,
 }
 
 /// The principal's TLS configuration (with `--enable-websocket` it offers HTTP/1.1 too).
@@ -135,6 +138,8 @@ pub struct Principal {
     /// the replica port's TLS configuration (active/active)
     replica_tls: Option<tokio::sync::watch::Sender<Arc<rustls::ServerConfig>>>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    /// the gRPC server: drained on shutdown (the streams' last status reaches the agents)
+    server: Option<tokio::task::JoinHandle<()>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -243,6 +248,7 @@ impl Principal {
             routes: Mutex::new(Default::default()),
             owners,
             links,
+            stopping: Default::default(),
         });
         let mut secrets_synced = inner.secrets_synced.subscribe();
         if let Some(c) = cfg.cluster_secrets.clone() {
@@ -352,7 +358,7 @@ impl Principal {
             keepalive_interval: cfg.heartbeat,
             keepalive_timeout,
         };
-        tasks.push(tokio::spawn(async move {
+        let server = tokio::spawn(async move {
             let stop = async {
                 let _ = srx.await;
             };
@@ -372,7 +378,7 @@ impl Principal {
             if let Err(e) = r {
                 tracing::error!(error = %e, "principal gRPC server failed");
             }
-        }));
+        });
         tasks.push(accept_task);
         let replica_tls = match replica_listener {
             Some(l) => {
@@ -423,6 +429,7 @@ impl Principal {
             redis_proxy_addr,
             replica_tls,
             shutdown: Some(stx),
+            server: Some(server),
             tasks,
         })
     }
@@ -458,6 +465,8 @@ impl Principal {
     /// Stops serving and drops every stream.
     pub async fn shutdown(mut self) {
         self.inner.metrics.ready.set(false);
+        // the event streams served and forwarded end with the stopping status
+        self.inner.stopping.cancel();
         if let Some(s) = self.shutdown.take() {
             let _ = s.send(());
         }
@@ -466,6 +475,12 @@ impl Principal {
                 h.abort();
             }
         }
+        // the server drains its connections (their last status sent), within a bound
+        if let Some(mut server) = self.server.take()
+            && tokio::time::timeout(DRAIN, &mut server).await.is_err()
+        {
+            server.abort();
+        }
         for t in self.tasks.drain(..) {
             t.abort();
             let _ = t.await;
@@ -473,9 +488,12 @@ impl Principal {
     }
 }
 
+/// How long a stopping principal waits for its agents' connections to close.
+const DRAIN: Duration = Duration::from_secs(1);
+
 impl Drop for Principal {
     fn drop(&mut self) {
-        for t in &self.tasks {
+        for t in self.tasks.iter().chain(&self.server) {
             t.abort();
         }
         if let Ok(g) = self.inner.agents.lock() {

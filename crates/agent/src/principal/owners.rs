@@ -110,12 +110,22 @@ impl Owners {
     /// [`Owners::owner`], waiting up to [`Owners::wait`] while nobody holds the agent's shard or
     /// this replica is still loading it.
     pub async fn wait_owner(&self, agent: &str) -> Owner {
+        self.wait_for(agent, None).await
+    }
+
+    /// [`Owners::wait_owner`], also waiting while the owner is `unreachable` (a replica gone
+    /// without releasing its shards: the others take them when their Leases expire).
+    pub async fn wait_owner_other_than(&self, agent: &str, unreachable: &Owner) -> Owner {
+        self.wait_for(agent, Some(unreachable)).await
+    }
+
+    async fn wait_for(&self, agent: &str, not: Option<&Owner>) -> Owner {
         let (mut owned, mut others) = (self.owned.clone(), self.others.clone());
         let mut loaded = self.loaded.subscribe();
         let deadline = tokio::time::Instant::now() + self.wait;
         loop {
             let now = self.owner(agent);
-            if !matches!(now, Owner::Nobody(_) | Owner::Loading(_)) {
+            if !matches!(now, Owner::Nobody(_) | Owner::Loading(_)) && Some(&now) != not {
                 return now;
             }
             tokio::select! {
@@ -215,6 +225,13 @@ mod tests {
             );
         });
         assert_eq!(waited, Owner::Me);
+        // an owner this replica cannot reach: waited out until its shard is taken
+        let gone = o.owner(&agent_in(2));
+        assert_eq!(
+            o.wait_owner_other_than(&agent_in(2), &gone).await,
+            gone,
+            "still the same holder after the wait"
+        );
         let o = owners(&[0], &[(2, "principal-1")]);
         assert!(
             matches!(o.owner(&agent_in(2)), Owner::Nobody(s) if s.get() == 2),

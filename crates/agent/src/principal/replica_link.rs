@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -190,13 +191,19 @@ pub(crate) struct Links {
     /// HTTP/2 pings on every link: a replica that vanished without closing its connections
     /// (its node lost) ends the streams forwarded to it, and their agents reconnect
     heartbeat: std::time::Duration,
+    /// replicas whose last connection attempt failed, and when
+    down: Arc<Mutex<HashMap<SocketAddr, Instant>>>,
 }
 
+/// How long a replica that refused a connection counts as unreachable (the calls for its agents
+/// wait for its shards to be taken meanwhile), before the next call tries it again.
+const DOWN_FOR: Duration = Duration::from_secs(1);
+
+/// How long connecting to another replica may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
 impl Links {
-    pub(crate) fn new(
-        tls: Option<&TlsMaterial>,
-        heartbeat: std::time::Duration,
-    ) -> anyhow::Result<Links> {
+    pub(crate) fn new(tls: Option<&TlsMaterial>, heartbeat: Duration) -> anyhow::Result<Links> {
         Ok(Links {
             heartbeat,
             tls: Mutex::new(match tls {
@@ -204,6 +211,7 @@ impl Links {
                 None => None,
             }),
             channels: Mutex::default(),
+            down: Arc::default(),
         })
     }
 
@@ -215,25 +223,19 @@ impl Links {
         Ok(())
     }
 
+    /// Whether the replica at `addr` refused its last connection within [`DOWN_FOR`].
+    pub(crate) fn is_down(&self, addr: SocketAddr) -> bool {
+        self.down
+            .lock()
+            .expect("poisoned")
+            .get(&addr)
+            .is_some_and(|at| at.elapsed() < DOWN_FOR)
+    }
+
     /// A new HTTP/1.1 connection to the replica at `addr` (for an upgrade: the web terminal).
     pub(crate) async fn connect_http1(&self, addr: SocketAddr) -> anyhow::Result<Box<dyn Io>> {
-        let tcp = tokio::time::timeout(
-            std::time::Duration::from_secs(2),
-            tokio::net::TcpStream::connect(addr),
-        )
-        .await
-        .map_err(|_| anyhow::anyhow!("connecting to {addr} timed out"))??;
-        tcp.set_nodelay(true)?;
-        let Some(cfg) = self.tls.lock().expect("poisoned").clone() else {
-            return Ok(Box::new(tcp));
-        };
-        let mut cfg = (*cfg).clone();
-        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let name = ServerName::try_from("replica").expect("a DNS name");
-        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
-            .connect(name, tcp)
-            .await?;
-        Ok(Box::new(tls))
+        let tls = self.tls.lock().expect("poisoned").clone();
+        Ok(dial(&self.down, addr, tls, b"http/1.1").await?)
     }
 
     /// The channel to the replica at `addr` (connected on first use, re-connected by tonic).
@@ -242,19 +244,23 @@ impl Links {
             return c.clone();
         }
         let tls = self.tls.lock().expect("poisoned").clone();
+        let down = self.down.clone();
         let endpoint = Endpoint::from_shared(format!("http://{addr}"))
             .expect("a socket address is a URI authority")
-            .connect_timeout(std::time::Duration::from_secs(2))
+            .connect_timeout(CONNECT_TIMEOUT)
             .http2_keep_alive_interval(self.heartbeat)
             .keep_alive_timeout(super::connection::keepalive_timeout(self.heartbeat))
             .keep_alive_while_idle(true)
             .tcp_nodelay(true);
-        let channel = match tls {
-            Some(cfg) => {
-                endpoint.connect_with_connector_lazy(tls::connector(cfg, addr, "replica".into()))
-            }
-            None => endpoint.connect_lazy(),
-        };
+        let channel =
+            endpoint.connect_with_connector_lazy(tower::service_fn(move |_: http::Uri| {
+                let (down, tls) = (down.clone(), tls.clone());
+                async move {
+                    dial(&down, addr, tls, b"h2")
+                        .await
+                        .map(hyper_util::rt::TokioIo::new)
+                }
+            }));
         self.channels
             .lock()
             .expect("poisoned")
@@ -262,4 +268,49 @@ impl Links {
             .or_insert(channel)
             .clone()
     }
+}
+
+/// A connection to the replica at `addr` (TLS with `tls`, offering `alpn`; plaintext without),
+/// noted in `down` when it fails and cleared when it works.
+async fn dial(
+    down: &Mutex<HashMap<SocketAddr, Instant>>,
+    addr: SocketAddr,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    alpn: &[u8],
+) -> std::io::Result<Box<dyn Io>> {
+    let r = async {
+        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("connecting to replica {addr} timed out"),
+                )
+            })??;
+        tcp.set_nodelay(true)?;
+        let Some(cfg) = tls else {
+            return Ok(Box::new(tcp) as Box<dyn Io>);
+        };
+        // the client configuration offers h2; an upgrade needs HTTP/1.1
+        let cfg = match cfg.alpn_protocols.iter().any(|p| p == alpn) {
+            true => cfg,
+            false => {
+                let mut c = (*cfg).clone();
+                c.alpn_protocols = vec![alpn.to_vec()];
+                Arc::new(c)
+            }
+        };
+        let name = ServerName::try_from("replica").expect("a DNS name");
+        let tls = tokio_rustls::TlsConnector::from(cfg)
+            .connect(name, tcp)
+            .await?;
+        Ok(Box::new(tls) as Box<dyn Io>)
+    }
+    .await;
+    let mut d = down.lock().expect("poisoned");
+    match &r {
+        Ok(_) => d.remove(&addr),
+        Err(_) => d.insert(addr, Instant::now()),
+    };
+    r
 }

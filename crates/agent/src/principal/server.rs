@@ -505,7 +505,9 @@ impl EventStream for Svc {
         self.inner.stream_up(&agent);
         tracing::info!(agent, mode = mode.as_str(), "agent subscribed");
         let out = ReceiverStream::new(rx).map(|e| Ok(*e));
-        Ok(Response::new(Box::pin(out)))
+        Ok(Response::new(Box::pin(
+            self.inner.ends_with_stopping_status(out),
+        )))
     }
 
     async fn push(

@@ -360,6 +360,15 @@ async fn every_replica_serves_its_share_and_agents_survive_a_stopped_and_a_kille
     })
     .await;
     let handed_over = t1.elapsed();
+    until("the other replicas serve every agent", || {
+        replicas[1..]
+            .iter()
+            .map(|r| r.metrics.connected_agents.get())
+            .sum::<i64>()
+            == AGENTS as i64
+    })
+    .await;
+    let stop_served = t1.elapsed();
     let after_stop = deliver(&hub, &agents, "app-2").await;
     let stop_back = t1.elapsed();
     let moved = (0..AGENTS)
@@ -393,8 +402,8 @@ async fn every_replica_serves_its_share_and_agents_survive_a_stopped_and_a_kille
     println!(
         "active/active, {AGENTS} agents, {REPLICAS} replicas, {SHARDS} shards, Lease {LEASE:?}: \
          all connected with their Application in {first:?} ({forwarded} calls forwarded); \
-         SIGTERM: shards handed over in {handed_over:?}, {} agents moved, a new Application on \
-         every agent {after_stop:?} later ({stop_back:?} after the stop); SIGKILL: shards taken in \
+         SIGTERM: shards handed over in {handed_over:?}, every agent served again after \
+         {stop_served:?}, {} agents moved, a new Application on every agent {after_stop:?} later ({stop_back:?} after the stop); SIGKILL: shards taken in \
          {taken_over:?}, a new Application on every agent {after_kill:?} later ({kill_back:?} \
          after the kill); 0 lost, 0 re-created",
         moved

@@ -639,3 +639,62 @@ async fn a_principal_that_never_answers_after_tls_is_named_and_retried() {
     held.abort();
     accept.abort();
 }
+
+/// A stopping principal (SIGTERM: an active/active replica handing its agents to the others)
+/// ends each event stream with `Unavailable` and the `x-argocd-pull-reconnect: now` trailer: our
+/// agent comes back within half a second instead of over its reconnect window, and a peer agent
+/// sees an ordinary `Unavailable`.
+#[tokio::test]
+async fn a_stopping_principal_ends_each_event_stream_asking_for_a_reconnect_now() {
+    use argocd_pull_agent::proto::authapi::{
+        AuthRequest, authentication_client::AuthenticationClient,
+    };
+    use argocd_pull_agent::proto::eventstreamapi::{self, event_stream_client::EventStreamClient};
+    let pki = LocalPki::new().unwrap();
+    let hub = MemStore::new();
+    let p = principal(&pki, &hub, "127.0.0.1:0").await;
+    let addr = p.local_addr();
+    let cfg = Arc::new(tls::client_config(&pki.agent("stays").unwrap(), false).unwrap());
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_with_connector(tls::connector(cfg, addr, "localhost".into()))
+        .await
+        .unwrap();
+    let token = AuthenticationClient::new(ch.clone())
+        .authenticate(AuthRequest {
+            method: "mtls".into(),
+            mode: "managed".into(),
+            version: argocd_pull_agent::VERSION.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .access_token;
+    let (_tx, rx) = tokio::sync::mpsc::channel::<eventstreamapi::Event>(8);
+    let mut req = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    req.metadata_mut()
+        .insert("authorization", token.parse().unwrap());
+    let mut inbound = EventStreamClient::new(ch)
+        .subscribe(req)
+        .await
+        .unwrap()
+        .into_inner();
+    wait_idle(|| p.connected_agents() == ["stays"]).await;
+    let stop = tokio::spawn(p.shutdown());
+    let end = loop {
+        match tokio::time::timeout(T, inbound.message()).await.unwrap() {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the stream ended without a status"),
+            Err(s) => break s,
+        }
+    };
+    assert_eq!(end.code(), tonic::Code::Unavailable, "{end:?}");
+    assert_eq!(
+        end.metadata()
+            .get("x-argocd-pull-reconnect")
+            .map(|v| v.to_str().unwrap()),
+        Some("now")
+    );
+    tokio::time::timeout(T, stop).await.unwrap().unwrap();
+}

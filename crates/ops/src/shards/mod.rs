@@ -41,6 +41,7 @@ mod id;
 mod lease;
 mod owner;
 mod plan;
+mod wake;
 
 pub use config::ShardConfig;
 pub use error::ShardError;

@@ -3,9 +3,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -19,6 +21,7 @@ use super::lease::{
     shard_lease_name,
 };
 use super::plan::{Holder, Holders, decide};
+use super::wake::Wake;
 
 /// A Lease this replica holds: when it last renewed it (the instant before the write was sent)
 /// and until when it counts it as its own.
@@ -122,10 +125,29 @@ impl ShardOwner {
         );
         let mut poll = tokio::time::interval(self.cfg.poll_period);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // a release or a replica joining or leaving starts a round at once (a hand-over takes
+        // the watch's latency, not a poll period); without watch access, polling alone
+        let labels = format!("{LEASE_LABEL}={}", self.cfg.lease_name);
+        let mut changes = watcher(self.api.clone(), watcher::Config::default().labels(&labels))
+            .default_backoff()
+            .boxed();
+        let mut wake = Wake::default();
         let result = loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break Ok(()),
                 _ = poll.tick() => {}
+                ev = changes.next() => match ev {
+                    Some(Ok(ev)) if wake.wakes(&self.cfg.lease_name, &ev) => poll.reset(),
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "watching the shard Leases failed: polling");
+                        continue;
+                    }
+                    None => {
+                        changes = futures::stream::pending().boxed();
+                        continue;
+                    }
+                },
             }
             // a round that hangs must not keep a shard published past its validity
             let now = Instant::now();
