@@ -367,7 +367,7 @@ pub async fn run(cmd: &AgentCommand, c: &Clients) -> anyhow::Result<String> {
                 .await
                 .context("Could not list secrets")?;
             if format != super::agent_list::Format::Name {
-                let rows = super::agent_list::rows(&c.principal, &list.items).await?;
+                let rows = super::agent_list::rows(&c.principal, ns, &list.items).await?;
                 return super::agent_list::render(&rows, format);
             }
             if list.items.is_empty() {

@@ -91,6 +91,10 @@ pub struct AgentRow {
     /// A range (`0`, `1-9`, `10-99`, …) or `unknown`.
     pub events_queued: String,
     pub applications: AppCounts,
+    /// The active/active principal replica serving the agent (the holder of its shard Lease,
+    /// `none` while nobody holds it); absent when the principal does not run active/active.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
 }
 
 /// The row of an agent from what its cluster secret shows.
@@ -108,6 +112,7 @@ pub fn row(name: &str, published: Option<&AgentStatus>, apps: AppCounts) -> Agen
             version_message: String::new(),
             events_queued: agent_status::UNKNOWN.into(),
             applications: apps,
+            replica: None,
         };
     };
     let reasons: Vec<String> = [
@@ -132,6 +137,7 @@ pub fn row(name: &str, published: Option<&AgentStatus>, apps: AppCounts) -> Agen
         version_message: reasons.join("; "),
         events_queued: p.events_queued.into(),
         applications: apps,
+        replica: None,
     }
 }
 
@@ -179,9 +185,10 @@ pub fn age(d: std::time::Duration) -> String {
     }
 }
 
-/// The `-o wide` table.
+/// The `-o wide` table (with a `REPLICA` column when the principal runs active/active).
 pub fn table(rows: &[AgentRow], now: jiff::Timestamp) -> String {
-    let head = [
+    let replicas = rows.iter().any(|r| r.replica.is_some());
+    let mut head = vec![
         "NAME",
         "MODE",
         "CONNECTED",
@@ -196,6 +203,9 @@ pub fn table(rows: &[AgentRow], now: jiff::Timestamp) -> String {
         "MISSING",
         "QUEUED",
     ];
+    if replicas {
+        head.push("REPLICA");
+    }
     let mut lines: Vec<Vec<String>> = vec![head.iter().map(|h| h.to_string()).collect()];
     for r in rows {
         let since = r
@@ -227,6 +237,10 @@ pub fn table(rows: &[AgentRow], now: jiff::Timestamp) -> String {
             a.missing.to_string(),
             r.events_queued.clone(),
         ]);
+        if replicas {
+            let l = lines.last_mut().expect("just pushed");
+            l.push(r.replica.clone().unwrap_or_else(|| "-".into()));
+        }
     }
     let widths: Vec<usize> = (0..head.len())
         .map(|i| lines.iter().map(|l| l[i].len()).max().unwrap_or(0))
@@ -277,8 +291,13 @@ async fn hub_applications(client: &kube::Client) -> anyhow::Result<Vec<serde_jso
     }
 }
 
-/// The rows of the agents whose cluster secrets are `secrets`, counting the hub's Applications.
-pub async fn rows(client: &kube::Client, secrets: &[Secret]) -> anyhow::Result<Vec<AgentRow>> {
+/// The rows of the agents whose cluster secrets are `secrets` (in namespace `ns`), counting the
+/// hub's Applications and, with active/active replicas, naming the one serving each.
+pub async fn rows(
+    client: &kube::Client,
+    ns: &str,
+    secrets: &[Secret],
+) -> anyhow::Result<Vec<AgentRow>> {
     let agents: Vec<(String, Option<AgentStatus>)> = secrets
         .iter()
         .map(|s| {
@@ -301,9 +320,17 @@ pub async fn rows(client: &kube::Client, secrets: &[Secret]) -> anyhow::Result<V
         .map(|(n, p)| (n.clone(), p.as_ref().and_then(|p| p.mapping)))
         .collect();
     let mut counts = count_apps(&mappings, &apps);
+    // a ctl user without access to the Leases still gets the rest
+    let serving = super::serving::read(client, ns).await.unwrap_or_else(|e| {
+        eprintln!("warning: {e:#}");
+        None
+    });
     let mut rows: Vec<AgentRow> = agents
         .iter()
-        .map(|(n, p)| row(n, p.as_ref(), counts.remove(n).unwrap_or_default()))
+        .map(|(n, p)| AgentRow {
+            replica: serving.as_ref().map(|s| s.replica(n)),
+            ..row(n, p.as_ref(), counts.remove(n).unwrap_or_default())
+        })
         .collect();
     rows.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(rows)

@@ -26,6 +26,7 @@ mod ha;
 mod jwt;
 mod out;
 mod pki;
+mod serving;
 mod validate;
 
 use std::path::PathBuf;

@@ -74,6 +74,20 @@ fn two_active_active_replicas_split_the_shards_and_a_stopped_one_hands_them_over
         assert_eq!(code, 200, "{body}");
         assert!(body.contains("active/active"), "{body}");
     }
+    // `ctl agent list` names the replica serving each agent, from the shard Leases
+    let agents: Vec<String> = (0..8).map(|i| format!("edge-{i}")).collect();
+    cluster_secrets(&kubeconfig, &agents);
+    let serving = |want: &[&str]| {
+        let rows = ctl_agent_list(&kubeconfig);
+        assert_eq!(rows.len(), agents.len());
+        let seen: std::collections::BTreeSet<&str> = rows
+            .iter()
+            .map(|r| r["replica"].as_str().unwrap_or("-"))
+            .collect();
+        let want: std::collections::BTreeSet<&str> = want.iter().copied().collect();
+        assert_eq!(seen, want, "{rows:?}");
+    };
+    serving(&["principal-0@127.0.0.2", "principal-1@127.0.0.3"]);
     // SIGTERM: the shards go to the other replica, the process ends cleanly
     let t0 = Instant::now();
     let (code, _, err) = run_kill("-TERM", a.pid());
@@ -83,12 +97,58 @@ fn two_active_active_replicas_split_the_shards_and_a_stopped_one_hands_them_over
     let handed = t0.elapsed();
     let status = a.wait_exit(STARTUP);
     assert_eq!(status, Some(0), "a stopped replica exits 0");
+    serving(&["principal-1@127.0.0.3"]);
     println!(
         "active/active through the binary: 8 shards split 4/4; SIGTERM handed them over in {handed:?}"
     );
     drop(b);
     drop(hub);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An Argo CD cluster secret for each of `agents` in the principal's namespace.
+fn cluster_secrets(kubeconfig: &std::path::Path, agents: &[String]) {
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+            kube::Api::namespaced(kube::Client::try_from(cfg).unwrap(), "argocd");
+        for a in agents {
+            let s = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("cluster-{a}"), "labels": {
+                    "argocd.argoproj.io/secret-type": "cluster",
+                    "argocd-agent.argoproj-labs.io/agent-name": a}},
+                "stringData": {"name": a, "server": format!("https://127.0.0.1:9090?agentName={a}")},
+            }))
+            .unwrap();
+            secrets.create(&Default::default(), &s).await.unwrap();
+        }
+    });
+}
+
+/// `ctl agent list -o json` against the hub.
+fn ctl_agent_list(kubeconfig: &std::path::Path) -> Vec<serde_json::Value> {
+    let out = std::process::Command::new(crate::BIN)
+        .args([
+            "ctl",
+            "agent",
+            "list",
+            "-o",
+            "json",
+            "--principal-namespace",
+            "argocd",
+        ])
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 fn run_kill(signal: &str, pid: u32) -> (Option<i32>, String, String) {
