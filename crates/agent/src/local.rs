@@ -166,9 +166,7 @@ pub async fn balancer(
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     tokio::spawn(async move {
         loop {
-            let Ok((mut c, _)) = l.accept().await else {
-                return;
-            };
+            let (mut c, _) = argocd_pull_ops::net::accept(&l, "the balancer").await;
             let (backends, next) = (backends.clone(), next.clone());
             tokio::spawn(async move {
                 let start = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -267,15 +267,7 @@ pub async fn serve_tls_reloadable(
     let (tx, rx) = tokio::sync::mpsc::channel(128);
     let h = tokio::spawn(async move {
         loop {
-            let (tcp, peer) = match listener.accept().await {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let _ = tcp.set_nodelay(true);
+            let (tcp, peer) = argocd_pull_ops::net::accept(&listener, "TLS").await;
             if tx.is_closed() {
                 break;
             }

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 /// The accept queue when the kernel's limit cannot be read.
 const DEFAULT_BACKLOG: u32 = 4096;
@@ -30,6 +30,28 @@ pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(backlog())
+}
+
+/// How long an accept loop pauses after a failed accept.
+const ACCEPT_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The next connection on `l`. A failed accept (the process out of file descriptors, `EMFILE`,
+/// while thousands of agents reconnect) is logged, naming `what` listens, and retried after a
+/// short pause: the listener keeps serving once descriptors are free again, and the loop neither
+/// ends nor spins.
+pub async fn accept(l: &TcpListener, what: &str) -> (TcpStream, SocketAddr) {
+    loop {
+        match l.accept().await {
+            Ok((c, peer)) => {
+                let _ = c.set_nodelay(true);
+                return (c, peer);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, listener = what, "accept failed (out of file descriptors? raise the process's limit); retrying");
+                tokio::time::sleep(ACCEPT_PAUSE).await;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

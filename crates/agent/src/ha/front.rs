@@ -138,13 +138,7 @@ pub(crate) async fn serve(
     let public_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
     loop {
         let (conn, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, listener = ?kind, "accept failed");
-                    continue;
-                }
-            },
+            c = argocd_pull_ops::net::accept(&listener, kind.name()) => c,
             _ = shutdown.cancelled() => return,
         };
         let (me, view, shutdown) = (me.clone(), view.clone(), shutdown.clone());

@@ -52,6 +52,17 @@ pub enum Listener {
     Redis,
 }
 
+impl Listener {
+    /// What a log line calls it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Listener::Grpc => "the HA front (agents' gRPC)",
+            Listener::ResourceProxy => "the HA front (resource proxy)",
+            Listener::Redis => "the HA front (Redis proxy)",
+        }
+    }
+}
+
 /// The Lease holder as the Lease names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Holder {

@@ -71,13 +71,8 @@ pub(super) async fn serve(
         let inner = inner.clone();
         let t = tokio::spawn(async move {
             loop {
-                match listener.accept().await {
-                    Ok((io, _)) => {
-                        let _ = io.set_nodelay(true);
-                        tokio::spawn(conn(Box::new(io), inner.clone()));
-                    }
-                    Err(e) => tracing::warn!(error = %e, "accept failed on the replica port"),
-                }
+                let (io, _) = argocd_pull_ops::net::accept(&listener, "the replica port").await;
+                tokio::spawn(conn(Box::new(io), inner.clone()));
             }
         });
         return Ok((None, vec![t]));

@@ -105,15 +105,7 @@ pub(super) async fn start(
     let cfg = Arc::new(cfg.clone());
     let task = tokio::spawn(async move {
         loop {
-            let (tcp, peer) = match listener.accept().await {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!(error = %e, "Redis proxy: accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let _ = tcp.set_nodelay(true);
+            let (tcp, peer) = argocd_pull_ops::net::accept(&listener, "the Redis proxy").await;
             let inner = inner.clone();
             let cfg = cfg.clone();
             let acceptor = acceptor.clone();
