@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::future::join_all;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
@@ -385,29 +386,41 @@ impl ShardOwner {
             self.held.remove(s);
         }
         self.publish();
-        for s in &decision.release {
-            if let Some(seen) = shard_leases.get(&s.get()) {
-                self.write(true, &release(&seen.view.lease)).await?;
-            }
+        // the writes of a round go out together: a round of a loaded replica (or API server)
+        // takes one write's time, not one per shard, and stays within its Leases' validity
+        let releases: Vec<Lease> = decision
+            .release
+            .iter()
+            .filter_map(|s| shard_leases.get(&s.get()))
+            .map(|seen| release(&seen.view.lease))
+            .collect();
+        for r in join_all(releases.iter().map(|l| self.write(true, l))).await {
+            r?;
         }
         if !decision.release.is_empty() {
             tracing::info!(shards = ?decision.release, share = decision.share, live = live.len(), "gave up shards above my share");
         }
-        for s in &decision.keep {
-            let due = self.held.get(s).is_none_or(|h| {
-                now.saturating_duration_since(h.renewed_at) >= self.cfg.renew_period
-            });
-            if let (true, Some(seen)) = (due, shard_leases.get(&s.get())) {
-                self.claim_shard(*s, Some(&seen.view.lease), now).await?;
-            }
-        }
-        let mut taken = Vec::new();
-        for s in &decision.acquire {
-            let existing = shard_leases.get(&s.get()).map(|seen| &seen.view.lease);
-            if self.claim_shard(*s, existing, now).await? {
-                taken.push(*s);
-            }
-        }
+        let renewals: Vec<(ShardId, Option<&Lease>)> = decision
+            .keep
+            .iter()
+            .filter(|s| {
+                self.held.get(s).is_none_or(|h| {
+                    now.saturating_duration_since(h.renewed_at) >= self.cfg.renew_period
+                })
+            })
+            .filter_map(|s| {
+                shard_leases
+                    .get(&s.get())
+                    .map(|seen| (*s, Some(&seen.view.lease)))
+            })
+            .collect();
+        self.claim_shards(renewals, now).await?;
+        let acquire: Vec<(ShardId, Option<&Lease>)> = decision
+            .acquire
+            .iter()
+            .map(|s| (*s, shard_leases.get(&s.get()).map(|seen| &seen.view.lease)))
+            .collect();
+        let taken = self.claim_shards(acquire, now).await?;
         if !taken.is_empty() {
             tracing::info!(shards = ?taken, share = decision.share, live = live.len(), "took shards");
         }
@@ -503,21 +516,35 @@ impl ShardOwner {
     }
 
     /// Takes or renews shard `s`; whether it is held now.
-    async fn claim_shard(
+    /// Claims (or renews) each shard of `shards`, its Lease as read (`None`: none yet), the
+    /// writes together; returns the shards now held.
+    async fn claim_shards(
         &mut self,
-        s: ShardId,
-        existing: Option<&Lease>,
+        shards: Vec<(ShardId, Option<&Lease>)>,
         now: Instant,
-    ) -> Result<bool, ShardError> {
-        let name = shard_lease_name(&self.cfg.lease_name, s);
-        let lease = claim(existing, &name, &self.cfg.namespace, &self.claimant());
-        match self.write(existing.is_some(), &lease).await? {
-            Wrote::Done => {
-                self.held.insert(s, self.held_now(now));
-                Ok(true)
+    ) -> Result<Vec<ShardId>, ShardError> {
+        let writes: Vec<(ShardId, bool, Lease)> = shards
+            .into_iter()
+            .map(|(s, existing)| {
+                let name = shard_lease_name(&self.cfg.lease_name, s);
+                let lease = claim(existing, &name, &self.cfg.namespace, &self.claimant());
+                (s, existing.is_some(), lease)
+            })
+            .collect();
+        let results = join_all(
+            writes
+                .iter()
+                .map(|(_, existing, l)| self.write(*existing, l)),
+        )
+        .await;
+        let mut held = Vec::new();
+        for ((s, _, _), r) in writes.iter().zip(results) {
+            if let Wrote::Done = r? {
+                self.held.insert(*s, self.held_now(now));
+                held.push(*s);
             }
-            Wrote::Lost => Ok(false),
         }
+        Ok(held)
     }
 
     /// Gives every Lease this process holds up (bounded: an unreachable API server leaves them
@@ -531,16 +558,17 @@ impl ShardOwner {
             let Ok(Some(leases)) = self.list().await else {
                 return 0;
             };
-            let mut released = 0;
-            for lease in leases {
-                let view = LeaseView::new(&self.cfg.lease_name, lease);
-                if self.is_mine(&view)
-                    && let Ok(Wrote::Done) = self.write(true, &release(&view.lease)).await
-                {
-                    released += 1;
-                }
-            }
-            released
+            let mine: Vec<Lease> = leases
+                .into_iter()
+                .map(|l| LeaseView::new(&self.cfg.lease_name, l))
+                .filter(|v| self.is_mine(v))
+                .map(|v| release(&v.lease))
+                .collect();
+            join_all(mine.iter().map(|l| self.write(true, l)))
+                .await
+                .into_iter()
+                .filter(|r| matches!(r, Ok(Wrote::Done)))
+                .count()
         };
         match tokio::time::timeout(RELEASE_WITHIN.min(self.cfg.lease_duration), release_all).await {
             Ok(n) => tracing::info!(released = n, "released the shard Leases"),
