@@ -12,7 +12,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::TlsConnector;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 /// Default identity regex: the whole CN of a subject that has only a CN (argocd-agent's default).
 pub const DEFAULT_IDENTITY_REGEX: &str = "^CN=([^,]+)$";
@@ -265,62 +265,33 @@ pub async fn serve_tls_reloadable(
     tokio::task::JoinHandle<()>,
 ) {
     let (tx, rx) = tokio::sync::mpsc::channel(128);
-    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
     let h = tokio::spawn(async move {
         loop {
             let (tcp, peer) = argocd_pull_ops::net::accept(&listener, "TLS").await;
             if tx.is_closed() {
                 break;
             }
-            let (cfg, tx, on_fail, permits) = (
-                cfg.borrow().clone(),
-                tx.clone(),
-                on_fail.clone(),
-                permits.clone(),
-            );
+            let acceptor = TlsAcceptor::from(cfg.borrow().clone());
+            let tx = tx.clone();
+            let on_fail = on_fail.clone();
             tokio::spawn(async move {
-                match handshake(tcp, cfg, &permits).await {
-                    Ok(s) => {
+                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                    Ok(Ok(s)) => {
                         let _ = tx.send(Ok(s)).await;
                     }
-                    Err(e) => {
+                    Ok(Err(e)) => {
                         tracing::warn!(%peer, error = %e, "TLS handshake rejected");
                         on_fail(&e.to_string());
+                    }
+                    Err(_) => {
+                        tracing::warn!(%peer, "TLS handshake timed out");
+                        on_fail("timeout");
                     }
                 }
             });
         }
     });
     (rx, h)
-}
-
-/// TLS handshakes a listener computes at once. When a fleet reconnects together (a replica lost,
-/// a principal restarted) the rest wait their turn after their ClientHello, instead of thousands
-/// of handshakes sharing the CPU and everything else on the runtime (the shard Lease renewals,
-/// the established streams) waiting behind them. A client that sends nothing holds no permit.
-const MAX_HANDSHAKES: usize = 64;
-
-/// How long a client has to send its ClientHello, and then to finish the handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The server side of one TLS handshake: the ClientHello read first, then the cryptography under
-/// one of `permits`.
-async fn handshake(
-    tcp: TcpStream,
-    cfg: Arc<ServerConfig>,
-    permits: &tokio::sync::Semaphore,
-) -> std::io::Result<tokio_rustls::server::TlsStream<TcpStream>> {
-    let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "timeout");
-    let start = tokio::time::timeout(
-        HANDSHAKE_TIMEOUT,
-        tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp),
-    )
-    .await
-    .map_err(|_| timed_out())??;
-    let _permit = permits.acquire().await.expect("never closed");
-    tokio::time::timeout(HANDSHAKE_TIMEOUT, start.into_stream(cfg))
-        .await
-        .map_err(|_| timed_out())?
 }
 
 /// A tower connector for tonic's `Endpoint::connect_with_connector`: TCP + our rustls config.
