@@ -79,9 +79,9 @@ impl ShardMetrics {
         self.cached.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
-    /// One more (`true`) or one fewer hub Application in the cache.
-    pub(crate) fn cached_step(&self, more: bool) {
-        self.cached.inc_by(if more { 1 } else { -1 });
+    /// `n` more (or fewer, negative) hub Applications in the cache.
+    pub(crate) fn cached_add(&self, n: i64) {
+        self.cached.inc_by(n);
     }
 
     /// Active/active with `count` shards: every forwarded call's series starts at zero.

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use argocd_pull_ops::shards::{ShardId, shard_of};
+use argocd_pull_ops::shards::ShardId;
 use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::watch;
@@ -17,6 +17,7 @@ use crate::event::EventType;
 use crate::objects as o;
 use crate::store::{Kind, WatchEvent};
 
+use super::hub_shards::{Shards, kept};
 use super::{AgentState, Inner, View};
 use crate::otel;
 
@@ -26,54 +27,54 @@ impl Inner {
         // active/active: the shards held, at every change
         let mut held = self.owners.as_ref().map(|o| o.owned());
         loop {
-            // the shards whose Applications this list keeps (all without active/active)
-            let covering = held.as_mut().map(|h| h.borrow_and_update().clone());
-            let relist = self
-                .watch_hub_once(&mut ready, covering, held.as_mut())
+            // the shards whose Applications the cache keeps (all without active/active)
+            let mut shards = match (&self.owners, held.as_mut()) {
+                (Some(o), Some(h)) => Some(Shards::new(o.count(), h.borrow_and_update().clone())),
+                _ => None,
+            };
+            self.watch_hub_once(&mut ready, shards.as_mut(), held.as_mut())
                 .await;
-            if !relist {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
 
-    /// One list and watch of the hub's Applications, keeping those of the agents of `covering`
-    /// (every one when `None`). Returns `true` when shards were taken and a new list must read
-    /// their Applications, `false` when the watch ended.
+    /// One list and watch of the hub's Applications, keeping those of the agents of `shards`
+    /// (every one when `None`), until the watch ends.
     async fn watch_hub_once(
         self: &Arc<Self>,
         ready: &mut Option<tokio::sync::oneshot::Sender<()>>,
-        mut covering: Option<BTreeSet<ShardId>>,
+        mut shards: Option<&mut Shards>,
         mut held: Option<&mut watch::Receiver<BTreeSet<ShardId>>>,
-    ) -> bool {
+    ) {
         // the list streamed: each object is kept compact as it arrives, never the whole
         // list as parsed objects (100,000 Applications are ~600 MiB parsed)
         let mut s = self.store.watch_streaming(Kind::Application, None);
         let mut building: Option<super::state::HubCache> = None;
         let mut listed = false;
         loop {
+            let filling = shards.as_ref().is_some_and(|sh| sh.is_filling());
             let ev = tokio::select! {
                 ev = s.next() => ev,
-                // shards handed over are dropped at once; shards taken need a new list (after
-                // this one is complete: a replica taking shards one by one lists once per step)
+                // shards handed over leave the cache at once; shards taken are filled
                 r = async { held.as_mut().expect("guarded").changed().await }, if listed && held.is_some() => {
                     if r.is_err() {
-                        return false;
+                        return;
                     }
                     let now = held.as_mut().expect("guarded").borrow_and_update().clone();
-                    let c = covering.as_mut().expect("covering with held");
-                    if self.shards_left(c, &now) {
-                        return true;
-                    }
+                    self.shards_now(shards.as_deref_mut().expect("shards with held"), &now);
+                    continue;
+                }
+                ev = Self::next_fill_event(shards.as_deref_mut().expect("guarded")), if filling => {
+                    self.on_fill_event(shards.as_deref_mut().expect("guarded"), ev);
                     continue;
                 }
             };
-            let Some(ev) = ev else { return false };
+            let Some(ev) = ev else { return };
             match ev {
                 Ok(WatchEvent::Init) => building = Some(HashMap::new()),
                 Ok(WatchEvent::InitApply(h)) => {
                     if let Some(b) = building.as_mut()
-                        && self.keeps(covering.as_ref(), &h)
+                        && kept(self, shards.as_deref(), &h)
                     {
                         b.entry(o::namespace(&h).to_string())
                             .or_default()
@@ -81,20 +82,21 @@ impl Inner {
                     }
                 }
                 Ok(WatchEvent::InitDone) => {
-                    self.listed(building.take().unwrap_or_default(), covering.as_ref());
+                    if let Some(sh) = shards.as_deref_mut() {
+                        sh.listed();
+                    }
+                    self.listed(building.take().unwrap_or_default(), shards.as_deref());
                     if let Some(r) = ready.take() {
                         let _ = r.send(());
                     }
                     listed = true;
-                    // the shards taken while this list ran need the next one
-                    if let (Some(h), Some(c)) = (held.as_mut(), covering.as_mut()) {
+                    // the shards taken while this list ran
+                    if let (Some(h), Some(sh)) = (held.as_mut(), shards.as_deref_mut()) {
                         let now = h.borrow_and_update().clone();
-                        if self.shards_left(c, &now) {
-                            return true;
-                        }
+                        self.shards_now(sh, &now);
                     }
                 }
-                Ok(WatchEvent::Applied(h)) if self.keeps(covering.as_ref(), &h) => {
+                Ok(WatchEvent::Applied(h)) if kept(self, shards.as_deref(), &h) => {
                     let ns = o::namespace(&h).to_string();
                     let enc = super::state::compact(&h);
                     let known = self
@@ -106,17 +108,20 @@ impl Inner {
                         .insert(o::name(&h).to_string(), enc.clone())
                         .is_some();
                     if !known {
-                        self.metrics.ha.shards.cached_step(true);
+                        self.metrics.ha.shards.cached_add(1);
                     }
                     let _s = self.app_span(otel::op_of(known), &h).entered();
                     self.on_hub_apply(&ns, &h, Some(&enc));
                 }
-                Ok(WatchEvent::Deleted(h)) if self.keeps(covering.as_ref(), &h) => {
+                Ok(WatchEvent::Deleted(h)) if kept(self, shards.as_deref(), &h) => {
                     let ns = o::namespace(&h).to_string();
+                    if let Some(sh) = shards.as_deref_mut() {
+                        sh.deleted(&ns, o::name(&h));
+                    }
                     if let Some(m) = self.cache.lock().expect("poisoned").get_mut(&ns)
                         && m.remove(o::name(&h)).is_some()
                     {
-                        self.metrics.ha.shards.cached_step(false);
+                        self.metrics.ha.shards.cached_add(-1);
                     }
                     let _s = self.app_span("delete", &h).entered();
                     self.on_hub_delete(&ns, &h);
@@ -131,22 +136,17 @@ impl Inner {
     }
 
     /// A complete list `by_ns` replaces the cache first (sending reads it); each object is then
-    /// handled from it, and the old cache finds the deletions. With active/active, `covering`
-    /// are the shards listed: they are loaded now, and an Application of a shard no longer held
-    /// is not a deletion.
-    fn listed(
-        self: &Arc<Self>,
-        by_ns: super::state::HubCache,
-        covering: Option<&BTreeSet<ShardId>>,
-    ) {
+    /// handled from it, and the old cache finds the deletions. With active/active, the shards
+    /// covered are loaded now, and an Application of a shard no longer held is not a deletion.
+    fn listed(self: &Arc<Self>, by_ns: super::state::HubCache, shards: Option<&Shards>) {
         let keys: Vec<(String, String)> = by_ns
             .iter()
             .flat_map(|(ns, m)| m.keys().map(|n| (ns.clone(), n.clone())))
             .collect();
         self.metrics.ha.shards.cached(keys.len());
         let old = std::mem::replace(&mut *self.cache.lock().expect("poisoned"), by_ns);
-        if let (Some(owners), Some(c)) = (&self.owners, covering) {
-            owners.set_loaded(c.clone());
+        if let Some(sh) = shards {
+            self.publish_loaded(sh);
         }
         for (ns, name) in keys {
             if let Some((h, enc)) = self.cached_with_wire(&ns, &name) {
@@ -162,7 +162,7 @@ impl Inner {
                 for (name, b) in objs {
                     if cache.get(&ns).is_none_or(|m| !m.contains_key(&name))
                         && let Ok(h) = serde_json::from_slice::<Value>(&b)
-                        && self.keeps(covering, &h)
+                        && kept(self, shards, &h)
                     {
                         gone.push((ns.clone(), h));
                     }
@@ -173,42 +173,6 @@ impl Inner {
             let _s = self.app_span("delete", &h).entered();
             self.on_hub_delete(&ns, &h);
         }
-    }
-
-    /// The shards held are `now`: the Applications of shards given up leave the cache and
-    /// `covering`; `true` when shards were taken (a new list reads theirs).
-    fn shards_left(&self, covering: &mut BTreeSet<ShardId>, now: &BTreeSet<ShardId>) -> bool {
-        let Some(owners) = &self.owners else {
-            return false;
-        };
-        let lost: BTreeSet<ShardId> = covering.difference(now).copied().collect();
-        if !lost.is_empty() {
-            covering.retain(|k| now.contains(k));
-            let count = owners.count();
-            let mut cache = self.cache.lock().expect("poisoned");
-            cache.retain(|ns, _| !lost.contains(&shard_of(ns, count)));
-            self.metrics
-                .ha
-                .shards
-                .cached(cache.values().map(HashMap::len).sum());
-            owners.set_loaded(covering.clone());
-        }
-        !now.is_subset(covering)
-    }
-
-    /// Whether the hub Application `h` belongs in this principal's cache: in its
-    /// `--allowed-namespaces`, and with active/active of an agent (its namespace) of a shard in
-    /// `covering`. With destination-based mapping the agent is not the namespace: every
-    /// Application is kept.
-    fn keeps(&self, covering: Option<&BTreeSet<ShardId>>, h: &Value) -> bool {
-        let ns = o::namespace(h);
-        self.ns_allowed(ns)
-            && match (covering, &self.owners) {
-                (Some(c), Some(owners)) if !self.cfg.destination_based_mapping => {
-                    c.contains(&shard_of(ns, owners.count()))
-                }
-                _ => true,
-            }
     }
 
     /// `--allowed-namespaces` (globs or `/regex/`, as the peer's `defaultAppFilterChain`); none

@@ -10,6 +10,7 @@ pub mod connection;
 pub mod forward;
 mod forward_http;
 mod hub;
+mod hub_shards;
 pub mod identity;
 mod inspect;
 mod logs;
