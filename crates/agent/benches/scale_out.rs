@@ -13,8 +13,9 @@
 //!
 //! The replicas share shard Leases on an embedded hub served over HTTP; each holds the hub's
 //! Applications in its own store (as each would watch the API server). The agents live in
-//! processes of 2,500 each, each with its own balancer (a process may hold 20,000 descriptors
-//! here, and an agent takes three with the balancer), started at `BENCH_RATE` agents a second
+//! processes of `BENCH_PER_HOST` (5,000) each, each with its own balancer (a process may hold
+//! 20,000 descriptors here, and an agent takes three with the balancer; more processes of fewer
+//! agents cost more CPU than two cores have), started at `BENCH_RATE` agents a second
 //! (default 2,000).
 //! `cargo bench -p argocd-pull-agent --bench scale_out`. Results: docs/performance.md.
 
@@ -345,8 +346,8 @@ async fn holding(agents: &[(Agent, MemStore)], name: &str, revision: &str) -> us
 
 /// A child holding agents `BENCH_FROM..BENCH_TO` behind its own round-robin balancer over
 /// `BENCH_BACKENDS` (a process has 20,000 file descriptors here: an agent takes three with the
-/// balancer, and as many again while a fleet reconnects and the old connections close, so the
-/// fleet is spread over processes of 2,500). Started at `BENCH_RATE` (default
+/// balancer, and more while a fleet reconnects and the old connections close, so the fleet is
+/// spread over processes of `BENCH_PER_HOST`). Started at `BENCH_RATE` (default
 /// 2,000) agents a second over all hosts. Commands, one line each: `connected`, `count <name|*> <revision|*>`, `mark`,
 /// `moved` (agents reconnected since the mark).
 async fn agent_host() {
@@ -537,7 +538,7 @@ async fn run(dir: &std::path::Path, n: usize, apps: usize, count: usize, store_k
     let backends: Vec<String> = (0..count)
         .map(|i| format!("127.0.0.{}:{grpc}", i + 2))
         .collect();
-    let per_host = 2_500;
+    let per_host = env("BENCH_PER_HOST", 5_000);
     let nhosts = n.div_ceil(per_host);
     let started = Instant::now();
     let mut hosts = Hosts(
