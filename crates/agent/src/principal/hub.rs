@@ -64,7 +64,8 @@ impl Inner {
                     self.shards_now(shards.as_deref_mut().expect("shards with held"), &now);
                     continue;
                 }
-                ev = Self::next_fill_event(shards.as_deref_mut().expect("guarded")), if filling => {
+                // (select! evaluates a disabled branch's expression too: nothing here may panic)
+                ev = Self::next_fill_event(shards.as_deref_mut()), if filling => {
                     self.on_fill_event(shards.as_deref_mut().expect("guarded"), ev);
                     continue;
                 }

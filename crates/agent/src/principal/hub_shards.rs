@@ -136,8 +136,10 @@ impl Inner {
     }
 
     /// The next event of the running fill (pending while none runs).
-    pub(super) async fn next_fill_event(sh: &mut Shards) -> Option<StoreResult<WatchEvent>> {
-        match &mut sh.fill {
+    pub(super) async fn next_fill_event(
+        sh: Option<&mut Shards>,
+    ) -> Option<StoreResult<WatchEvent>> {
+        match sh.and_then(|sh| sh.fill.as_mut()) {
             Some(f) => f.list.next().await,
             None => std::future::pending().await,
         }
