@@ -18,6 +18,7 @@ use crate::objects as o;
 use crate::store::{Kind, StoreResult, WatchEvent};
 
 use super::Inner;
+use super::state::HubCache;
 
 type Key = (String, String);
 
@@ -178,27 +179,35 @@ impl Inner {
         }
     }
 
-    /// A complete fill: what the list found goes into the cache unless the watch has put a newer
-    /// version there or deleted it since.
+    /// A complete fill: what the list found goes into the cache (see [`merge`]).
     fn fill_done(&self, f: Fill) {
-        let mut added = 0;
-        {
-            let mut cache = self.cache.lock().expect("poisoned");
-            for ((ns, name), enc) in f.found {
-                if f.deleted.contains(&(ns.clone(), name.clone())) {
-                    continue;
-                }
-                if let std::collections::hash_map::Entry::Vacant(e) =
-                    cache.entry(ns).or_default().entry(name)
-                {
-                    e.insert(enc);
-                    added += 1;
-                }
-            }
-        }
+        let added = merge(
+            &mut self.cache.lock().expect("poisoned"),
+            f.found,
+            &f.deleted,
+        );
         self.metrics.ha.shards.cached_add(added);
         tracing::info!(shards = ?f.shards, applications = added, "the shards taken are loaded: serving their agents");
     }
+}
+
+/// Adds what a fill's list `found` to `cache`, except what the watch deleted since the fill
+/// started (`deleted`) or has already put there (a newer version than the list's); returns how
+/// many were added.
+fn merge(cache: &mut HubCache, found: HashMap<Key, Arc<[u8]>>, deleted: &HashSet<Key>) -> i64 {
+    let mut added = 0;
+    for ((ns, name), enc) in found {
+        if deleted.contains(&(ns.clone(), name.clone())) {
+            continue;
+        }
+        if let std::collections::hash_map::Entry::Vacant(e) =
+            cache.entry(ns).or_default().entry(name)
+        {
+            e.insert(enc);
+            added += 1;
+        }
+    }
+    added
 }
 
 /// Whether `h` is an Application this principal keeps, given `shards` (none: every one).
@@ -209,4 +218,37 @@ pub(super) fn kept(inner: &Inner, shards: Option<&Shards>, h: &Value) -> bool {
             Some(sh) if !inner.cfg.destination_based_mapping => sh.covers(ns),
             _ => true,
         }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fill_adds_what_the_watch_has_not_deleted_or_replaced_since() {
+        let bytes = |s: &str| -> Arc<[u8]> { s.as_bytes().into() };
+        let key = |ns: &str, n: &str| (ns.to_string(), n.to_string());
+        let mut cache = HubCache::new();
+        // the watch already has a newer `a1/new` than the list saw
+        cache
+            .entry("a1".into())
+            .or_default()
+            .insert("new".into(), bytes("watch"));
+        let found: HashMap<Key, Arc<[u8]>> = [
+            (key("a1", "new"), bytes("list")),
+            (key("a1", "gone"), bytes("list")),
+            (key("a1", "kept"), bytes("list")),
+            (key("a2", "kept"), bytes("list")),
+        ]
+        .into();
+        let deleted: HashSet<Key> = [key("a1", "gone")].into();
+        assert_eq!(merge(&mut cache, found, &deleted), 2);
+        assert_eq!(&*cache["a1"]["new"], b"watch", "the watch's version wins");
+        assert!(
+            !cache["a1"].contains_key("gone"),
+            "a deletion is not undone"
+        );
+        assert_eq!(&*cache["a1"]["kept"], b"list");
+        assert_eq!(&*cache["a2"]["kept"], b"list");
+    }
 }
