@@ -130,13 +130,14 @@ async fn child(role: &str) {
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
                 .unwrap();
-        let client = kube::Client::try_from(kcfg).unwrap();
+        let client = kube::Client::try_from(kcfg.clone()).unwrap();
         let deps = Replica {
             client,
             store: Arc::new(hub.clone()),
             metrics: metrics.clone(),
             role: tokio::sync::watch::channel(Role::Recovering).0,
             tls: None,
+            lease_config: Some(kcfg),
         };
         run = Some(tokio::spawn(active_active::run(
             aa,

@@ -12,7 +12,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use argocd_pull_ops::CancellationToken;
-use argocd_pull_ops::shards::{ShardConfig, ShardCount, ShardOwner};
+use std::collections::{BTreeMap, BTreeSet};
+
+use argocd_pull_ops::shards::{ShardConfig, ShardCount, ShardError, ShardId, ShardOwner};
+use tokio::sync::watch;
 
 use super::{Replica, Role};
 use crate::principal::owners::Owners;
@@ -74,6 +77,68 @@ impl ActiveActive {
     }
 }
 
+type Owning = (
+    watch::Receiver<BTreeSet<ShardId>>,
+    watch::Receiver<BTreeMap<ShardId, String>>,
+    tokio::task::JoinHandle<Result<(), ShardError>>,
+);
+
+/// Starts owning shards until `stop`: the shards held, the other replicas', and the task. With
+/// `lease_config` (what `client` was built from) on a thread and runtime of its own with a client
+/// of its own, so that a replica whose runtime is saturated (thousands of agents reconnecting at
+/// once) still renews its Leases in time, instead of losing its shards and moving its agents and
+/// their load onto the others; without, on this runtime with `client`.
+async fn own_shards(
+    client: kube::Client,
+    lease_config: Option<kube::Config>,
+    shards: ShardConfig,
+    stop: CancellationToken,
+) -> anyhow::Result<Owning> {
+    let Some(config) = lease_config else {
+        let (owner, owned) = ShardOwner::new(client, shards)?;
+        let others = owner.others();
+        return Ok((owned, others, tokio::spawn(owner.run(stop))));
+    };
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("shard-leases".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(anyhow::Error::new(e)));
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                // the client is built here: its connections live on this runtime
+                let started = crate::env_tuning::kube_limits().and_then(|limits| {
+                    let client = crate::kube_client::with_limits(config, limits)?;
+                    Ok(ShardOwner::new(client, shards)?)
+                });
+                match started {
+                    Ok((owner, owned)) => {
+                        let _ = ready_tx.send(Ok((owned, owner.others())));
+                        let _ = done_tx.send(owner.run(stop).await);
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            });
+        })?;
+    let (owned, others) = ready_rx
+        .await
+        .map_err(|_| anyhow::anyhow!("the shard Lease thread ended before it started"))??;
+    // a thread that ended without a result reads as the ownership having stopped
+    let task = tokio::spawn(async move { done_rx.await.unwrap_or(Ok(())) });
+    Ok((owned, others, task))
+}
+
 /// How long the agent-facing calls wait for their shard to get an owner: a Lease duration and
 /// two reads of the Leases.
 fn owner_wait(c: &ShardConfig) -> Duration {
@@ -94,20 +159,27 @@ pub async fn run(
         metrics,
         role,
         mut tls,
+        lease_config,
     } = replica;
     let identity = aa.shards.identity.clone();
-    let (owner, owned) = ShardOwner::new(client, aa.shards.clone())?;
+    let stop_owning = CancellationToken::new();
+    let (owned, others, mut owning) =
+        own_shards(client, lease_config, aa.shards.clone(), stop_owning.clone()).await?;
     let owners = Owners::new(
         aa.shards.shards,
         owned,
-        owner.others(),
+        others,
         SocketAddr::new(cfg.listen.ip(), aa.replica_port),
         owner_wait(&aa.shards),
     );
     metrics.ha.shards.sharded(aa.shards.shards.get());
-    let principal = Principal::start_sharded(cfg, store, metrics.clone(), owners).await?;
-    let stop_owning = CancellationToken::new();
-    let mut owning = tokio::spawn(owner.run(stop_owning.clone()));
+    let principal = match Principal::start_sharded(cfg, store, metrics.clone(), owners).await {
+        Ok(p) => p,
+        Err(e) => {
+            stop_owning.cancel();
+            return Err(e);
+        }
+    };
     role.send_replace(Role::Active);
     metrics
         .ready

@@ -168,6 +168,9 @@ pub struct Replica {
     /// Re-read TLS material (certificate rotation): applied to the running principal's new
     /// connections and used by the next one this replica starts.
     pub tls: Option<watch::Receiver<TlsMaterial>>,
+    /// What `client` was built from (`None`: unknown). Active/active renews its shard Leases on
+    /// a thread and runtime of its own with a client built from it.
+    pub lease_config: Option<kube::Config>,
 }
 
 /// Runs one replica until `shutdown`: the fronts on the principal's public ports, the campaign,
@@ -184,6 +187,7 @@ pub async fn run(
         metrics,
         role,
         tls,
+        lease_config: _,
     } = replica;
     let me: Arc<str> = ha.lease.identity.clone().into();
     // the public ports go to the fronts; the principal itself binds loopback

@@ -100,6 +100,7 @@ impl Replica {
                     metrics: m,
                     role: watch::channel(Role::Recovering).0,
                     tls: None,
+                    lease_config: None,
                 };
                 active_active::run(aa, cfg, deps, t).await
             });

@@ -72,6 +72,7 @@ impl Replica {
                     metrics: Metrics::new("argocd_principal"),
                     role: role_tx,
                     tls: None,
+                    lease_config: None,
                 };
                 ha::run(ha, cfg, replica, t).await
             });

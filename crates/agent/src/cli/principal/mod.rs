@@ -90,6 +90,8 @@ struct Material {
     tls: TlsMaterial,
     jwt: String,
     client: Option<kube::Client>,
+    /// what `client` was built from, when the principal built it (not given one)
+    client_config: Option<kube::Config>,
     namespace: String,
 }
 
@@ -199,18 +201,25 @@ async fn material(
         .namespace
         .clone()
         .unwrap_or_else(common::default_namespace);
-    let client = match (client, args.client_reason(store_given)) {
-        (Some(c), _) => Some(c),
-        (None, Some(why)) => Some(
-            common::kube_client(args.kubeconfig.as_ref(), args.kubecontext.as_deref())
+    let (client, client_config) = match (client, args.client_reason(store_given)) {
+        (Some(c), _) => (Some(c), None),
+        (None, Some(why)) => {
+            let needed = || {
+                format!(
+                    "a Kubernetes client is needed for {why}: set KUBECONFIG or --kubeconfig, or run in a pod with a service account"
+                )
+            };
+            // a bad ARGOCD_AGENT_KUBE_QPS / _BURST is reported before the kubeconfig is looked for
+            let limits = crate::env_tuning::kube_limits()?;
+            let config = common::kube_config(args.kubeconfig.as_ref(), args.kubecontext.as_deref())
                 .await
-                .with_context(|| {
-                    format!(
-                        "a Kubernetes client is needed for {why}: set KUBECONFIG or --kubeconfig, or run in a pod with a service account"
-                    )
-                })?,
-        ),
-        (None, None) => None,
+                .with_context(needed)?;
+            let client = crate::kube_client::with_limits(config.clone(), limits)
+                .context("creating the Kubernetes client")
+                .with_context(needed)?;
+            (Some(client), Some(config))
+        }
+        (None, None) => (None, None),
     };
     let tls = load_tls(args, client.as_ref(), &namespace).await?;
     let kube = || {
@@ -233,6 +242,7 @@ async fn material(
         tls,
         jwt,
         client,
+        client_config,
         namespace,
     })
 }
@@ -407,7 +417,7 @@ async fn run(
             }
         }
     }
-    let ha_client = m.client.clone();
+    let (ha_client, lease_config) = (m.client.clone(), m.client_config.clone());
     let Some(store) =
         super::or_shutdown(&shutdown, super::store_or(store, m.client, "hub")).await?
     else {
@@ -469,6 +479,7 @@ async fn run(
             metrics,
             role: tokio::sync::watch::channel(crate::ha::Role::Recovering).0,
             tls: tls_reloadable(&args).then_some(tls_rx),
+            lease_config,
         };
         let run: std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>> =
             match mode {
