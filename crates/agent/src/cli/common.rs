@@ -198,10 +198,21 @@ pub async fn kube_client(
     kubeconfig: Option<&PathBuf>,
     context: Option<&str>,
 ) -> anyhow::Result<kube::Client> {
+    Ok(kube_client_and_config(kubeconfig, context).await?.0)
+}
+
+/// [`kube_client`] and the configuration it was built from (for a second client on another
+/// runtime).
+pub async fn kube_client_and_config(
+    kubeconfig: Option<&PathBuf>,
+    context: Option<&str>,
+) -> anyhow::Result<(kube::Client, kube::Config)> {
     // a bad ARGOCD_AGENT_KUBE_QPS / _BURST is reported before the kubeconfig is looked for
     let limits = crate::env_tuning::kube_limits()?;
     let config = kube_config(kubeconfig, context).await?;
-    crate::kube_client::with_limits(config, limits).context("creating the Kubernetes client")
+    let client = crate::kube_client::with_limits(config.clone(), limits)
+        .context("creating the Kubernetes client")?;
+    Ok((client, config))
 }
 
 /// The configuration [`kube_client`] builds its client from.

@@ -204,19 +204,16 @@ async fn material(
     let (client, client_config) = match (client, args.client_reason(store_given)) {
         (Some(c), _) => (Some(c), None),
         (None, Some(why)) => {
-            let needed = || {
+            let (client, config) = common::kube_client_and_config(
+                args.kubeconfig.as_ref(),
+                args.kubecontext.as_deref(),
+            )
+            .await
+            .with_context(|| {
                 format!(
                     "a Kubernetes client is needed for {why}: set KUBECONFIG or --kubeconfig, or run in a pod with a service account"
                 )
-            };
-            // a bad ARGOCD_AGENT_KUBE_QPS / _BURST is reported before the kubeconfig is looked for
-            let limits = crate::env_tuning::kube_limits()?;
-            let config = common::kube_config(args.kubeconfig.as_ref(), args.kubecontext.as_deref())
-                .await
-                .with_context(needed)?;
-            let client = crate::kube_client::with_limits(config.clone(), limits)
-                .context("creating the Kubernetes client")
-                .with_context(needed)?;
+            })?;
             (Some(client), Some(config))
         }
         (None, None) => (None, None),
