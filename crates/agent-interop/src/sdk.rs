@@ -1,6 +1,6 @@
 //! The rules of cloudevents/sdk-go v2.16.2 `binding/format/protobuf/v2` (`ToProto`, `FromProto`)
 //! and of `v2/event` as far as the peer uses them, re-implemented from the SDK's source. The
-//! golden fixtures (crates/agent/tests/fixtures/wire, made by the real SDK) check this code.
+//! golden fixtures (crates/agent-core/tests/fixtures/wire, made by the real SDK) check this code.
 
 use std::collections::BTreeMap;
 

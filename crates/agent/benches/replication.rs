@@ -49,7 +49,7 @@ fn free_port() -> u16 {
 
 async fn kube_store(var: &str) -> Option<Arc<dyn Store>> {
     let path = std::env::var(var).ok()?;
-    let c = argocd_pull_agent::cli::common::kube_client(Some(&path.into()), None)
+    let c = argocd_pull_agent::settings::kube_client(Some(&path.into()), None)
         .await
         .unwrap();
     Some(Arc::new(KubeStore::new(c)))
@@ -538,7 +538,7 @@ async fn run() {
             "ARGOCD_PULL_E2E_MANAGED_KUBECONFIG",
         ] {
             let path = std::env::var(var).unwrap();
-            let c = argocd_pull_agent::cli::common::kube_client(Some(&path.into()), None)
+            let c = argocd_pull_agent::settings::kube_client(Some(&path.into()), None)
                 .await
                 .unwrap();
             let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(c);

@@ -1,7 +1,7 @@
 //! A principal and N agents in one process over loopback mTLS with a throwaway PKI (demo, tests,
 //! benchmarks).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::Mode;
@@ -12,12 +12,7 @@ use crate::principal::{Principal, PrincipalConfig};
 use crate::store::{KubeStore, Store};
 use crate::tls::TlsMaterial;
 
-/// A throwaway RSA key for JWTs, generated once per process (RSA key generation is slow).
-pub fn throwaway_jwt_key() -> String {
-    static KEY: OnceLock<String> = OnceLock::new();
-    KEY.get_or_init(|| crate::auth::generate_rsa_pem(2048).expect("RSA key generation"))
-        .clone()
-}
+pub use crate::auth::throwaway_jwt_key;
 
 /// Everything a local deployment needs to connect more agents.
 pub struct LocalPki {

@@ -1,5 +1,5 @@
 //! This crate's SDK rules against bytes produced by the real cloudevents/sdk-go v2.16.2
-//! (crates/agent/tests/fixtures/wire, see its README).
+//! (crates/agent-core/tests/fixtures/wire, see its README).
 
 use std::path::PathBuf;
 
@@ -19,7 +19,7 @@ pub struct Fixture {
 }
 
 pub fn dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/fixtures/wire")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../agent-core/tests/fixtures/wire")
 }
 
 pub fn fixture(name: &str) -> Fixture {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::common::parse_duration;
+use crate::settings::parse_duration;
 
 /// `--ha-mode`: how several principal replicas share the agents.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]

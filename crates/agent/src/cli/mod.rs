@@ -5,7 +5,7 @@
 //! of our previous release are hidden aliases. `docs/compatibility.md` has the full table.
 
 mod agent;
-pub mod common;
+
 mod creds;
 mod ha;
 mod principal;

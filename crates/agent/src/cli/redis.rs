@@ -9,8 +9,6 @@ use anyhow::{Context, bail};
 
 use crate::principal::redis_proxy::{DEFAULT_LISTEN, RedisProxyConfig, UpstreamTls};
 
-use super::common;
-
 #[derive(clap::Args, Debug, Clone)]
 pub struct RedisProxyArgs {
     /// Disable the local Redis proxy.
@@ -107,12 +105,15 @@ pub async fn agent_tls(
         return Ok(Some(LocalRedisTls::Insecure));
     }
     let ca = match (&a.redis_tls_ca_path, client) {
-        (Some(p), _) => common::read(p)?,
-        (None, Some(kube)) => {
-            common::ca_from_secret(kube, namespace, &a.redis_tls_ca_secret_name, &["ca.crt"])
-                .await
-                .context("loading the Redis TLS CA certificate")?
-        }
+        (Some(p), _) => crate::settings::read(p)?,
+        (None, Some(kube)) => crate::settings::ca_from_secret(
+            kube,
+            namespace,
+            &a.redis_tls_ca_secret_name,
+            &["ca.crt"],
+        )
+        .await
+        .context("loading the Redis TLS CA certificate")?,
         (None, None) => bail!(
             "redis TLS enabled but no CA certificate configured for Redis client: use --redis-tls-ca-path, --redis-tls-ca-secret-name, or --redis-tls-insecure"
         ),
@@ -178,7 +179,7 @@ pub async fn config(
         &a.redis_proxy_server_tls_cert,
         &a.redis_proxy_server_tls_key,
     ) {
-        (Some(c), Some(k)) => (common::read(c)?, common::read(k)?),
+        (Some(c), Some(k)) => (crate::settings::read(c)?, crate::settings::read(k)?),
         (None, None) => {
             let Some(kube) = client else {
                 bail!(
@@ -186,7 +187,7 @@ pub async fn config(
                     a.redis_proxy_server_tls_secret_name
                 );
             };
-            common::tls_from_secret(kube, namespace, &a.redis_proxy_server_tls_secret_name)
+            crate::settings::tls_from_secret(kube, namespace, &a.redis_proxy_server_tls_secret_name)
                 .await
                 .context("loading the Redis proxy server TLS certificate")?
         }
@@ -225,12 +226,15 @@ pub async fn config(
             .with_no_client_auth()
     } else {
         let ca = match (&a.redis_ca_path, client) {
-            (Some(p), _) => common::read(p)?,
-            (None, Some(kube)) => {
-                common::ca_from_secret(kube, namespace, &a.redis_ca_secret_name, &["ca.crt"])
-                    .await
-                    .context("loading the Redis CA certificate")?
-            }
+            (Some(p), _) => crate::settings::read(p)?,
+            (None, Some(kube)) => crate::settings::ca_from_secret(
+                kube,
+                namespace,
+                &a.redis_ca_secret_name,
+                &["ca.crt"],
+            )
+            .await
+            .context("loading the Redis CA certificate")?,
             (None, None) => bail!(
                 "redis TLS enabled but no CA certificate configured for Redis proxy upstream: use --redis-ca-path, --redis-ca-secret-name, or --redis-tls-insecure"
             ),

@@ -1,6 +1,7 @@
 //! Loopback tests: real TLS 1.3 + gRPC between a principal and agents in one process.
 mod active_active;
 mod autonomous;
+mod cli_secrets;
 mod cluster_info;
 mod cuts;
 mod deletion;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::bail;
 
 use crate::Mode;
-use crate::cli::common::{self, parse_duration};
+use crate::settings::parse_duration;
 
 /// `argocd-pull agent`
 #[derive(clap::Args, Debug, Clone)]
@@ -36,7 +36,7 @@ pub struct AgentArgs {
     pub creds: String,
 
     /// Secret holding the client certificate (kubernetes.io/tls), used without --tls-client-cert.
-    #[arg(long = "tls-secret-name", env = "ARGOCD_AGENT_TLS_SECRET_NAME", default_value = common::SECRET_CLIENT_TLS)]
+    #[arg(long = "tls-secret-name", env = "ARGOCD_AGENT_TLS_SECRET_NAME", default_value = crate::settings::SECRET_CLIENT_TLS)]
     pub tls_secret_name: String,
     /// Client certificate (PEM file).
     #[arg(long = "tls-client-cert", env = "ARGOCD_AGENT_TLS_CLIENT_CERT_PATH")]
@@ -45,7 +45,7 @@ pub struct AgentArgs {
     #[arg(long = "tls-client-key", env = "ARGOCD_AGENT_TLS_CLIENT_KEY_PATH")]
     pub tls_key: Option<PathBuf>,
     /// Secret holding the root CA (every field is read), used without --root-ca-path.
-    #[arg(long = "root-ca-secret-name", env = "ARGOCD_AGENT_TLS_ROOT_CA_SECRET_NAME", default_value = common::SECRET_CA)]
+    #[arg(long = "root-ca-secret-name", env = "ARGOCD_AGENT_TLS_ROOT_CA_SECRET_NAME", default_value = crate::settings::SECRET_CA)]
     pub root_ca_secret_name: String,
     /// CA of the principal's certificate (PEM file).
     #[arg(
@@ -106,7 +106,7 @@ pub struct AgentArgs {
     pub kubecontext: Option<String>,
 
     /// Maximum gRPC message size in bytes (the largest event accepted or sent).
-    #[arg(long = "grpc-max-message-size", alias = "max-event-size", env = "ARGOCD_AGENT_GRPC_MAX_MESSAGE_SIZE", default_value_t = common::DEFAULT_GRPC_MAX_MESSAGE_SIZE)]
+    #[arg(long = "grpc-max-message-size", alias = "max-event-size", env = "ARGOCD_AGENT_GRPC_MAX_MESSAGE_SIZE", default_value_t = crate::settings::DEFAULT_GRPC_MAX_MESSAGE_SIZE)]
     pub grpc_max_message_size: usize,
     /// Our previous release's env name for the size limit.
     #[arg(

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 
-use super::common::{self, read};
 use crate::agent::{Agent, AgentConfig};
 use crate::metrics::Metrics;
+use crate::settings::read;
 use crate::store::Store;
 use crate::tls::TlsMaterial;
 use argocd_pull_ops::CancellationToken;
@@ -61,7 +61,7 @@ async fn material(
     let client = match client {
         Some(c) => Some(c),
         None if needs_kube || args.kubeconfig.is_some() || args.kubecontext.is_some() => Some(
-            common::kube_client(args.kubeconfig.as_ref(), args.kubecontext.as_deref())
+            crate::settings::kube_client(args.kubeconfig.as_ref(), args.kubecontext.as_deref())
                 .await
                 .context("TLS material comes from Secrets")?,
         ),
@@ -79,14 +79,14 @@ async fn material(
         Some(p) => read(p)?,
         None => {
             tracing::debug!(secret = %args.root_ca_secret_name, namespace = %ns, "loading root CA certificate from secret");
-            common::ca_from_secret(kube(), ns, &args.root_ca_secret_name, &[]).await?
+            crate::settings::ca_from_secret(kube(), ns, &args.root_ca_secret_name, &[]).await?
         }
     };
     let (cert_pem, key_pem) = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => (read(c)?, read(k)?),
         (None, None) => {
             tracing::debug!(secret = %args.tls_secret_name, namespace = %ns, "loading client TLS certificate from secret");
-            common::tls_from_secret(kube(), ns, &args.tls_secret_name).await?
+            crate::settings::tls_from_secret(kube(), ns, &args.tls_secret_name).await?
         }
         _ => bail!("Both --tls-client-cert and --tls-client-key have to be given"),
     };
@@ -111,7 +111,8 @@ async fn version_source(
     let client = client?;
     if !given_client
         && let Ok(mut c) =
-            common::kube_config(args.kubeconfig.as_ref(), args.kubecontext.as_deref()).await
+            crate::settings::kube_config(args.kubeconfig.as_ref(), args.kubecontext.as_deref())
+                .await
     {
         c.default_retry = false;
         if let Ok(c) = kube::Client::try_from(c) {
@@ -136,7 +137,7 @@ async fn run(
     // as the peer: the profiling server first, a taken port ends the command
     let _pprof = super::serve_pprof(args.pprof_port, &shutdown).await?;
     crate::full_detail::set(crate::full_detail::FullDetail::parse(&args.full_detail));
-    common::check_creds(&args.creds)?;
+    crate::settings::check_creds(&args.creds)?;
     // as the peer's NewAgent
     if args.destination_based_mapping && args.mode == crate::Mode::Autonomous {
         bail!(
@@ -159,8 +160,8 @@ async fn run(
     if args.namespace.is_empty() {
         bail!("namespace value is empty and must be specified");
     }
-    let allow_tls12 =
-        args.tls_allow_12 || common::allow_tls12(&args.tls_min_version, &args.tls_max_version, "")?;
+    let allow_tls12 = args.tls_allow_12
+        || crate::settings::allow_tls12(&args.tls_min_version, &args.tls_max_version, "")?;
     let (host, port) = args.server()?;
     let max_event_size = args
         .max_event_size_legacy

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::cli::common::{self, parse_duration};
+use crate::settings::parse_duration;
 
 /// `argocd-pull principal`
 #[derive(clap::Args, Debug, Clone)]
@@ -35,7 +35,7 @@ pub struct PrincipalArgs {
     pub listen: Option<SocketAddr>,
 
     /// Secret holding the gRPC server certificate (kubernetes.io/tls), used without --tls-cert.
-    #[arg(long = "tls-secret-name", env = "ARGOCD_PRINCIPAL_TLS_SECRET_NAME", default_value = common::SECRET_PRINCIPAL_TLS)]
+    #[arg(long = "tls-secret-name", env = "ARGOCD_PRINCIPAL_TLS_SECRET_NAME", default_value = crate::settings::SECRET_PRINCIPAL_TLS)]
     pub tls_secret_name: String,
     /// gRPC server certificate (PEM file).
     #[arg(long = "tls-cert", env = "ARGOCD_PRINCIPAL_TLS_SERVER_CERT_PATH")]
@@ -52,7 +52,7 @@ pub struct PrincipalArgs {
     pub insecure_tls_generate: bool,
     /// Secret holding the CA that signs agent certificates (fields tls.crt / ca.crt), used
     /// without --root-ca-path.
-    #[arg(long = "tls-ca-secret-name", env = "ARGOCD_PRINCIPAL_TLS_SERVER_ROOT_CA_SECRET_NAME", default_value = common::SECRET_CA)]
+    #[arg(long = "tls-ca-secret-name", env = "ARGOCD_PRINCIPAL_TLS_SERVER_ROOT_CA_SECRET_NAME", default_value = crate::settings::SECRET_CA)]
     pub tls_ca_secret_name: String,
     /// CA that signs agent client certificates (PEM file).
     #[arg(
@@ -109,7 +109,7 @@ pub struct PrincipalArgs {
     pub identity_regex: Option<String>,
 
     /// Secret holding the JWT signing key (field jwt.key), used without --jwt-key.
-    #[arg(long = "jwt-secret-name", env = "ARGOCD_PRINCIPAL_JWT_SECRET_NAME", default_value = common::SECRET_JWT)]
+    #[arg(long = "jwt-secret-name", env = "ARGOCD_PRINCIPAL_JWT_SECRET_NAME", default_value = crate::settings::SECRET_JWT)]
     pub jwt_secret_name: String,
     /// RSA PKCS#8 PEM key signing JWTs.
     #[arg(long = "jwt-key", env = "ARGOCD_PRINCIPAL_JWT_KEY_PATH")]
@@ -140,7 +140,7 @@ pub struct PrincipalArgs {
     pub kubecontext: Option<String>,
 
     /// Maximum gRPC message size in bytes (the largest event accepted or sent).
-    #[arg(long = "grpc-max-message-size", alias = "max-event-size", env = "ARGOCD_PRINCIPAL_GRPC_MAX_MESSAGE_SIZE", default_value_t = common::DEFAULT_GRPC_MAX_MESSAGE_SIZE)]
+    #[arg(long = "grpc-max-message-size", alias = "max-event-size", env = "ARGOCD_PRINCIPAL_GRPC_MAX_MESSAGE_SIZE", default_value_t = crate::settings::DEFAULT_GRPC_MAX_MESSAGE_SIZE)]
     pub grpc_max_message_size: usize,
     /// Our previous release's env name for the size limit.
     #[arg(
@@ -347,7 +347,7 @@ pub struct ProxyArgs {
     )]
     pub resource_proxy_listen: SocketAddr,
     /// Secret name of the resource proxy.
-    #[arg(long = "resource-proxy-secret-name", env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_SECRET_NAME", default_value = common::SECRET_RESOURCE_PROXY_TLS)]
+    #[arg(long = "resource-proxy-secret-name", env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_SECRET_NAME", default_value = crate::settings::SECRET_RESOURCE_PROXY_TLS)]
     pub resource_proxy_secret_name: String,
     /// Path to a file containing the resource proxy's TLS certificate.
     #[arg(
@@ -362,7 +362,7 @@ pub struct ProxyArgs {
     )]
     pub resource_proxy_key_path: Option<PathBuf>,
     /// Secret name of the resource proxy's CA certificate.
-    #[arg(long = "resource-proxy-ca-secret-name", env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_CA_SECRET_NAME", default_value = common::SECRET_CA)]
+    #[arg(long = "resource-proxy-ca-secret-name", env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_CA_SECRET_NAME", default_value = crate::settings::SECRET_CA)]
     pub resource_proxy_ca_secret_name: String,
     /// Path to a file containing the resource proxy's TLS CA data.
     #[arg(

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use super::common::{self, IdentitySource, read};
 use super::ha::InCluster;
 use crate::metrics::Metrics;
 use crate::principal::{Principal, PrincipalConfig};
+use crate::settings::{IdentitySource, read};
 use crate::store::Store;
 use crate::tls::TlsMaterial;
 use argocd_pull_ops::CancellationToken;
@@ -71,8 +71,9 @@ async fn proxy_material(
     };
     tracing::info!(secret = %args.proxy.resource_proxy_secret_name, ca_secret = %args.proxy.resource_proxy_ca_secret_name, %namespace, "loading resource proxy TLS certificate from secrets");
     let (cert_pem, key_pem) =
-        common::tls_from_secret(kube, namespace, &args.proxy.resource_proxy_secret_name).await?;
-    let ca_pem = common::ca_from_secret(
+        crate::settings::tls_from_secret(kube, namespace, &args.proxy.resource_proxy_secret_name)
+            .await?;
+    let ca_pem = crate::settings::ca_from_secret(
         kube,
         namespace,
         &args.proxy.resource_proxy_ca_secret_name,
@@ -125,7 +126,7 @@ async fn load_tls(
         }
         (None, None) => {
             tracing::debug!(secret = %args.tls_secret_name, namespace = %namespace, "loading gRPC TLS certificate from secret");
-            common::tls_from_secret(kube(), namespace, &args.tls_secret_name).await?
+            crate::settings::tls_from_secret(kube(), namespace, &args.tls_secret_name).await?
         }
     };
     let ca_pem = match &args.root_ca_path {
@@ -133,7 +134,7 @@ async fn load_tls(
         Some(p) => read(p)?,
         None => {
             tracing::debug!(secret = %args.tls_ca_secret_name, namespace = %namespace, "loading root CA certificate from secret");
-            common::ca_from_secret(
+            crate::settings::ca_from_secret(
                 kube(),
                 namespace,
                 &args.tls_ca_secret_name,
@@ -200,11 +201,11 @@ async fn material(
     let namespace = args
         .namespace
         .clone()
-        .unwrap_or_else(common::default_namespace);
+        .unwrap_or_else(crate::settings::default_namespace);
     let (client, client_config) = match (client, args.client_reason(store_given)) {
         (Some(c), _) => (Some(c), None),
         (None, Some(why)) => {
-            let (client, config) = common::kube_client_and_config(
+            let (client, config) = crate::settings::kube_client_and_config(
                 args.kubeconfig.as_ref(),
                 args.kubecontext.as_deref(),
             )
@@ -232,7 +233,7 @@ async fn material(
         }
         None => {
             tracing::debug!(secret = %args.jwt_secret_name, %namespace, "loading JWT signing key from secret");
-            common::jwt_key_from_secret(kube(), &namespace, &args.jwt_secret_name).await?
+            crate::settings::jwt_key_from_secret(kube(), &namespace, &args.jwt_secret_name).await?
         }
     };
     Ok(Material {
@@ -270,14 +271,14 @@ async fn run(
         let ns = args
             .namespace
             .clone()
-            .unwrap_or_else(common::default_namespace);
+            .unwrap_or_else(crate::settings::default_namespace);
         args.ha.in_cluster(&ns)?;
     }
     let selector = super::label_selector(&args.label_selector)?;
     let namespace_create = namespace_create(&args)?;
     let auth = match &args.identity_regex {
-        Some(re) => common::parse_auth(&format!("mtls:subject:{re}"))?,
-        None => common::parse_auth(&args.auth)?,
+        Some(re) => crate::settings::parse_auth(&format!("mtls:subject:{re}"))?,
+        None => crate::settings::parse_auth(&args.auth)?,
     };
     // peer: validateAuthTLSPairing
     match (&auth.source, args.insecure_plaintext) {
@@ -290,7 +291,7 @@ async fn run(
         _ => {}
     }
     let allow_tls12 = args.tls_allow_12
-        || common::allow_tls12(&args.tls_min_version, &args.tls_max_version, "tls1.3")?;
+        || crate::settings::allow_tls12(&args.tls_min_version, &args.tls_max_version, "tls1.3")?;
     let listen = args.listen_addr()?;
     let max_event_size = args
         .max_event_size_legacy
