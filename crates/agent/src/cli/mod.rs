@@ -5,7 +5,6 @@
 //! of our previous release are hidden aliases. `docs/compatibility.md` has the full table.
 
 mod agent;
-
 mod creds;
 mod ha;
 mod principal;
