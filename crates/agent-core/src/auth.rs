@@ -216,7 +216,29 @@ impl TokenIssuer {
         Ok(data.claims.sub)
     }
 
+    /// What a refresh answers (peer: `RefreshToken`, principal/apis/auth/auth.go) to the agent
+    /// whose refresh token [`Self::verify_refresh`] read: a new access token, and a new refresh
+    /// token only when the presented one has less than [`REFRESH_TOKEN_AUTO_REFRESH`] left, else
+    /// none (the agent keeps its own). An agent reconnecting costs one signature, not two.
+    pub fn issue_on_refresh(&self, r: &RefreshClaims) -> anyhow::Result<(String, Option<String>)> {
+        let access = self.issue(&r.agent, r.mode, AUD_ACCESS, self.access_ttl)?;
+        let renew = r
+            .exp
+            .map(|e| e.saturating_sub(jsonwebtoken::get_current_timestamp()))
+            .is_none_or(|left| left < REFRESH_TOKEN_AUTO_REFRESH.as_secs());
+        let refresh = match renew {
+            true => Some(self.issue(&r.agent, r.mode, AUD_REFRESH, self.refresh_ttl)?),
+            false => None,
+        };
+        Ok((access, refresh))
+    }
+
     fn verify(&self, token: &str, aud: &str) -> anyhow::Result<(String, Mode)> {
+        self.verify_claims(token, aud).map(|(a, m, _)| (a, m))
+    }
+
+    /// (agent, mode, `exp`) of a valid token.
+    fn verify_claims(&self, token: &str, aud: &str) -> anyhow::Result<(String, Mode, Option<u64>)> {
         let mut v = Validation::new(Algorithm::RS512);
         v.set_issuer(&[ISSUER]);
         v.set_audience(&[aud]);
@@ -227,7 +249,7 @@ impl TokenIssuer {
             .map_err(|e| anyhow!("invalid token subject: {e}"))?;
         let mode = Mode::parse(&sub.mode)
             .ok_or_else(|| anyhow!("invalid mode {:?} in token", sub.mode))?;
-        Ok((sub.client_id, mode))
+        Ok((sub.client_id, mode, data.claims.exp))
     }
 
     /// Verifies an access token: (agent, mode).
@@ -235,10 +257,21 @@ impl TokenIssuer {
         self.verify(token, AUD_ACCESS)
     }
 
-    /// Verifies a refresh token: (agent, mode).
-    pub fn verify_refresh(&self, token: &str) -> anyhow::Result<(String, Mode)> {
-        self.verify(token, AUD_REFRESH)
+    /// Verifies a refresh token.
+    pub fn verify_refresh(&self, token: &str) -> anyhow::Result<RefreshClaims> {
+        let (agent, mode, exp) = self.verify_claims(token, AUD_REFRESH)?;
+        Ok(RefreshClaims { agent, mode, exp })
     }
+}
+
+/// A verified refresh token ([`TokenIssuer::verify_refresh`]).
+#[derive(Debug)]
+pub struct RefreshClaims {
+    /// The agent it names.
+    pub agent: String,
+    pub mode: Mode,
+    /// Its expiry (seconds since the epoch).
+    pub exp: Option<u64>,
 }
 
 /// A throwaway RSA key for JWTs, generated once per process (RSA key generation is slow).
@@ -341,6 +374,35 @@ mod tests {
             i.verify_access(&tok).unwrap(),
             ("a".into(), Mode::Autonomous)
         );
+    }
+
+    #[test]
+    fn a_refresh_renews_the_refresh_token_only_when_it_is_close_to_expiry() {
+        let mut i = issuer();
+        // a refresh token with 24 h left: a new access token, no new refresh token (the peer's
+        // `RefreshToken`: the agent keeps its own)
+        let (_, long) = i.issue_pair("agent-1", Mode::Autonomous).unwrap();
+        let claims = i.verify_refresh(&long).unwrap();
+        assert_eq!(
+            (claims.agent.as_str(), claims.mode),
+            ("agent-1", Mode::Autonomous)
+        );
+        let (access, refresh) = i.issue_on_refresh(&claims).unwrap();
+        assert_eq!(
+            i.verify_access(&access).unwrap(),
+            ("agent-1".to_string(), Mode::Autonomous)
+        );
+        assert_eq!(refresh, None);
+        // less than 10 minutes left: renewed too, for the refresh token's whole lifetime
+        i.refresh_ttl = REFRESH_TOKEN_AUTO_REFRESH - Duration::from_secs(60);
+        let (_, short) = i.issue_pair("agent-1", Mode::Autonomous).unwrap();
+        i.refresh_ttl = REFRESH_TTL;
+        let (_, refresh) = i
+            .issue_on_refresh(&i.verify_refresh(&short).unwrap())
+            .unwrap();
+        let renewed = i.verify_refresh(&refresh.expect("renewed")).unwrap();
+        let left = renewed.exp.unwrap() - jsonwebtoken::get_current_timestamp();
+        assert!(left > REFRESH_TTL.as_secs() - 60, "{left}");
     }
 
     #[test]

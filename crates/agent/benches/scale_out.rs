@@ -17,6 +17,9 @@
 //! 20,000 descriptors here, and an agent takes three with the balancer; more processes of fewer
 //! agents cost more CPU than two cores have), started at `BENCH_RATE` agents a second
 //! (default 2,000).
+//! Replicas and agents run on the allocator the `argocd-pull` binary ships with (mimalloc, built
+//! with the settings of `.cargo/config.toml`), the replicas with `MIMALLOC_PURGE_DELAY=0` as the
+//! principal's chart sets it, so that memory figures are the deployed binary's.
 //! `cargo bench -p argocd-pull-agent --bench scale_out`. Results: docs/performance.md.
 
 use std::io::{BufRead, Write};
@@ -35,6 +38,10 @@ use argocd_pull_agent::principal::PrincipalConfig;
 use argocd_pull_agent::store::{Kind, MemStore, Store};
 use argocd_pull_agent::tls::TlsMaterial;
 use serde_json::json;
+
+/// The `argocd-pull` binary's allocator (crates/cli/src/main.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -80,9 +87,11 @@ fn status_kib(pid: &str, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// One metric's value, read as a scrape of `/metrics` reads it (the text rendered in chunks).
 fn metric(m: &Metrics, name: &str) -> f64 {
-    m.encode()
-        .lines()
+    argocd_pull_ops::metrics::render_chunks(&m.registry)
+        .iter()
+        .flat_map(|c| std::str::from_utf8(c).unwrap().lines())
         .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
         .sum()
 }
@@ -206,7 +215,21 @@ struct Proc {
 
 impl Proc {
     fn spawn(role: &str, dir: &std::path::Path, vars: &[(&str, String)]) -> Proc {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        // `BENCH_REPLICA_WRAPPER`: a command the replicas run under, e.g. `heaptrack -o /tmp/r.%p`
+        let wrapper = std::env::var("BENCH_REPLICA_WRAPPER").unwrap_or_default();
+        let mut words = wrapper.split_whitespace().filter(|_| role == "replica");
+        let mut cmd = match words.next() {
+            Some(w) => {
+                let mut c = Command::new(w);
+                c.args(words).arg(std::env::current_exe().unwrap());
+                c
+            }
+            None => Command::new(std::env::current_exe().unwrap()),
+        };
+        if role == "replica" && std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+            // as the principal's chart runs it (`principal.allocatorPurgeDelay`)
+            cmd.env("MIMALLOC_PURGE_DELAY", "0");
+        }
         cmd.env("BENCH_ROLE", role)
             .env("BENCH_DIR", dir)
             .env("RUST_LOG", "warn")

@@ -142,7 +142,11 @@ async fn metrics(State(s): State<AdminState>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        crate::metrics::render(&s.registry),
+        axum::body::Body::from_stream(futures::stream::iter(
+            crate::metrics::render_chunks(&s.registry)
+                .into_iter()
+                .map(Ok::<_, std::convert::Infallible>),
+        )),
     )
 }
 

@@ -390,7 +390,7 @@ impl Authentication for Svc {
         if let Via::Owner(ch) = self.inner.route_call(&agent, self.forwarded).await? {
             return forward::refresh_token(&self.inner, ch, &agent, req).await;
         }
-        let (who, mode) = self
+        let claims = self
             .inner
             .tokens
             .verify_refresh(&req.get_ref().refresh_token)
@@ -398,17 +398,20 @@ impl Authentication for Svc {
                 self.inner.metrics.auth_failure("token");
                 Status::unauthenticated(e.to_string())
             })?;
-        if who != agent {
+        if claims.agent != agent {
             self.inner.metrics.auth_failure("identity-mismatch");
             return Err(Status::permission_denied(format!(
-                "token of {who:?} presented by {agent:?}"
+                "token of {:?} presented by {agent:?}",
+                claims.agent
             )));
         }
+        let mode = claims.mode;
         let (access, refresh) = self
             .inner
             .tokens
-            .issue_pair(&agent, mode)
+            .issue_on_refresh(&claims)
             .map_err(|e| Status::internal(e.to_string()))?;
+        let refresh = refresh.unwrap_or_default();
         self.inner.register(&agent, mode);
         self.inner.agent_logged_in(&agent, mode, None);
         Ok(with_features(Response::new(authapi::AuthResponse {

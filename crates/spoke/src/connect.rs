@@ -209,7 +209,11 @@ impl Inner {
         *self.principal_features.lock().expect("poisoned") =
             super::agent_info::Features::of(resp.metadata());
         let resp = resp.into_inner();
-        *refresh = Some(resp.refresh_token.clone());
+        // a refresh answers without a refresh token while ours has long to live (the peer's
+        // `RefreshToken`): we keep ours
+        if !resp.refresh_token.is_empty() {
+            *refresh = Some(resp.refresh_token.clone());
+        }
         // destination-based mapping remaps the principal's namespace (peer: `SetOnAuthenticated`)
         if !resp.principal_namespace.is_empty() {
             *self.principal_ns.lock().expect("poisoned") = resp.principal_namespace.clone();
@@ -247,7 +251,7 @@ impl Inner {
                 &self.metrics.grpc,
             ),
             resp.access_token.clone(),
-            resp.refresh_token.clone(),
+            refresh.clone().unwrap_or_default(),
         );
         Ok((inbound, tx))
     }

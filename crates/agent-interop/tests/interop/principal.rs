@@ -89,6 +89,27 @@ async fn peer_agent_login_token_is_what_the_peer_parses_and_subscribe_takes_it_r
     assert_eq!(login.principal_version, argocd_pull_agent::VERSION);
     assert_eq!(login.auth.principal_namespace, "argocd");
     assert!(!login.auth.refresh_token.is_empty());
+    // a refresh (the peer agent's `refreshToken`) answers a new access token and, while the
+    // refresh token has more than 10 minutes left, no refresh token (the peer principal's
+    // `RefreshToken`; the peer agent then keeps its own)
+    use argocd_pull_agent_interop::pb::authapi::{
+        RefreshTokenRequest, authentication_client::AuthenticationClient,
+    };
+    let refreshed = AuthenticationClient::new(login.channel.clone())
+        .refresh_token(RefreshTokenRequest {
+            refresh_token: login.auth.refresh_token.clone(),
+        })
+        .await
+        .expect("refresh")
+        .into_inner();
+    assert_eq!(
+        peer_agent::token_subject(&refreshed.access_token).unwrap(),
+        json!({"clientID": "agent-login", "mode": "autonomous"})
+    );
+    assert_eq!(
+        refreshed.refresh_token, "",
+        "the agent keeps its refresh token"
+    );
     // a wrong mode is refused before any token is issued
     let mut cfg = peer_agent_cfg(&pki, &p, "agent-login", "readonly");
     cfg.version = argocd_pull_agent::VERSION.into();

@@ -266,6 +266,37 @@ fn websocket_enable_reaches_the_principal_as_the_peers_variable() {
     assert!(e.contains("/principal/websocket/enable"), "{e}");
 }
 
+#[test]
+fn the_allocator_returns_freed_memory_at_once_unless_told_otherwise() {
+    let Some(h) = helm::helm("principal chart allocator") else {
+        return;
+    };
+    for (args, want) in [
+        (&[][..], Some("0")),
+        (
+            &["--set-string", "principal.allocatorPurgeDelay=10"][..],
+            Some("10"),
+        ),
+        (
+            &["--set-string", "principal.allocatorPurgeDelay="][..],
+            None,
+        ),
+    ] {
+        let objs = h.template(CHART, "p", "argocd", args);
+        let e = env(container(objs.get("Deployment", "p-argocd-pull-principal")));
+        assert_eq!(
+            e.get("MIMALLOC_PURGE_DELAY").and_then(|v| v.as_str()),
+            want,
+            "{args:?}"
+        );
+    }
+    let e = h.template_err(
+        CHART,
+        &["--set-string", "principal.allocatorPurgeDelay=10ms"],
+    );
+    assert!(e.contains("/principal/allocatorPurgeDelay"), "{e}");
+}
+
 /// The pod selector of the principal's Deployment.
 fn pod_selector(objs: &helm::Objects, release: &str) -> serde_json::Value {
     objs.get("Deployment", &format!("{release}-argocd-pull-principal"))["spec"]["selector"]
