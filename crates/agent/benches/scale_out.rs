@@ -20,6 +20,8 @@
 //! Replicas and agents run on the allocator the `argocd-pull` binary ships with (mimalloc, built
 //! with the settings of `.cargo/config.toml`), the replicas with `MIMALLOC_PURGE_DELAY=0` as the
 //! principal's chart sets it, so that memory figures are the deployed binary's.
+//! `BENCH_HUB=served`: the Applications in the driver's embedded API server, watched and written
+//! by the replicas over HTTP (each replica's memory is then its own; slower on one machine).
 //! `cargo bench -p argocd-pull-agent --bench scale_out`. Results: docs/performance.md.
 
 use std::io::{BufRead, Write};
@@ -35,7 +37,7 @@ use argocd_pull_agent::ha::{Replica, Role};
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
 use argocd_pull_agent::metrics::Metrics;
 use argocd_pull_agent::principal::PrincipalConfig;
-use argocd_pull_agent::store::{Kind, MemStore, Store};
+use argocd_pull_agent::store::{Kind, KubeStore, MemStore, Store};
 use argocd_pull_agent::tls::TlsMaterial;
 use serde_json::json;
 
@@ -65,17 +67,61 @@ fn app(ns: &str, name: &str) -> serde_json::Value {
 
 async fn hub(agents: usize, apps: usize) -> MemStore {
     let hub = MemStore::new();
+    fill(&hub, agents, apps).await;
+    hub
+}
+
+/// `apps` Applications for each of `agents` agents, 64 writes at a time.
+async fn fill(hub: &dyn Store, agents: usize, apps: usize) {
+    use futures::StreamExt;
     for a in 0..agents {
-        for i in 0..apps {
+        hub.ensure_namespace(&format!("agent-{a}")).await.unwrap();
+    }
+    futures::stream::iter((0..agents).flat_map(|a| (0..apps).map(move |i| (a, i))))
+        .for_each_concurrent(64, |(a, i)| async move {
             hub.create(
                 Kind::Application,
                 app(&format!("agent-{a}"), &format!("app-{i}")),
             )
             .await
             .unwrap();
-        }
+        })
+        .await;
+}
+
+/// `touch <revision>`: every Application's targetRevision; `add <name>`: one more Application
+/// per agent.
+async fn write_hub(hub: &dyn Store, cmd: &str, agents: usize, apps: usize) {
+    use futures::StreamExt;
+    if let Some(rev) = cmd.strip_prefix("touch ") {
+        futures::stream::iter((0..agents).flat_map(|a| (0..apps).map(move |i| (a, i))))
+            .for_each_concurrent(64, |(a, i)| async move {
+                hub.merge_patch(
+                    Kind::Application,
+                    &format!("agent-{a}"),
+                    &format!("app-{i}"),
+                    json!({"spec": {"source": {"targetRevision": rev}}}),
+                )
+                .await
+                .unwrap();
+            })
+            .await;
+    } else if let Some(name) = cmd.strip_prefix("add ") {
+        futures::stream::iter(0..agents)
+            .for_each_concurrent(64, |a| async move {
+                hub.create(Kind::Application, app(&format!("agent-{a}"), name))
+                    .await
+                    .unwrap();
+            })
+            .await;
     }
-    hub
+}
+
+/// `BENCH_HUB=served`: the hub's Applications live in the driver's embedded API server, which
+/// the replicas watch and write over HTTP as they would a real one; a replica's memory is then
+/// its own, with nothing to subtract.
+fn hub_served() -> bool {
+    std::env::var("BENCH_HUB").as_deref() == Ok("served")
 }
 
 fn status_kib(pid: &str, field: &str) -> u64 {
@@ -101,7 +147,10 @@ fn metric(m: &Metrics, name: &str) -> f64 {
 /// targetRevision), `add <name>` (one more Application per agent); EOF stops it (SIGTERM-like).
 async fn child(role: &str) {
     let (agents, apps) = (env("BENCH_AGENTS", 10_000), env("BENCH_APPS", 10));
-    let hub = hub(agents, apps).await;
+    let hub = match hub_served() {
+        true => None,
+        false => Some(hub(agents, apps).await),
+    };
     let metrics = Metrics::new("argocd_principal");
     let token = argocd_pull_ops::CancellationToken::new();
     let mut run = None;
@@ -140,9 +189,13 @@ async fn child(role: &str) {
                 .await
                 .unwrap();
         let client = kube::Client::try_from(kcfg.clone()).unwrap();
+        let store: Arc<dyn Store> = match &hub {
+            Some(h) => Arc::new(h.clone()),
+            None => Arc::new(KubeStore::new(client.clone())),
+        };
         let deps = Replica {
             client,
-            store: Arc::new(hub.clone()),
+            store,
             metrics: metrics.clone(),
             role: tokio::sync::watch::channel(Role::Recovering).0,
             tls: None,
@@ -178,25 +231,10 @@ async fn child(role: &str) {
                     "argocd_principal_ha_streams_forwarded_total{call=\"subscribe\"}"
                 ),
             );
-        } else if let Some(rev) = line.strip_prefix("touch ") {
-            for a in 0..agents {
-                for i in 0..apps {
-                    hub.merge_patch(
-                        Kind::Application,
-                        &format!("agent-{a}"),
-                        &format!("app-{i}"),
-                        json!({"spec": {"source": {"targetRevision": rev}}}),
-                    )
-                    .await
-                    .unwrap();
-                }
-            }
-            println!("done");
-        } else if let Some(name) = line.strip_prefix("add ") {
-            for a in 0..agents {
-                hub.create(Kind::Application, app(&format!("agent-{a}"), name))
-                    .await
-                    .unwrap();
+        } else if line.starts_with("touch ") || line.starts_with("add ") {
+            // with the hub served, the driver writes it once
+            if let Some(hub) = &hub {
+                write_hub(hub, line, agents, apps).await;
             }
             println!("done");
         }
@@ -491,12 +529,23 @@ async fn drive() {
     }
     std::fs::write(dir.path().join("ca.key"), &pki.ca.key_pem).unwrap();
     std::fs::write(dir.path().join("jwt.key"), throwaway_jwt_key()).unwrap();
-    let store_only = Proc::spawn("store-only", dir.path(), &[]);
-    let store_kib = status_kib(&store_only.child.id().to_string(), "VmHWM:");
-    store_only.stop();
+    let store_kib = match hub_served() {
+        true => 0,
+        false => {
+            let store_only = Proc::spawn("store-only", dir.path(), &[]);
+            let kib = status_kib(&store_only.child.id().to_string(), "VmHWM:");
+            store_only.stop();
+            kib
+        }
+    };
     println!(
-        "agents={n} apps_per_agent={apps} hub_store_alone_mib={:.0}",
-        store_kib as f64 / 1024.0
+        "agents={n} apps_per_agent={apps} hub_store_alone_mib={:.0}{}",
+        store_kib as f64 / 1024.0,
+        if hub_served() {
+            " (hub served: BENCH_HUB=served)"
+        } else {
+            ""
+        }
     );
     // `BENCH_COUNTS`: the replica counts to run, e.g. `3` (default `1,<BENCH_REPLICAS>`)
     let counts: Vec<usize> = std::env::var("BENCH_COUNTS")
@@ -518,6 +567,22 @@ async fn run(dir: &std::path::Path, n: usize, apps: usize, count: usize, store_k
     )
     .await
     .unwrap();
+    let served_hub = hub_served().then(|| KubeStore::new(hub.client()));
+    if let Some(h) = &served_hub {
+        for crd in [
+            include_str!("../../api/crds/argocd/application-crd.yaml"),
+            include_str!("../../api/crds/argocd/appproject-crd.yaml"),
+        ] {
+            hub.install_crds_yaml(crd).unwrap();
+        }
+        let t = Instant::now();
+        fill(h, n, apps).await;
+        println!(
+            "hub served: {} Applications written in {:.1}s",
+            n * apps,
+            t.elapsed().as_secs_f64()
+        );
+    }
     let served = hub.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     std::fs::write(dir.join("hub.kubeconfig"), served.kubeconfig_yaml()).unwrap();
     let free = || {
@@ -646,17 +711,21 @@ async fn run(dir: &std::path::Path, n: usize, apps: usize, count: usize, store_k
     );
     // an update of every Application, delivered
     // every replica holds the whole hub (as each watches the API server): all are written at
-    // once, and the one serving an agent delivers
-    let wave = |procs: &mut Vec<Proc>, cmd: &str| {
+    // once, and the one serving an agent delivers; a served hub is written once
+    async fn wave(procs: &mut [Proc], hub: Option<&KubeStore>, cmd: &str, n: usize, apps: usize) {
+        if let Some(h) = hub {
+            write_hub(h, cmd, n, apps).await;
+        }
         for p in procs.iter_mut() {
             p.send(cmd);
         }
         for p in procs.iter_mut() {
             assert_eq!(p.answer(), "done");
         }
-    };
+    }
+    let served_hub = served_hub.as_ref();
     let t = Instant::now();
-    wave(&mut procs, "touch v1");
+    wave(&mut procs, served_hub, "touch v1", n, apps).await;
     wait(&mut hosts, "the update delivered", "count * v1", n * apps);
     let before = (n * apps) as f64 / t.elapsed().as_secs_f64();
     if count < 2 {
@@ -690,7 +759,7 @@ async fn run(dir: &std::path::Path, n: usize, apps: usize, count: usize, store_k
     );
     let back = t.elapsed();
     let moved = hosts.sum("moved");
-    wave(&mut procs, "add app-after");
+    wave(&mut procs, served_hub, "add app-after", n, apps).await;
     wait(
         &mut hosts,
         "a new Application on every agent",
@@ -699,7 +768,7 @@ async fn run(dir: &std::path::Path, n: usize, apps: usize, count: usize, store_k
     );
     let after_new = t.elapsed();
     let t2 = Instant::now();
-    wave(&mut procs, "touch v2");
+    wave(&mut procs, served_hub, "touch v2", n, apps).await;
     wait(
         &mut hosts,
         "the second update delivered",
