@@ -9,7 +9,7 @@
 mod common;
 
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::store::{Kind, MemStore, Store};
+use argocd_pull_agent_core::store::{Kind, MemStore, Store};
 use argocd_pull_agent_interop::emitter::ty;
 use argocd_pull_ops::otel::{OtlpSettings, Telemetry};
 use serde_json::json;

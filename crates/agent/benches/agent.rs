@@ -22,12 +22,12 @@ use std::time::{Duration, Instant};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, AgentConfig};
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::{Principal, PrincipalConfig};
-use argocd_pull_agent::store::{Kind, MemStore, Store, StoreEvent};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::{Kind, MemStore, Store, StoreEvent};
+use argocd_pull_principal::{Principal, PrincipalConfig};
+use argocd_pull_spoke::{Agent, AgentConfig};
 use futures::StreamExt;
 use serde_json::json;
 
@@ -220,7 +220,7 @@ async fn agents_child() {
     let ca = std::fs::read(dir.join("ca.crt")).unwrap();
     let mut agents = Vec::new();
     for i in 0..n {
-        let m = argocd_pull_agent::tls::TlsMaterial {
+        let m = argocd_pull_agent_core::tls::TlsMaterial {
             cert_pem: std::fs::read(dir.join(format!("a{i}.crt"))).unwrap(),
             key_pem: std::fs::read(dir.join(format!("a{i}.key"))).unwrap(),
             ca_pem: ca.clone(),

@@ -14,15 +14,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, AgentConfig, KubeVersionSource};
-use argocd_pull_agent::agent_status::{AgentStatus, Connection};
-use argocd_pull_agent::ctl::CtlArgs;
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::cluster_secrets::SecretsClient;
-use argocd_pull_agent::principal::{Principal, PrincipalConfig};
-use argocd_pull_agent::store::{KubeStore, MemStore, Store};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::agent_status::{AgentStatus, Connection};
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::{KubeStore, MemStore, Store};
+use argocd_pull_ctl::CtlArgs;
+use argocd_pull_principal::cluster_secrets::SecretsClient;
+use argocd_pull_principal::{Principal, PrincipalConfig};
+use argocd_pull_spoke::{Agent, AgentConfig, KubeVersionSource};
 use clap::Parser;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
@@ -72,9 +72,7 @@ async fn ctl(kubeconfig: &std::path::Path, args: &[&str]) -> (Duration, usize) {
     argv.extend(args);
     let c = Ctl::try_parse_from(argv).unwrap();
     let t0 = Instant::now();
-    let out = argocd_pull_agent::ctl::run_ctl_output(&c.ctl)
-        .await
-        .unwrap();
+    let out = argocd_pull_ctl::run_ctl_output(&c.ctl).await.unwrap();
     (t0.elapsed(), out.len())
 }
 
@@ -101,7 +99,7 @@ async fn run() {
     for i in 0..n {
         let name = format!("a{i}");
         let m = pki.agent(&name).unwrap();
-        let s = argocd_pull_agent::ctl::cluster_secret(
+        let s = argocd_pull_ctl::cluster_secret(
             &name,
             "argocd",
             &format!("https://argocd-agent-resource-proxy:9090?agentName={name}"),
@@ -126,7 +124,7 @@ async fn run() {
                            "reconciledAt": "2026-11-27T10:00:00Z"}
             });
             store
-                .create(argocd_pull_agent::store::Kind::Application, app)
+                .create(argocd_pull_agent_core::store::Kind::Application, app)
                 .await
                 .unwrap();
         }

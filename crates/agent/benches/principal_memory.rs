@@ -10,13 +10,13 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, AgentConfig};
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::{Principal, PrincipalConfig};
-use argocd_pull_agent::store::{Kind, MemStore, Store};
-use argocd_pull_agent::tls::TlsMaterial;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::{Kind, MemStore, Store};
+use argocd_pull_agent_core::tls::TlsMaterial;
+use argocd_pull_principal::{Principal, PrincipalConfig};
+use argocd_pull_spoke::{Agent, AgentConfig};
 use serde_json::json;
 
 fn env(name: &str, default: usize) -> usize {

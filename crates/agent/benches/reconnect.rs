@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, AgentConfig};
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::{Principal, PrincipalConfig};
-use argocd_pull_agent::store::MemStore;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::MemStore;
+use argocd_pull_principal::{Principal, PrincipalConfig};
+use argocd_pull_spoke::{Agent, AgentConfig};
 
 async fn principal(pki: &LocalPki, jwt: &str, addr: &str) -> Principal {
     let cfg = PrincipalConfig::new(addr.parse().unwrap(), pki.principal.clone(), jwt.into());

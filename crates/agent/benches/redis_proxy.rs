@@ -11,12 +11,12 @@ mod redis_server;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, AgentConfig, LocalRedisProxy};
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::{Principal, PrincipalConfig, RedisProxyConfig};
-use argocd_pull_agent::store::MemStore;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::MemStore;
+use argocd_pull_principal::{Principal, PrincipalConfig, RedisProxyConfig};
+use argocd_pull_spoke::{Agent, AgentConfig, LocalRedisProxy};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 

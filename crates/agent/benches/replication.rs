@@ -20,14 +20,14 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, AgentConfig};
-use argocd_pull_agent::ha::replication::{self, Node, PreferredRole, Settings, State};
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::PrincipalConfig;
-use argocd_pull_agent::proto::haadminapi::{self as admin, ha_admin_client::HaAdminClient};
-use argocd_pull_agent::store::{Kind, KubeStore, MemStore, Store, StoreEvent};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::proto::haadminapi::{self as admin, ha_admin_client::HaAdminClient};
+use argocd_pull_agent_core::store::{Kind, KubeStore, MemStore, Store, StoreEvent};
+use argocd_pull_principal::PrincipalConfig;
+use argocd_pull_principal::ha::replication::{self, Node, PreferredRole, Settings, State};
+use argocd_pull_spoke::{Agent, AgentConfig};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -49,15 +49,15 @@ fn free_port() -> u16 {
 
 async fn kube_store(var: &str) -> Option<Arc<dyn Store>> {
     let path = std::env::var(var).ok()?;
-    let c = argocd_pull_agent::settings::kube_client(Some(&path.into()), None)
+    let c = argocd_pull_agent_core::settings::kube_client(Some(&path.into()), None)
         .await
         .unwrap();
     Some(Arc::new(KubeStore::new(c)))
 }
 
 fn selected(store: Arc<dyn Store>, run: &str) -> Arc<dyn Store> {
-    let sel = argocd_pull_agent::selector::parse(&format!("ha-bench={run}")).unwrap();
-    Arc::new(argocd_pull_agent::selector::SelectedStore::new(
+    let sel = argocd_pull_agent_core::selector::parse(&format!("ha-bench={run}")).unwrap();
+    Arc::new(argocd_pull_agent_core::selector::SelectedStore::new(
         store,
         sel,
         vec![Kind::Application, Kind::AppProject, Kind::Secret],
@@ -538,7 +538,7 @@ async fn run() {
             "ARGOCD_PULL_E2E_MANAGED_KUBECONFIG",
         ] {
             let path = std::env::var(var).unwrap();
-            let c = argocd_pull_agent::settings::kube_client(Some(&path.into()), None)
+            let c = argocd_pull_agent_core::settings::kube_client(Some(&path.into()), None)
                 .await
                 .unwrap();
             let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(c);

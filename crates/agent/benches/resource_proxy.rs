@@ -7,13 +7,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, AgentConfig, ResourceProxyClient};
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::{Principal, PrincipalConfig, ResourceProxyConfig};
-use argocd_pull_agent::resource::proxy_client;
-use argocd_pull_agent::store::MemStore;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::resource::proxy_client;
+use argocd_pull_agent_core::store::MemStore;
+use argocd_pull_principal::{Principal, PrincipalConfig, ResourceProxyConfig};
+use argocd_pull_spoke::{Agent, AgentConfig, ResourceProxyClient};
 use http_body_util::BodyExt;
 
 fn env(name: &str, default: usize) -> usize {

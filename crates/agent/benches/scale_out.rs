@@ -30,15 +30,15 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, AgentConfig};
-use argocd_pull_agent::ha::active_active::{self, ActiveActive};
-use argocd_pull_agent::ha::{Replica, Role};
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::PrincipalConfig;
-use argocd_pull_agent::store::{Kind, KubeStore, MemStore, Store};
-use argocd_pull_agent::tls::TlsMaterial;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::{Kind, KubeStore, MemStore, Store};
+use argocd_pull_agent_core::tls::TlsMaterial;
+use argocd_pull_principal::PrincipalConfig;
+use argocd_pull_principal::ha::active_active::{self, ActiveActive};
+use argocd_pull_principal::ha::{Replica, Role};
+use argocd_pull_spoke::{Agent, AgentConfig};
 use serde_json::json;
 
 /// The `argocd-pull` binary's allocator (crates/cli/src/main.rs).
@@ -355,7 +355,7 @@ impl Tally {
 
 /// Keeps `tally` up to date with what `store` holds.
 fn follow(store: &MemStore, tally: Arc<std::sync::Mutex<Tally>>) {
-    use argocd_pull_agent::store::StoreEvent;
+    use argocd_pull_agent_core::store::StoreEvent;
     use futures::StreamExt;
     let mut w = store.watch(Kind::Application, Some("argocd"));
     tokio::spawn(async move {
@@ -418,7 +418,7 @@ async fn agent_host() {
     let apps = env("BENCH_APPS", 10);
     let dir = std::path::PathBuf::from(std::env::var("BENCH_DIR").unwrap());
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
-    let ca = argocd_pull_agent::pki::Ca::from_pem(&read("ca.crt"), &read("ca.key")).unwrap();
+    let ca = argocd_pull_agent_core::pki::Ca::from_pem(&read("ca.crt"), &read("ca.key")).unwrap();
     let backends: Vec<SocketAddr> = std::env::var("BENCH_BACKENDS")
         .unwrap()
         .split(',')

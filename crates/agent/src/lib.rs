@@ -2,16 +2,11 @@
 //! argoproj-labs/argocd-agent. See `README.md` for the design and every deviation from the peer.
 //!
 //! This crate puts the parts together: the commands (`cli`) and a local deployment (`local`) for
-//! tests, benchmarks and the demo. The parts are crates of their own, re-exported here at the
-//! paths they always had: [`argocd_pull_agent_core`] (the wire and everything both ends share),
-//! [`principal`] and [`ha`] (`argocd-pull-principal`), [`agent`] (`argocd-pull-spoke`, the agent
-//! on a managed cluster) and [`ctl`] (`argocd-pull-ctl`).
-
-pub use argocd_pull_agent_core::*;
-pub use argocd_pull_ctl as ctl;
-pub use argocd_pull_principal as principal;
-pub use argocd_pull_principal::ha;
-pub use argocd_pull_spoke as agent;
+//! tests, benchmarks and the demo. The parts are crates of their own:
+//! [`argocd_pull_agent_core`] (the wire and everything both ends share),
+//! [`argocd_pull_principal`] (the principal and its HA modes), [`argocd_pull_spoke`] (the agent on
+//! a managed cluster) and [`argocd_pull_ctl`] (`argocd-pull ctl`). Its loopback tests and
+//! benchmarks run them together.
 
 pub mod cli;
 pub mod local;

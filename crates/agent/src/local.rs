@@ -4,15 +4,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::Mode;
-use crate::agent::{Agent, AgentConfig};
-use crate::metrics::Metrics;
-use crate::pki::Ca;
-use crate::principal::{Principal, PrincipalConfig};
-use crate::store::{KubeStore, Store};
-use crate::tls::TlsMaterial;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::pki::Ca;
+use argocd_pull_agent_core::store::{KubeStore, Store};
+use argocd_pull_agent_core::tls::TlsMaterial;
+use argocd_pull_principal::{Principal, PrincipalConfig};
+use argocd_pull_spoke::{Agent, AgentConfig};
 
-pub use crate::auth::throwaway_jwt_key;
+pub use argocd_pull_agent_core::auth::throwaway_jwt_key;
 
 /// Everything a local deployment needs to connect more agents.
 pub struct LocalPki {
@@ -66,7 +66,7 @@ impl LocalDeployment {
         let Some(addr) = self.principal.resource_proxy_addr() else {
             return Ok(None);
         };
-        Ok(Some(crate::resource::kubeconfig_yaml(
+        Ok(Some(argocd_pull_agent_core::resource::kubeconfig_yaml(
             &format!("https://{addr}"),
             &self.pki.agent(agent)?,
             agent,
@@ -129,7 +129,7 @@ async fn start(
     );
     // a local deployment creates the hub namespaces of its autonomous agents
     cfg.namespace_create = Some(Default::default());
-    cfg.resource_proxy = Some(crate::principal::ResourceProxyConfig::new(
+    cfg.resource_proxy = Some(argocd_pull_principal::ResourceProxyConfig::new(
         "127.0.0.1:0".parse()?,
         pki.principal.clone(),
     ));
@@ -139,7 +139,7 @@ async fn start(
     for (name, store, client) in agents {
         let mut c = AgentConfig::new(addr, pki.agent(&name)?, mode);
         c.reconnect_max = Duration::from_secs(2);
-        c.resource_proxy = client.map(crate::agent::ResourceProxyClient);
+        c.resource_proxy = client.map(argocd_pull_spoke::ResourceProxyClient);
         let a = Agent::start(c, store, Metrics::new("argocd_agent")).await?;
         out.push((name, a));
     }

@@ -49,7 +49,7 @@ enum Command {
     /// Create a CA, principal and agent certificates and a JWT signing key for a local agent-model setup.
     Pki(argocd_pull_agent::cli::PkiArgs),
     /// Agent-based model: argocd-agentctl's commands (agent, pki, jwt, blocklist, config, validate, ha, version).
-    Ctl(argocd_pull_agent::ctl::CtlArgs),
+    Ctl(argocd_pull_ctl::CtlArgs),
     /// Print the CustomResourceDefinitions argocd-pull serves (GitOpsCluster, MulticlusterApplicationSetReport).
     Crds(crds::CrdsArgs),
     /// Print the version.
@@ -83,7 +83,7 @@ fn main() -> ExitCode {
             argocd_pull_agent::cli::run_agent(args),
         ),
         Command::Pki(args) => block_on(argocd_pull_agent::cli::run_pki(args)),
-        Command::Ctl(args) => run_async(async { Ok(argocd_pull_agent::ctl::run_ctl(args).await) })
+        Command::Ctl(args) => run_async(async { Ok(argocd_pull_ctl::run_ctl(args).await) })
             .map_or(ExitCode::FAILURE, ExitCode::from),
         Command::Crds(args) => crds::run(&args),
         Command::Version => {

@@ -16,12 +16,12 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, AgentConfig};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::{Principal, PrincipalConfig, ResourceProxyConfig};
-use argocd_pull_agent::store::KubeStore;
-use argocd_pull_agent::tls::TlsMaterial;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::KubeStore;
+use argocd_pull_agent_core::tls::TlsMaterial;
+use argocd_pull_principal::{Principal, PrincipalConfig, ResourceProxyConfig};
+use argocd_pull_spoke::{Agent, AgentConfig};
 
 use crate::workload;
 
@@ -181,7 +181,7 @@ pub async fn start(hub: Client, clusters: &[(String, Client)]) -> anyhow::Result
         if proxy_kubeconfig.is_none()
             && let Some(addr) = principal.resource_proxy_addr()
         {
-            proxy_kubeconfig = Some(argocd_pull_agent::resource::kubeconfig_yaml(
+            proxy_kubeconfig = Some(argocd_pull_agent_core::resource::kubeconfig_yaml(
                 &format!("https://{addr}"),
                 &tls,
                 c,
@@ -189,9 +189,7 @@ pub async fn start(hub: Client, clusters: &[(String, Client)]) -> anyhow::Result
         }
         let mut ac = AgentConfig::new(principal.local_addr(), tls, Mode::Managed);
         ac.reconnect_max = Duration::from_secs(2);
-        ac.resource_proxy = Some(argocd_pull_agent::agent::ResourceProxyClient(
-            client.clone(),
-        ));
+        ac.resource_proxy = Some(argocd_pull_spoke::ResourceProxyClient(client.clone()));
         let store = Arc::new(KubeStore::new(client.clone()));
         let a = Agent::start(ac, store, Metrics::new("argocd_agent"))
             .await

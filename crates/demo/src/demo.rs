@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use argocd_pull_agent::{LocalDeployment, Mode};
+use argocd_pull_agent::LocalDeployment;
+use argocd_pull_agent_core::Mode;
 use argocd_pull_api::names;
 use argocd_pull_sim::{ArgoSimConfig, Fleet, FleetConfig};
 use kube::Client;

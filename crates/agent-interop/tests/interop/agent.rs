@@ -1,8 +1,8 @@
 //! OUR agent against a peer principal (argocd-agent's behaviour on the wire).
 
-use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::store::{Kind, MemStore, Store};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::store::{Kind, MemStore, Store};
 use argocd_pull_agent_interop::emitter::{self, ty};
 use argocd_pull_agent_interop::peer_agent::{PEER_VERSION, T, token_subject};
 use argocd_pull_agent_interop::peer_principal::{Inbound, PeerPrincipal};
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::common::*;
 use crate::golden::fixture;
 
-const OURS: &str = argocd_pull_agent::VERSION;
+const OURS: &str = argocd_pull_agent_core::VERSION;
 
 /// A hub Application as the peer principal holds it (namespace = agent name).
 fn hub_app(agent: &str, name: &str, uid: &str, rv: &str, path: &str) -> Value {

@@ -4,8 +4,8 @@
 //! namespace.
 
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::store::{Kind, MemStore, Store};
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::{Kind, MemStore, Store};
 use argocd_pull_agent_interop::emitter::{self, ty};
 use argocd_pull_agent_interop::peer_agent::PeerStream;
 use argocd_pull_agent_interop::sdk::Event;

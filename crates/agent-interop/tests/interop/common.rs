@@ -1,16 +1,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, AgentConfig};
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::{Principal, PrincipalConfig};
-use argocd_pull_agent::store::{Kind, MemStore, Store, StoreEvent};
-use argocd_pull_agent::tls::TlsMaterial;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::{Kind, MemStore, Store, StoreEvent};
+use argocd_pull_agent_core::tls::TlsMaterial;
 use argocd_pull_agent_interop::emitter::{AGENT_SOURCE, Emitter};
 use argocd_pull_agent_interop::peer_agent::{self, Login, PeerAgentConfig, PeerStream, T, Tls};
 use argocd_pull_agent_interop::peer_principal::{PeerPrincipal, PeerPrincipalConfig};
+use argocd_pull_principal::{Principal, PrincipalConfig};
+use argocd_pull_spoke::{Agent, AgentConfig};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -28,7 +28,7 @@ pub fn tls(m: &TlsMaterial) -> Tls {
 
 /// OUR principal over a MemStore hub.
 pub async fn our_principal(pki: &LocalPki, hub: &MemStore) -> Principal {
-    our_principal_reporting(pki, hub, argocd_pull_agent::VERSION).await
+    our_principal_reporting(pki, hub, argocd_pull_agent_core::VERSION).await
 }
 
 /// OUR principal reporting `version` (`--report-version`) over a MemStore hub.
@@ -51,7 +51,7 @@ pub fn peer_agent_cfg(pki: &LocalPki, p: &Principal, name: &str, mode: &str) -> 
         tls: tls(&pki.agent(name).expect("agent cert")),
         mode: mode.into(),
         // a peer build whose version string equals ours (the peer demands string equality)
-        version: argocd_pull_agent::VERSION.into(),
+        version: argocd_pull_agent_core::VERSION.into(),
         namespace: "argocd".into(),
     }
 }
@@ -95,7 +95,7 @@ pub async fn our_agent(
     mode: Mode,
     store: &MemStore,
 ) -> Agent {
-    our_agent_reporting(pki, pp, name, mode, store, argocd_pull_agent::VERSION).await
+    our_agent_reporting(pki, pp, name, mode, store, argocd_pull_agent_core::VERSION).await
 }
 
 /// OUR agent reporting `version` (`--report-version`) at login.

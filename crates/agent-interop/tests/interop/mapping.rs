@@ -7,15 +7,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, AgentConfig};
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::{Principal, PrincipalConfig};
-use argocd_pull_agent::store::{Kind, MemStore, Store};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::{Kind, MemStore, Store};
 use argocd_pull_agent_interop::emitter::{self, ty};
 use argocd_pull_agent_interop::peer_agent::{self, PeerStream, T};
 use argocd_pull_agent_interop::sdk::Event;
+use argocd_pull_principal::{Principal, PrincipalConfig};
+use argocd_pull_spoke::{Agent, AgentConfig};
 use serde_json::{Value, json};
 
 use crate::common::*;
@@ -246,7 +246,7 @@ async fn a_remapped_peer_agent_reports_to_the_principal_namespace_app() {
 #[tokio::test]
 async fn our_mapped_agent_remaps_and_reports_as_the_peer_agent_does() {
     let pki = LocalPki::new().expect("pki");
-    let pp = peer_principal(&pki, argocd_pull_agent::VERSION).await;
+    let pp = peer_principal(&pki, argocd_pull_agent_core::VERSION).await;
     let store = MemStore::new();
     let mut c = AgentConfig::new(pp.addr, pki.agent("agent-om").expect("cert"), Mode::Managed);
     c.reconnect_max = Duration::from_millis(500);

@@ -1,9 +1,9 @@
 //! The peer's `error` events, `request-update`s for kinds we do not sync, and the events we do
 //! not handle: each gets the reply the peer's logic implies, never silence.
 
-use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::store::{Kind, MemStore, Store};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::store::{Kind, MemStore, Store};
 use argocd_pull_agent_interop::emitter::{self, ty};
 use argocd_pull_agent_interop::peer_agent::PeerStream;
 use argocd_pull_agent_interop::sdk::Event;
@@ -171,7 +171,7 @@ async fn events_our_principal_does_not_handle_get_a_reply_never_silence() {
 async fn our_autonomous_agent_answers_a_repository_request_update_without_deleting_an_application()
 {
     let pki = LocalPki::new().expect("pki");
-    let pp = peer_principal(&pki, argocd_pull_agent::VERSION).await;
+    let pp = peer_principal(&pki, argocd_pull_agent_core::VERSION).await;
     let store = MemStore::new();
     let a = our_agent(&pki, &pp, "agent-rr", Mode::Autonomous, &store).await;
     pp.wait_streams(1).await;
@@ -224,7 +224,7 @@ async fn our_autonomous_agent_answers_a_repository_request_update_without_deleti
 #[tokio::test]
 async fn terminal_and_log_requests_are_taken_by_our_agent() {
     let pki = LocalPki::new().expect("pki");
-    let pp = peer_principal(&pki, argocd_pull_agent::VERSION).await;
+    let pp = peer_principal(&pki, argocd_pull_agent_core::VERSION).await;
     let store = MemStore::new();
     let a = our_agent(&pki, &pp, "agent-rq", Mode::Managed, &store).await;
     pp.wait_streams(1).await;

@@ -1,7 +1,7 @@
 //! A peer agent (argocd-agent's behaviour on the wire) against OUR principal.
 
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::store::{Kind, MemStore, Store};
+use argocd_pull_agent_core::store::{Kind, MemStore, Store};
 use argocd_pull_agent_interop::emitter::{self, ty};
 use argocd_pull_agent_interop::peer_agent::{self, PEER_VERSION, PeerStream};
 use argocd_pull_agent_interop::sdk::{self, Event};
@@ -63,7 +63,7 @@ async fn a_peer_agent_of_another_version_is_refused_as_the_peer_principal_does()
     let p = our_principal(&pki, &hub).await;
     // same major.minor is not enough: the peer demands string equality
     let mut cfg = peer_agent_cfg(&pki, &p, "agent-vm", "managed");
-    cfg.version = format!("{}-other", argocd_pull_agent::VERSION);
+    cfg.version = format!("{}-other", argocd_pull_agent_core::VERSION);
     let st = peer_agent::login(&cfg).await.err().expect("refused");
     assert_eq!(st.code(), tonic::Code::FailedPrecondition);
     assert_eq!(st.message(), "version mismatch");
@@ -86,7 +86,7 @@ async fn peer_agent_login_token_is_what_the_peer_parses_and_subscribe_takes_it_r
         json!({"clientID": "agent-login", "mode": "autonomous"}),
         "the peer agent reads clientID from the token's sub claim"
     );
-    assert_eq!(login.principal_version, argocd_pull_agent::VERSION);
+    assert_eq!(login.principal_version, argocd_pull_agent_core::VERSION);
     assert_eq!(login.auth.principal_namespace, "argocd");
     assert!(!login.auth.refresh_token.is_empty());
     // a refresh (the peer agent's `refreshToken`) answers a new access token and, while the
@@ -112,7 +112,7 @@ async fn peer_agent_login_token_is_what_the_peer_parses_and_subscribe_takes_it_r
     );
     // a wrong mode is refused before any token is issued
     let mut cfg = peer_agent_cfg(&pki, &p, "agent-login", "readonly");
-    cfg.version = argocd_pull_agent::VERSION.into();
+    cfg.version = argocd_pull_agent_core::VERSION.into();
     assert!(peer_agent::login(&cfg).await.is_err());
     p.shutdown().await;
 }

@@ -8,15 +8,15 @@ mod redis_server;
 use std::sync::Arc;
 use std::time::Duration;
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, AgentConfig, LocalRedisProxy};
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::{Principal, PrincipalConfig, RedisProxyConfig};
-use argocd_pull_agent::store::MemStore;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::MemStore;
 use argocd_pull_agent_interop::emitter::{self, Emitter, ty};
 use argocd_pull_agent_interop::peer_agent::T;
 use argocd_pull_agent_interop::sdk::{Event, go_json};
+use argocd_pull_principal::{Principal, PrincipalConfig, RedisProxyConfig};
+use argocd_pull_spoke::{Agent, AgentConfig, LocalRedisProxy};
 use futures::StreamExt;
 use redis::AsyncCommands;
 use serde_json::{Value, json};
@@ -46,7 +46,7 @@ async fn a_peer_principals_redis_requests_are_answered_by_our_agent() {
     }
     init();
     let pki = LocalPki::new().expect("pki");
-    let pp = peer_principal(&pki, argocd_pull_agent::VERSION).await;
+    let pp = peer_principal(&pki, argocd_pull_agent_core::VERSION).await;
     let local = RedisServer::start().await;
     let mut r = local.conn().await;
     let _: () = r

@@ -7,16 +7,18 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use argocd_pull_agent::ha::replication::{self, Node, PreferredRole, REPLICATED, Settings, State};
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::PrincipalConfig;
-use argocd_pull_agent::store::{Kind, MemStore, Store, StoreEvent};
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::{Kind, MemStore, Store, StoreEvent};
 use argocd_pull_agent_interop::emitter::{Emitter, PRINCIPAL_SOURCE, ty};
 use argocd_pull_agent_interop::pb::haadminapi::{self as admin, ha_admin_client::HaAdminClient};
 use argocd_pull_agent_interop::pb::replicationapi as api;
 use argocd_pull_agent_interop::peer_agent::T;
 use argocd_pull_agent_interop::peer_replication::{PeerPrimary, PeerReplica, resource};
+use argocd_pull_principal::PrincipalConfig;
+use argocd_pull_principal::ha::replication::{
+    self, Node, PreferredRole, REPLICATED, Settings, State,
+};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::watch;

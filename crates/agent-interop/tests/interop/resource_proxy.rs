@@ -5,16 +5,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, AgentConfig, ResourceProxyClient};
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::{Principal, PrincipalConfig, ResourceProxyConfig};
-use argocd_pull_agent::resource::proxy_client;
-use argocd_pull_agent::store::MemStore;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::resource::proxy_client;
+use argocd_pull_agent_core::store::MemStore;
 use argocd_pull_agent_interop::emitter::{self, ty};
 use argocd_pull_agent_interop::peer_agent::T;
 use argocd_pull_agent_interop::sdk::{Event, go_json_sorted};
+use argocd_pull_principal::{Principal, PrincipalConfig, ResourceProxyConfig};
+use argocd_pull_spoke::{Agent, AgentConfig, ResourceProxyClient};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -56,7 +56,7 @@ fn data(e: &Event) -> Value {
 async fn a_peer_principals_resource_request_is_answered_by_our_agent() {
     init();
     let pki = LocalPki::new().expect("pki");
-    let pp = peer_principal(&pki, argocd_pull_agent::VERSION).await;
+    let pp = peer_principal(&pki, argocd_pull_agent_core::VERSION).await;
     let hub = hub_with_configmap().await;
     let mut c = AgentConfig::new(pp.addr, pki.agent("agent-rp").unwrap(), Mode::Managed);
     c.reconnect_max = Duration::from_millis(500);
@@ -368,15 +368,17 @@ async fn our_agents_cluster_cache_info_reads_as_the_peers() {
     })
     .await
     .expect("redis-server listens");
-    let cfg = argocd_pull_agent::argocd_cache::ArgoCacheConfig {
+    let cfg = argocd_pull_agent_core::argocd_cache::ArgoCacheConfig {
         address: addr.clone(),
         password: None,
         gzip: true,
         resource_proxy_address: String::new(),
     };
-    let key =
-        argocd_pull_agent::argocd_cache::cluster_info_key("https://kubernetes.default.svc", true);
-    argocd_pull_agent::argocd_cache::RedisClient::new(&addr, None)
+    let key = argocd_pull_agent_core::argocd_cache::cluster_info_key(
+        "https://kubernetes.default.svc",
+        true,
+    );
+    argocd_pull_agent_core::argocd_cache::RedisClient::new(&addr, None)
         .call(&[
             b"SET",
             key.as_bytes(),
@@ -386,9 +388,9 @@ async fn our_agents_cluster_cache_info_reads_as_the_peers() {
         .unwrap();
 
     let pki = LocalPki::new().expect("pki");
-    let pp = peer_principal(&pki, argocd_pull_agent::VERSION).await;
+    let pp = peer_principal(&pki, argocd_pull_agent_core::VERSION).await;
     let mut c = AgentConfig::new(pp.addr, pki.agent("agent-cc").unwrap(), Mode::Managed);
-    c.local_redis = Some(argocd_pull_agent::agent::LocalRedis {
+    c.local_redis = Some(argocd_pull_spoke::LocalRedis {
         address: addr,
         password: None,
     });

@@ -2,9 +2,9 @@
 //! event writer needs (`processed`, same `resourceid`/`eventid`), who sends which request on a
 //! (re)connect is the peer's, and a checksum mismatch resends exactly that object.
 
-use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::store::{Kind, MemStore, Store};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::store::{Kind, MemStore, Store};
 use argocd_pull_agent_interop::emitter::{self, ty};
 use argocd_pull_agent_interop::peer_agent::PeerStream;
 use argocd_pull_agent_interop::peer_principal::{Inbound, PeerPrincipal};
@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::common::*;
 
-const OURS: &str = argocd_pull_agent::VERSION;
+const OURS: &str = argocd_pull_agent_core::VERSION;
 
 fn is(e: &Event, t: &str, target: &str) -> bool {
     e.typ == ty(t) && e.dataschema == target

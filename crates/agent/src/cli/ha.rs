@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::settings::parse_duration;
+use argocd_pull_agent_core::settings::parse_duration;
 
 /// `--ha-mode`: how several principal replicas share the agents.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,8 +18,8 @@ pub enum HaMode {
 /// Several principal replicas in one cluster, by mode.
 #[derive(Debug)]
 pub enum InCluster {
-    ActivePassive(crate::ha::HaConfig),
-    ActiveActive(crate::ha::active_active::ActiveActive),
+    ActivePassive(argocd_pull_principal::ha::HaConfig),
+    ActiveActive(argocd_pull_principal::ha::active_active::ActiveActive),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -127,8 +127,10 @@ pub struct HaArgs {
 impl HaArgs {
     /// The cross-cluster HA settings when `--ha-enabled` is on (the peer's options and
     /// validation, with the fix named).
-    pub fn replication(&self) -> anyhow::Result<Option<crate::ha::replication::Settings>> {
-        use crate::ha::replication as r;
+    pub fn replication(
+        &self,
+    ) -> anyhow::Result<Option<argocd_pull_principal::ha::replication::Settings>> {
+        use argocd_pull_principal::ha::replication as r;
         if !self.ha_enabled {
             return Ok(None);
         }
@@ -199,12 +201,15 @@ impl HaArgs {
     }
 
     /// The HA settings in active/passive mode (`--leader-elect`).
-    pub fn config(&self, namespace: &str) -> anyhow::Result<Option<crate::ha::HaConfig>> {
+    pub fn config(
+        &self,
+        namespace: &str,
+    ) -> anyhow::Result<Option<argocd_pull_principal::ha::HaConfig>> {
         if self.mode()? != Some(HaMode::ActivePassive) {
             return Ok(None);
         }
         let ns = self.lease_namespace.as_deref().unwrap_or(namespace);
-        crate::ha::HaConfig::new(
+        argocd_pull_principal::ha::HaConfig::new(
             &self.lease_name,
             ns,
             &self.name(),
@@ -218,12 +223,12 @@ impl HaArgs {
     pub fn active_active(
         &self,
         namespace: &str,
-    ) -> anyhow::Result<Option<crate::ha::active_active::ActiveActive>> {
+    ) -> anyhow::Result<Option<argocd_pull_principal::ha::active_active::ActiveActive>> {
         if self.mode()? != Some(HaMode::ActiveActive) {
             return Ok(None);
         }
         let ns = self.lease_namespace.as_deref().unwrap_or(namespace);
-        crate::ha::active_active::ActiveActive::new(
+        argocd_pull_principal::ha::active_active::ActiveActive::new(
             &self.lease_name,
             ns,
             &self.name(),
@@ -255,7 +260,7 @@ mod tests {
 
     #[test]
     fn cross_cluster_flags_have_the_peers_names_defaults_and_checks() {
-        use crate::ha::replication::PreferredRole;
+        use argocd_pull_principal::ha::replication::PreferredRole;
         assert!(
             parse(&[]).replication().unwrap().is_none(),
             "off by default"

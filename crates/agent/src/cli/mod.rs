@@ -18,7 +18,7 @@ use anyhow::Context;
 pub use agent::{AgentArgs, run_agent, run_agent_in, run_agent_until};
 pub use principal::{PrincipalArgs, run_principal, run_principal_in, run_principal_until};
 
-use crate::store::{Kind, KubeStore, Store};
+use argocd_pull_agent_core::store::{Kind, KubeStore, Store};
 use argocd_pull_ops::CancellationToken;
 
 /// After SIGTERM / Ctrl-C, at most this long for a graceful stop; then the command returns anyway
@@ -45,7 +45,12 @@ pub struct PkiArgs {
 /// Creates a CA, the principal certificate, agent certificates and the JWT key as local files.
 pub async fn run_pki(args: PkiArgs) -> anyhow::Result<()> {
     let files = tokio::task::spawn_blocking(move || {
-        crate::pki::write_local_pki(&args.dir, &args.agents, &args.sans, args.force)
+        argocd_pull_agent_core::pki::write_local_pki(
+            &args.dir,
+            &args.agents,
+            &args.sans,
+            args.force,
+        )
     })
     .await??;
     for f in files {
@@ -65,7 +70,7 @@ async fn store_or(
     }
     let client = match client {
         Some(c) => c,
-        None => crate::kube_client::infer()
+        None => argocd_pull_agent_core::kube_client::infer()
             .await
             .with_context(|| format!("connecting to the {which} cluster"))?,
     };
@@ -79,7 +84,7 @@ fn label_selector(
     if s.trim().is_empty() {
         return Ok(None);
     }
-    crate::selector::parse(s)
+    argocd_pull_agent_core::selector::parse(s)
         .map(|sel| Some((s.to_string(), sel)))
         .map_err(|e| anyhow::anyhow!("--label-selector: {e}"))
 }
@@ -92,8 +97,8 @@ fn selected(
     who: &str,
 ) -> Arc<dyn Store> {
     // --full-detail: writes and watch events as debug lines (only when those are written)
-    let store: Arc<dyn Store> = if crate::full_detail::enabled() {
-        Arc::new(crate::full_detail::LoggedStore::new(store))
+    let store: Arc<dyn Store> = if argocd_pull_agent_core::full_detail::enabled() {
+        Arc::new(argocd_pull_agent_core::full_detail::LoggedStore::new(store))
     } else {
         store
     };
@@ -101,7 +106,7 @@ fn selected(
         None => store,
         Some((text, sel)) => {
             tracing::info!(selector = %text, "{who} informers are using the label selector");
-            Arc::new(crate::selector::SelectedStore::new(
+            Arc::new(argocd_pull_agent_core::selector::SelectedStore::new(
                 store,
                 sel,
                 vec![Kind::Application, Kind::AppProject, Kind::Secret],
@@ -118,12 +123,12 @@ pub const TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(60);
 /// changed one to `apply` (connected peers keep their streams).
 async fn reload_tls_until<F, Fut>(
     shutdown: &CancellationToken,
-    mut last: crate::tls::TlsMaterial,
+    mut last: argocd_pull_agent_core::tls::TlsMaterial,
     load: F,
-    apply: impl Fn(&crate::tls::TlsMaterial) -> anyhow::Result<()>,
+    apply: impl Fn(&argocd_pull_agent_core::tls::TlsMaterial) -> anyhow::Result<()>,
 ) where
     F: Fn() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<crate::tls::TlsMaterial>>,
+    Fut: std::future::Future<Output = anyhow::Result<argocd_pull_agent_core::tls::TlsMaterial>>,
 {
     loop {
         tokio::select! {
@@ -172,7 +177,7 @@ async fn bounded_stop(what: &str, fut: impl std::future::Future<Output = ()>) {
 /// on `healthz` too (the peer's separate health port). Port 0 of the peer's flags means "off";
 /// the legacy `--metrics-addr` may use port 0 for an ephemeral port.
 async fn serve_admin(
-    m: &crate::metrics::Metrics,
+    m: &argocd_pull_agent_core::metrics::Metrics,
     addrs: &[std::net::SocketAddr],
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Vec<tokio::task::JoinHandle<anyhow::Result<()>>>> {
@@ -196,7 +201,7 @@ async fn serve_pprof(
     if port == 0 {
         return Ok(None);
     }
-    let (_, task) = crate::pprof::serve(port, shutdown.clone()).await?;
+    let (_, task) = argocd_pull_agent_core::pprof::serve(port, shutdown.clone()).await?;
     Ok(Some(task))
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 
-use crate::principal::redis_proxy::{DEFAULT_LISTEN, RedisProxyConfig, UpstreamTls};
+use argocd_pull_principal::redis_proxy::{DEFAULT_LISTEN, RedisProxyConfig, UpstreamTls};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct RedisProxyArgs {
@@ -84,8 +84,8 @@ pub async fn agent_tls(
     a: &AgentRedisTlsArgs,
     client: Option<&kube::Client>,
     namespace: &str,
-) -> anyhow::Result<Option<crate::agent::LocalRedisTls>> {
-    use crate::agent::LocalRedisTls;
+) -> anyhow::Result<Option<argocd_pull_spoke::LocalRedisTls>> {
+    use argocd_pull_spoke::LocalRedisTls;
     if !a.redis_tls_enabled {
         return Ok(None);
     }
@@ -105,8 +105,8 @@ pub async fn agent_tls(
         return Ok(Some(LocalRedisTls::Insecure));
     }
     let ca = match (&a.redis_tls_ca_path, client) {
-        (Some(p), _) => crate::settings::read(p)?,
-        (None, Some(kube)) => crate::settings::ca_from_secret(
+        (Some(p), _) => argocd_pull_agent_core::settings::read(p)?,
+        (None, Some(kube)) => argocd_pull_agent_core::settings::ca_from_secret(
             kube,
             namespace,
             &a.redis_tls_ca_secret_name,
@@ -118,7 +118,7 @@ pub async fn agent_tls(
             "redis TLS enabled but no CA certificate configured for Redis client: use --redis-tls-ca-path, --redis-tls-ca-secret-name, or --redis-tls-insecure"
         ),
     };
-    crate::tls::parse_certs(&ca).context("Redis TLS CA certificate")?;
+    argocd_pull_agent_core::tls::parse_certs(&ca).context("Redis TLS CA certificate")?;
     Ok(Some(LocalRedisTls::Ca(ca)))
 }
 
@@ -173,13 +173,16 @@ pub async fn config(
     if !a.redis_tls_enabled {
         return Ok(Some(cfg));
     }
-    let provider = crate::tls::provider();
+    let provider = argocd_pull_agent_core::tls::provider();
     // the proxy's server certificate (Argo CD → proxy)
     let (cert, key) = match (
         &a.redis_proxy_server_tls_cert,
         &a.redis_proxy_server_tls_key,
     ) {
-        (Some(c), Some(k)) => (crate::settings::read(c)?, crate::settings::read(k)?),
+        (Some(c), Some(k)) => (
+            argocd_pull_agent_core::settings::read(c)?,
+            argocd_pull_agent_core::settings::read(k)?,
+        ),
         (None, None) => {
             let Some(kube) = client else {
                 bail!(
@@ -187,9 +190,13 @@ pub async fn config(
                     a.redis_proxy_server_tls_secret_name
                 );
             };
-            crate::settings::tls_from_secret(kube, namespace, &a.redis_proxy_server_tls_secret_name)
-                .await
-                .context("loading the Redis proxy server TLS certificate")?
+            argocd_pull_agent_core::settings::tls_from_secret(
+                kube,
+                namespace,
+                &a.redis_proxy_server_tls_secret_name,
+            )
+            .await
+            .context("loading the Redis proxy server TLS certificate")?
         }
         _ => bail!(
             "Both --redis-proxy-server-tls-cert and --redis-proxy-server-tls-key have to be given"
@@ -199,8 +206,9 @@ pub async fn config(
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_single_cert(
-            crate::tls::parse_certs(&cert).context("Redis proxy server certificate")?,
-            crate::tls::parse_key(&key).context("Redis proxy server key")?,
+            argocd_pull_agent_core::tls::parse_certs(&cert)
+                .context("Redis proxy server certificate")?,
+            argocd_pull_agent_core::tls::parse_key(&key).context("Redis proxy server key")?,
         )
         .context("Redis proxy server certificate/key")?;
     cfg.server_tls = Some(Arc::new(server));
@@ -226,8 +234,8 @@ pub async fn config(
             .with_no_client_auth()
     } else {
         let ca = match (&a.redis_ca_path, client) {
-            (Some(p), _) => crate::settings::read(p)?,
-            (None, Some(kube)) => crate::settings::ca_from_secret(
+            (Some(p), _) => argocd_pull_agent_core::settings::read(p)?,
+            (None, Some(kube)) => argocd_pull_agent_core::settings::ca_from_secret(
                 kube,
                 namespace,
                 &a.redis_ca_secret_name,
@@ -240,7 +248,7 @@ pub async fn config(
             ),
         };
         let mut roots = rustls::RootCertStore::empty();
-        for c in crate::tls::parse_certs(&ca).context("Redis CA certificate")? {
+        for c in argocd_pull_agent_core::tls::parse_certs(&ca).context("Redis CA certificate")? {
             roots.add(c).context("Redis CA certificate")?;
         }
         builder.with_root_certificates(roots).with_no_client_auth()

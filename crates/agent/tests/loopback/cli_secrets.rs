@@ -8,8 +8,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Api;
 
-use argocd_pull_agent::ctl::{Clients, CtlArgs, execute};
-use argocd_pull_agent::store::{KubeStore, Store};
+use argocd_pull_agent_core::store::{KubeStore, Store};
+use argocd_pull_ctl::{Clients, CtlArgs, execute};
 
 const T: Duration = Duration::from_secs(60);
 const APP_CRD: &str = include_str!("../../../api/crds/argocd/application-crd.yaml");
@@ -148,7 +148,7 @@ async fn principal_and_agent_run_on_tls_and_jwt_from_the_peers_secrets() {
     // "edge" (--namespace-create-*), labelled
     KubeStore::new(c.agent.clone())
         .create(
-            argocd_pull_agent::store::Kind::Application,
+            argocd_pull_agent_core::store::Kind::Application,
             serde_json::json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
                 "metadata": {"name": "web", "namespace": "agent-ns"},
                 "spec": {"project": "default",

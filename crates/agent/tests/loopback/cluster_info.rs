@@ -6,11 +6,11 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use argocd_pull_agent::argocd_cache::ArgoCacheConfig;
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::{Principal, PrincipalConfig};
-use argocd_pull_agent::store::MemStore;
+use argocd_pull_agent_core::argocd_cache::ArgoCacheConfig;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::MemStore;
+use argocd_pull_principal::{Principal, PrincipalConfig};
 use serde_json::Value;
 
 use crate::harness::*;
@@ -142,7 +142,7 @@ async fn connection_state_is_written_to_argocds_redis() {
         &pki,
         &p,
         "cluster-9",
-        argocd_pull_agent::Mode::Managed,
+        argocd_pull_agent_core::Mode::Managed,
         &MemStore::new(),
     )
     .await;
@@ -187,7 +187,7 @@ async fn the_agents_local_argocd_cache_counts_reach_the_hub_cache() {
     init();
     let (hub_redis, local_redis) = (redis().await, redis().await);
     // what the managed cluster's Argo CD application controller caches about its own cluster
-    let local = argocd_pull_agent::argocd_cache::RedisClient::new(
+    let local = argocd_pull_agent_core::argocd_cache::RedisClient::new(
         &format!("127.0.0.1:{}", local_redis.port),
         None,
     );
@@ -199,8 +199,10 @@ async fn the_agents_local_argocd_cache_counts_reach_the_hub_cache() {
     };
     let info = serde_json::json!({"connectionState": {"status": "Successful", "message": "", "attemptedAt": "2026-11-25T09:00:00Z"},
                                   "serverVersion": "1.24", "cacheInfo": {"resourcesCount": 812, "apisCount": 40}, "applicationsCount": 5});
-    let key =
-        argocd_pull_agent::argocd_cache::cluster_info_key("https://kubernetes.default.svc", true);
+    let key = argocd_pull_agent_core::argocd_cache::cluster_info_key(
+        "https://kubernetes.default.svc",
+        true,
+    );
     local
         .call(&[b"SET", key.as_bytes(), &argo.value(&info)])
         .await
@@ -225,23 +227,20 @@ async fn the_agents_local_argocd_cache_counts_reach_the_hub_cache() {
     )
     .await
     .unwrap();
-    let mut c = argocd_pull_agent::agent::AgentConfig::new(
+    let mut c = argocd_pull_spoke::AgentConfig::new(
         p.local_addr(),
         pki.agent("cluster-7").unwrap(),
-        argocd_pull_agent::Mode::Managed,
+        argocd_pull_agent_core::Mode::Managed,
     );
-    c.local_redis = Some(argocd_pull_agent::agent::LocalRedis {
+    c.local_redis = Some(argocd_pull_spoke::LocalRedis {
         address: format!("127.0.0.1:{}", local_redis.port),
         password: None,
     });
     c.cache_refresh_interval = Duration::from_millis(100);
-    let a = argocd_pull_agent::agent::Agent::start(
-        c,
-        Arc::new(MemStore::new()),
-        Metrics::new("argocd_agent"),
-    )
-    .await
-    .unwrap();
+    let a =
+        argocd_pull_spoke::Agent::start(c, Arc::new(MemStore::new()), Metrics::new("argocd_agent"))
+            .await
+            .unwrap();
     let hub_key = "cluster|info|https://rp.example:9090?agentName=cluster-7|1.8.3.gz";
     let v = until(hub_redis.port, hub_key, "the agent's counts", |v| {
         v["applicationsCount"] == 5
@@ -299,8 +298,9 @@ async fn the_cluster_secrets_server_url_names_the_key() {
         gzip: true,
         resource_proxy_address: "argocd-agent-resource-proxy:9090".into(),
     });
-    cfg.cluster_secrets =
-        Some(argocd_pull_agent::principal::cluster_secrets::SecretsClient(client));
+    cfg.cluster_secrets = Some(argocd_pull_principal::cluster_secrets::SecretsClient(
+        client,
+    ));
     let p = Principal::start(
         cfg,
         Arc::new(MemStore::new()),
@@ -312,7 +312,7 @@ async fn the_cluster_secrets_server_url_names_the_key() {
         &pki,
         &p,
         "cluster-5",
-        argocd_pull_agent::Mode::Managed,
+        argocd_pull_agent_core::Mode::Managed,
         &MemStore::new(),
     )
     .await;

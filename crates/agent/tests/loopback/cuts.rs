@@ -7,10 +7,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::principal::Principal;
-use argocd_pull_agent::store::{Kind, MemStore, Store};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::store::{Kind, MemStore, Store};
+use argocd_pull_principal::Principal;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -236,7 +236,7 @@ async fn through_proxy(
     name: &str,
     mode: Mode,
     websocket: bool,
-) -> (Principal, Proxy, argocd_pull_agent::agent::Agent) {
+) -> (Principal, Proxy, argocd_pull_spoke::Agent) {
     let pki = LocalPki::new().unwrap();
     let p = principal_with(&pki, hub, "127.0.0.1:0", |c| c.enable_websocket = websocket).await;
     let proxy = Proxy::start(p.local_addr()).await;

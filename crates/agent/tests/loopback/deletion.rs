@@ -1,9 +1,9 @@
 //! Deletion through deletionTimestamp: the hub Application is marked for deletion, the agent
 //! deletes its copy in the foreground and reports `delete`, the principal then removes the Argo CD
 //! finalizers from the hub object.
-use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::store::MemStore;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::store::MemStore;
 use serde_json::{Value, json};
 
 use crate::harness::*;

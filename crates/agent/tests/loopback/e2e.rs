@@ -7,9 +7,9 @@
 //! (not captured) and passes.
 use std::io::Write;
 
-use argocd_pull_agent::Mode;
 use argocd_pull_agent::start_local;
-use argocd_pull_agent::store::{Kind, KubeStore, Store, StoreEvent};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::store::{Kind, KubeStore, Store, StoreEvent};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -101,10 +101,10 @@ async fn autonomous_round_trip_through_kubeconfigs_of_served_embedded_hubs() {
 /// namespace `<agent>`, project `<agent>-<name>`), its status follows, a hub edit is reverted,
 /// and its deletion removes the hub copy.
 async fn autonomous_round_trip(hub_kc: &str, managed_kc: &str) {
-    use argocd_pull_agent::agent::{Agent, AgentConfig};
     use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-    use argocd_pull_agent::metrics::Metrics;
-    use argocd_pull_agent::principal::{Principal, PrincipalConfig};
+    use argocd_pull_agent_core::metrics::Metrics;
+    use argocd_pull_principal::{Principal, PrincipalConfig};
+    use argocd_pull_spoke::{Agent, AgentConfig};
     use std::sync::Arc;
     init();
     let (hub_c, managed_c) = (client(hub_kc).await, client(managed_kc).await);
@@ -122,7 +122,7 @@ async fn autonomous_round_trip(hub_kc: &str, managed_kc: &str) {
         throwaway_jwt_key(),
     );
     // --namespace-create-enable --namespace-create-pattern ^e2e-au- --namespace-create-labels
-    cfg.namespace_create = Some(argocd_pull_agent::principal::NamespaceCreate {
+    cfg.namespace_create = Some(argocd_pull_principal::NamespaceCreate {
         pattern: Some(regex::Regex::new("^e2e-au-").unwrap()),
         labels: [("argocd-pull.test/e2e".to_string(), "autonomous".to_string())].into(),
     });

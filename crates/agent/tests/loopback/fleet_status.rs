@@ -7,13 +7,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, KubeVersionSource};
-use argocd_pull_agent::agent_status as st;
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::principal::Principal;
-use argocd_pull_agent::principal::cluster_secrets::SecretsClient;
-use argocd_pull_agent::store::{KubeStore, MemStore, Store};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::agent_status as st;
+use argocd_pull_agent_core::store::{KubeStore, MemStore, Store};
+use argocd_pull_principal::Principal;
+use argocd_pull_principal::cluster_secrets::SecretsClient;
+use argocd_pull_spoke::{Agent, KubeVersionSource};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
@@ -40,7 +40,7 @@ async fn hub_with_cluster_secrets(pki: &LocalPki, agents: &[&str]) -> Hub {
     let secrets: Api<Secret> = Api::namespaced(client, "argocd");
     for a in agents {
         let m = pki.agent(a).unwrap();
-        let s = argocd_pull_agent::ctl::cluster_secret(
+        let s = argocd_pull_ctl::cluster_secret(
             a,
             "argocd",
             &format!("https://argocd-agent-resource-proxy:9090?agentName={a}"),
@@ -159,7 +159,10 @@ async fn agent_state_on_the_cluster_secret_follows_the_stream_and_never_flaps() 
             && s.kubernetes_version.known() == Some("v1.29.3")
     })
     .await;
-    assert_eq!(m.agent_version.known(), Some(argocd_pull_agent::VERSION));
+    assert_eq!(
+        m.agent_version.known(),
+        Some(argocd_pull_agent_core::VERSION)
+    );
     assert_eq!(m.mode, Some(Mode::Managed));
     assert_eq!(m.mapping, Some(st::AppMapping::Namespace));
     assert_eq!(m.events_queued, "0");

@@ -1,7 +1,7 @@
 //! Against the embedded hub (kube::Client backends).
-use argocd_pull_agent::Mode;
 use argocd_pull_agent::start_local;
-use argocd_pull_agent::store::{Kind, KubeStore, Store, StoreEvent};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::store::{Kind, KubeStore, Store, StoreEvent};
 use futures::StreamExt;
 use serde_json::json;
 

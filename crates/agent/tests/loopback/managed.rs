@@ -1,8 +1,8 @@
-use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::store::Store;
-use argocd_pull_agent::store::{Kind, MemStore};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::Store;
+use argocd_pull_agent_core::store::{Kind, MemStore};
 use serde_json::json;
 
 use crate::harness::*;
@@ -156,7 +156,11 @@ async fn managed_local_edit_and_local_delete_are_reverted() {
     .await;
     assert!(a.metrics().local_edits_reverted.get() >= 2);
     let h = hub
-        .get(argocd_pull_agent::store::Kind::Application, "c1", "app")
+        .get(
+            argocd_pull_agent_core::store::Kind::Application,
+            "c1",
+            "app",
+        )
         .await;
     assert_eq!(
         h.unwrap().unwrap()["spec"]["source"]["path"],
@@ -206,7 +210,7 @@ async fn managed_delete_race_hub_delete_during_local_edit() {
     for i in 0..20 {
         assert!(
             hub.get(
-                argocd_pull_agent::store::Kind::Application,
+                argocd_pull_agent_core::store::Kind::Application,
                 "c1",
                 &format!("app{i}")
             )
@@ -362,9 +366,9 @@ async fn ignore_sync_label_added_later_removes_the_other_sides_copy() {
 #[tokio::test]
 async fn principal_label_selector_limits_what_reaches_the_agents() {
     use argocd_pull_agent::local::throwaway_jwt_key;
-    use argocd_pull_agent::metrics::Metrics;
-    use argocd_pull_agent::principal::{Principal, PrincipalConfig};
-    use argocd_pull_agent::selector::{SelectedStore, parse};
+    use argocd_pull_agent_core::metrics::Metrics;
+    use argocd_pull_agent_core::selector::{SelectedStore, parse};
+    use argocd_pull_principal::{Principal, PrincipalConfig};
     use std::sync::Arc;
     init();
     let pki = LocalPki::new().unwrap();

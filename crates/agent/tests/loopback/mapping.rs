@@ -2,12 +2,12 @@
 //! argocd-agent's docs/concepts/agent-mapping.md): hub Applications go to the managed agent
 //! their `spec.destination.name` names and keep their namespace there.
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, AgentConfig};
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::Principal;
-use argocd_pull_agent::store::{Kind, MemStore, Store};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::{Kind, MemStore, Store};
+use argocd_pull_principal::Principal;
+use argocd_pull_spoke::{Agent, AgentConfig};
 use serde_json::{Value, json};
 
 use crate::harness::*;

@@ -3,11 +3,11 @@
 //! the principal's namespace); the agent its destination names answers from its own Redis with
 //! the key unchanged. Skipped (`SKIP:`) without `redis-server`.
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::LocalRedisProxy;
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::principal::RedisProxyConfig;
-use argocd_pull_agent::store::MemStore;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::store::MemStore;
+use argocd_pull_principal::RedisProxyConfig;
+use argocd_pull_spoke::LocalRedisProxy;
 use redis::AsyncCommands;
 use serde_json::json;
 

@@ -7,9 +7,9 @@
 use std::io::Write;
 use std::process::Stdio;
 
-use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::store::MemStore;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::store::MemStore;
 
 use crate::harness::*;
 

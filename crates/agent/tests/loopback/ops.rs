@@ -4,11 +4,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use argocd_pull_agent::Mode;
 use argocd_pull_agent::cli::{AgentArgs, PrincipalArgs, run_agent_until, run_principal_until};
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::store::MemStore;
-use argocd_pull_agent::tls;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::store::MemStore;
+use argocd_pull_agent_core::tls;
 use argocd_pull_ops::CancellationToken;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -55,7 +55,7 @@ async fn until_status(addr: SocketAddr, path: &str, status: u16) {
 async fn admin_endpoints_answer_on_both_sides_and_shutdown_is_graceful() {
     init();
     let dir = tempfile::tempdir().unwrap();
-    argocd_pull_agent::pki::write_local_pki(dir.path(), &["edge".into()], &[], false).unwrap();
+    argocd_pull_agent_core::pki::write_local_pki(dir.path(), &["edge".into()], &[], false).unwrap();
     let f = |n: &str| dir.path().join(n);
     let (grpc, padmin, aadmin) = (free_addr(), free_addr(), free_addr());
     let (phealth, ahealth) = (free_addr(), free_addr());
@@ -203,13 +203,12 @@ async fn bytes_for_large_app(compression: bool) -> u64 {
     let p = principal_with(&pki, &hub, "127.0.0.1:0", |c| c.compression = compression).await;
     let n = Arc::new(AtomicU64::new(0));
     let relay = counting_relay(p.local_addr(), n.clone()).await;
-    let mut c =
-        argocd_pull_agent::agent::AgentConfig::new(relay, pki.agent("c1").unwrap(), Mode::Managed);
+    let mut c = argocd_pull_spoke::AgentConfig::new(relay, pki.agent("c1").unwrap(), Mode::Managed);
     c.compression = compression;
-    let a = argocd_pull_agent::agent::Agent::start(
+    let a = argocd_pull_spoke::Agent::start(
         c,
         Arc::new(spoke.clone()),
-        argocd_pull_agent::metrics::Metrics::new("argocd_agent"),
+        argocd_pull_agent_core::metrics::Metrics::new("argocd_agent"),
     )
     .await
     .unwrap();
@@ -301,7 +300,7 @@ async fn tls12_is_refused_by_default_and_allowed_on_request() {
 /// the principal ACKs every ping.
 #[tokio::test]
 async fn agent_heartbeats_are_sent_at_the_interval_and_acked() {
-    use argocd_pull_agent::metrics::Metrics;
+    use argocd_pull_agent_core::metrics::Metrics;
     let pki = LocalPki::new().unwrap();
     let (hub, spoke) = (MemStore::new(), MemStore::new());
     let p = principal(&pki, &hub, "127.0.0.1:0").await;
@@ -345,7 +344,7 @@ async fn the_peers_policy_flags_parse_and_destination_mapping_is_refused_where_t
     let a = AgentArgs::try_parse_flags(agent_flags).unwrap();
     assert_eq!(
         a.adoption_policy,
-        argocd_pull_agent::policy::AdoptionPolicy::Never
+        argocd_pull_agent_core::policy::AdoptionPolicy::Never
     );
     assert_eq!(a.heartbeat_interval, std::time::Duration::from_secs(30));
     let bad = AgentArgs::try_parse_flags(["--adoption-policy=sometimes"]).unwrap_err();
@@ -420,7 +419,7 @@ async fn the_peers_policy_flags_parse_and_destination_mapping_is_refused_where_t
 /// agent back in.
 #[tokio::test]
 async fn a_blocklisted_certificate_is_disconnected_and_refused_until_removed() {
-    use argocd_pull_agent::store::{Kind, Store};
+    use argocd_pull_agent_core::store::{Kind, Store};
     let pki = LocalPki::new().unwrap();
     let (hub, spoke, other) = (MemStore::new(), MemStore::new(), MemStore::new());
     let p = principal(&pki, &hub, "127.0.0.1:0").await;
@@ -432,7 +431,7 @@ async fn a_blocklisted_certificate_is_disconnected_and_refused_until_removed() {
         .next()
         .unwrap()
         .unwrap();
-    let fp = argocd_pull_agent::blocklist::fingerprint(der.as_ref());
+    let fp = argocd_pull_agent_core::blocklist::fingerprint(der.as_ref());
     hub.create(
         Kind::ConfigMap,
         serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -465,7 +464,7 @@ async fn a_blocklisted_certificate_is_disconnected_and_refused_until_removed() {
 /// workload identity), not from its subject; a certificate without a matching URI is refused.
 #[tokio::test]
 async fn spiffe_uri_identity_names_the_agent() {
-    use argocd_pull_agent::tls::TlsMaterial;
+    use argocd_pull_agent_core::tls::TlsMaterial;
     let pki = LocalPki::new().unwrap();
     let (hub, spoke, other) = (MemStore::new(), MemStore::new(), MemStore::new());
     let p = principal_with(&pki, &hub, "127.0.0.1:0", |c| {
@@ -500,7 +499,7 @@ async fn spiffe_uri_identity_names_the_agent() {
 
     // a certificate whose URI does not match is refused by name
     let bad = material("edge-8", "spiffe://other.domain/ns/argocd/sa/edge-8");
-    let c = argocd_pull_agent::agent::AgentConfig::new(p.local_addr(), bad, Mode::Managed);
+    let c = argocd_pull_spoke::AgentConfig::new(p.local_addr(), bad, Mode::Managed);
     let b = refused_agent(c, &other, "no URI SAN matched the agent ID regex").await;
     a.shutdown().await;
     b.shutdown().await;
@@ -513,11 +512,11 @@ async fn spiffe_uri_identity_names_the_agent() {
 /// dialling in plaintext without a mesh is refused by name.
 #[tokio::test]
 async fn plaintext_principal_takes_the_identity_from_the_mesh_header_only() {
-    use argocd_pull_agent::event::{Event, EventType};
-    use argocd_pull_agent::proto::authapi::{
+    use argocd_pull_agent_core::event::{Event, EventType};
+    use argocd_pull_agent_core::proto::authapi::{
         AuthRequest, authentication_client::AuthenticationClient,
     };
-    use argocd_pull_agent::proto::eventstreamapi::event_stream_client::EventStreamClient;
+    use argocd_pull_agent_core::proto::eventstreamapi::event_stream_client::EventStreamClient;
     use futures::StreamExt;
     use tonic::metadata::MetadataValue;
 
@@ -539,7 +538,7 @@ async fn plaintext_principal_takes_the_identity_from_the_mesh_header_only() {
         let mut req = tonic::Request::new(AuthRequest {
             method: "header".into(),
             mode: "managed".into(),
-            version: argocd_pull_agent::VERSION.into(),
+            version: argocd_pull_agent_core::VERSION.into(),
             ..Default::default()
         });
         if with_header {
@@ -596,7 +595,7 @@ async fn plaintext_principal_takes_the_identity_from_the_mesh_header_only() {
     drop(tx);
 
     // our agent in plaintext with --creds header: and no mesh in between: refused by name
-    let mut c = argocd_pull_agent::agent::AgentConfig::new(
+    let mut c = argocd_pull_spoke::AgentConfig::new(
         p.local_addr(),
         pki.agent("no-mesh").unwrap(),
         Mode::Managed,
@@ -625,11 +624,8 @@ async fn a_principal_that_never_answers_after_tls_is_named_and_retried() {
             keep.push(c);
         }
     });
-    let mut c = argocd_pull_agent::agent::AgentConfig::new(
-        addr,
-        pki.agent("patient").unwrap(),
-        Mode::Managed,
-    );
+    let mut c =
+        argocd_pull_spoke::AgentConfig::new(addr, pki.agent("patient").unwrap(), Mode::Managed);
     c.login_timeout = std::time::Duration::from_secs(2);
     let store = MemStore::new();
     let a = refused_agent(c, &store, "within 2s while authenticating").await;
@@ -646,10 +642,12 @@ async fn a_principal_that_never_answers_after_tls_is_named_and_retried() {
 /// sees an ordinary `Unavailable`.
 #[tokio::test]
 async fn a_stopping_principal_ends_each_event_stream_asking_for_a_reconnect_now() {
-    use argocd_pull_agent::proto::authapi::{
+    use argocd_pull_agent_core::proto::authapi::{
         AuthRequest, authentication_client::AuthenticationClient,
     };
-    use argocd_pull_agent::proto::eventstreamapi::{self, event_stream_client::EventStreamClient};
+    use argocd_pull_agent_core::proto::eventstreamapi::{
+        self, event_stream_client::EventStreamClient,
+    };
     let pki = LocalPki::new().unwrap();
     let hub = MemStore::new();
     let p = principal(&pki, &hub, "127.0.0.1:0").await;
@@ -664,7 +662,7 @@ async fn a_stopping_principal_ends_each_event_stream_asking_for_a_reconnect_now(
         .authenticate(AuthRequest {
             method: "mtls".into(),
             mode: "managed".into(),
-            version: argocd_pull_agent::VERSION.into(),
+            version: argocd_pull_agent_core::VERSION.into(),
             ..Default::default()
         })
         .await

@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::{Principal, PrincipalConfig};
-use argocd_pull_agent::store::{Kind, MemStore, Store, StoreError, StoreEvent, StoreResult};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::{Kind, MemStore, Store, StoreError, StoreEvent, StoreResult};
+use argocd_pull_principal::{Principal, PrincipalConfig};
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde_json::{Value, json};
@@ -121,20 +121,17 @@ async fn managed_agent_recovers_a_lost_spec_update_without_reconnecting() {
     let start = |name: &'static str, store: Lossy, every: Duration| {
         let (pki, p) = (&pki, &p);
         async move {
-            let mut c = argocd_pull_agent::agent::AgentConfig::new(
+            let mut c = argocd_pull_spoke::AgentConfig::new(
                 p.local_addr(),
                 pki.agent(name).unwrap(),
                 Mode::Managed,
             );
             c.reconnect_max = Duration::from_millis(500);
             c.resync_interval = every;
-            let a = argocd_pull_agent::agent::Agent::start(
-                c,
-                Arc::new(store),
-                Metrics::new("argocd_agent"),
-            )
-            .await
-            .unwrap();
+            let a =
+                argocd_pull_spoke::Agent::start(c, Arc::new(store), Metrics::new("argocd_agent"))
+                    .await
+                    .unwrap();
             tokio::time::timeout(T, a.wait_connected(0)).await.unwrap();
             a
         }

@@ -329,7 +329,7 @@ async fn terminal_is_for_managed_agents_only_as_the_peer() {
     let fake = FakePods::start("web-auto").await;
     let auto =
         crate::resource_proxy::agent_with(&r.pki, &r.principal, "auto", fake.client(), |c| {
-            c.mode = argocd_pull_agent::Mode::Autonomous
+            c.mode = argocd_pull_agent_core::Mode::Autonomous
         })
         .await;
     let api = pods(&r, "auto").await;

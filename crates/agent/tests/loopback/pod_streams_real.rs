@@ -98,7 +98,7 @@ async fn kubectl_logs_and_exec_through_the_proxy() {
     let kc = dir.path().join("kubeconfig");
     std::fs::write(
         &kc,
-        argocd_pull_agent::resource::kubeconfig_yaml(&r.url, &r.pki.agent("a").unwrap(), "a"),
+        argocd_pull_agent_core::resource::kubeconfig_yaml(&r.url, &r.pki.agent("a").unwrap(), "a"),
     )
     .unwrap();
     let run_with = |k: &std::path::Path, args: &[&str]| {

@@ -1,9 +1,9 @@
 //! A managed agent's policies for Applications it did not create itself (argocd-agent's
 //! `--adoption-policy`, `--source-uid-mismatch-policy`, `--on-application-recreate`).
-use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::policy::{AdoptionPolicy, RecreateAction};
-use argocd_pull_agent::store::{Kind, MemStore, Store};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::policy::{AdoptionPolicy, RecreateAction};
+use argocd_pull_agent_core::store::{Kind, MemStore, Store};
 use serde_json::json;
 
 use crate::harness::*;

@@ -1,8 +1,8 @@
 //! AppProjects: managed (principal -> agents matched by destinations) and autonomous
 //! (agent -> principal as `<agent>-<name>`).
-use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::store::{Kind, MemStore, Store};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::store::{Kind, MemStore, Store};
 use serde_json::{Value, json};
 
 use crate::harness::*;

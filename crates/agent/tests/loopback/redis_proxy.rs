@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, LocalRedisProxy, LocalRedisTls};
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::principal::redis_proxy::UpstreamTls;
-use argocd_pull_agent::principal::{Principal, RedisProxyConfig};
-use argocd_pull_agent::store::MemStore;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::store::MemStore;
+use argocd_pull_principal::redis_proxy::UpstreamTls;
+use argocd_pull_principal::{Principal, RedisProxyConfig};
+use argocd_pull_spoke::{Agent, LocalRedisProxy, LocalRedisTls};
 use futures::StreamExt;
 use redis::AsyncCommands;
 

@@ -5,13 +5,13 @@
 
 use std::sync::Arc;
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::auth::TokenIssuer;
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::cluster_secrets::SecretsClient;
-use argocd_pull_agent::principal::{Principal, PrincipalConfig, SelfRegistration};
-use argocd_pull_agent::store::{KubeStore, MemStore, Store};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::auth::TokenIssuer;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::{KubeStore, MemStore, Store};
+use argocd_pull_principal::cluster_secrets::SecretsClient;
+use argocd_pull_principal::{Principal, PrincipalConfig, SelfRegistration};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;

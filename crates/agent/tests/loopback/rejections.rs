@@ -1,13 +1,15 @@
 use std::sync::Arc;
 
-use argocd_pull_agent::event::{Event, EventType, Target};
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::pki::Ca;
-use argocd_pull_agent::proto::authapi::{AuthRequest, authentication_client::AuthenticationClient};
-use argocd_pull_agent::proto::eventstreamapi::{self, event_stream_client::EventStreamClient};
-use argocd_pull_agent::proto::versionapi::{VersionRequest, version_client::VersionClient};
-use argocd_pull_agent::store::MemStore;
-use argocd_pull_agent::tls::{self, TlsMaterial};
+use argocd_pull_agent_core::event::{Event, EventType, Target};
+use argocd_pull_agent_core::pki::Ca;
+use argocd_pull_agent_core::proto::authapi::{
+    AuthRequest, authentication_client::AuthenticationClient,
+};
+use argocd_pull_agent_core::proto::eventstreamapi::{self, event_stream_client::EventStreamClient};
+use argocd_pull_agent_core::proto::versionapi::{VersionRequest, version_client::VersionClient};
+use argocd_pull_agent_core::store::MemStore;
+use argocd_pull_agent_core::tls::{self, TlsMaterial};
 use futures::StreamExt;
 use serde_json::json;
 use tonic::Code;
@@ -29,7 +31,7 @@ async fn auth(ch: Channel, mode: &str) -> Result<String, tonic::Status> {
         .authenticate(AuthRequest {
             method: "mtls".into(),
             mode: mode.into(),
-            version: argocd_pull_agent::VERSION.into(),
+            version: argocd_pull_agent_core::VERSION.into(),
             ..Default::default()
         })
         .await

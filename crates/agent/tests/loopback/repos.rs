@@ -1,9 +1,9 @@
 //! Repository Secrets: principal -> the managed agents their AppProject is sent to; local edits
 //! reverted; follow project changes; resync after an agent restart resends nothing.
-use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::store::{Kind, MemStore, Store};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::{Kind, MemStore, Store};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Value, json};

@@ -5,13 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::{Agent, AgentConfig, ResourceProxyClient};
 use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::{Principal, PrincipalConfig, ResourceProxyConfig};
-use argocd_pull_agent::resource::proxy_client;
-use argocd_pull_agent::store::MemStore;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::resource::proxy_client;
+use argocd_pull_agent_core::store::MemStore;
+use argocd_pull_principal::{Principal, PrincipalConfig, ResourceProxyConfig};
+use argocd_pull_spoke::{Agent, AgentConfig, ResourceProxyClient};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -255,7 +255,7 @@ async fn a_resource_proxy_bearer_token_names_the_agent_over_a_shared_certificate
         .unwrap();
     // one shared client certificate (a self-registered cluster secret), the token picks the agent
     let shared = r.client("shared-client").await;
-    let issuer = argocd_pull_agent::auth::TokenIssuer::from_pem(&throwaway_jwt_key()).unwrap();
+    let issuer = argocd_pull_agent_core::auth::TokenIssuer::from_pem(&throwaway_jwt_key()).unwrap();
     let token = issuer.issue_resource_proxy("c2").unwrap();
     let uri = "/api/v1/namespaces/default/configmaps/on-c2";
     let (st, body) = raw_with(&shared, "GET", uri, vec![], Some(&token)).await;

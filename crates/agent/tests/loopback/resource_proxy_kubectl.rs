@@ -1,8 +1,8 @@
 //! The resource proxy with real `kubectl` (skipped with `SKIP:` when it is not on PATH): on the
 //! embedded API server, on the real managed cluster (env-gated), and through a local deployment.
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::resource::kubeconfig_yaml;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::resource::kubeconfig_yaml;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};

@@ -1,6 +1,6 @@
-use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::store::MemStore;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::store::MemStore;
 use serde_json::json;
 
 use crate::harness::*;

@@ -1,11 +1,11 @@
 //! Resync after restarts, counted on the wire (the principal's `events_sent` by type): with
 //! nothing changed nothing is resent; a copy changed while the agent was down is resent alone.
 
-use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::metrics::Metrics;
-use argocd_pull_agent::principal::Principal;
-use argocd_pull_agent::store::{Kind, MemStore, Store};
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::store::{Kind, MemStore, Store};
+use argocd_pull_principal::Principal;
 use serde_json::json;
 
 use crate::harness::*;
@@ -150,7 +150,7 @@ async fn spoke_path(spoke: &MemStore, name: &str) -> String {
 }
 
 /// Object events an agent put on the wire.
-fn agent_object_events(a: &argocd_pull_agent::agent::Agent) -> [u64; 3] {
+fn agent_object_events(a: &argocd_pull_spoke::Agent) -> [u64; 3] {
     let m = a.metrics();
     ["create", "spec-update", "delete"].map(|t| Metrics::total(&m.events_sent, t))
 }
@@ -239,7 +239,7 @@ async fn a_fresh_managed_agent_is_resynced_from_the_hub_cache() {
 /// is not preceded by a second read of the same object (on a real cluster, a GET answered 404).
 #[tokio::test]
 async fn a_created_application_costs_the_agent_one_read_and_one_write() {
-    use argocd_pull_agent::store::StoreEvent;
+    use argocd_pull_agent_core::store::StoreEvent;
     use futures::StreamExt;
     let pki = LocalPki::new().unwrap();
     let (hub, spoke) = (MemStore::new(), MemStore::new());

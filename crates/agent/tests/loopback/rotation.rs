@@ -2,11 +2,11 @@
 //! replaced while an agent is connected; its stream never fails, and new connections use the new
 //! material (issue 14 point 5, the principal and agent side).
 
-use argocd_pull_agent::Mode;
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::pki::Ca;
-use argocd_pull_agent::store::MemStore;
-use argocd_pull_agent::tls::TlsMaterial;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::pki::Ca;
+use argocd_pull_agent_core::store::MemStore;
+use argocd_pull_agent_core::tls::TlsMaterial;
 
 use crate::harness::*;
 

@@ -8,12 +8,12 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use argocd_pull_agent::Mode;
-use argocd_pull_agent::agent::AgentConfig;
 use argocd_pull_agent::local::LocalPki;
-use argocd_pull_agent::proto::versionapi::{self, version_client::VersionClient};
-use argocd_pull_agent::store::MemStore;
-use argocd_pull_agent::ws;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::proto::versionapi::{self, version_client::VersionClient};
+use argocd_pull_agent_core::store::MemStore;
+use argocd_pull_agent_core::ws;
+use argocd_pull_spoke::AgentConfig;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use prost::Message as _;

@@ -2,7 +2,7 @@
 //! replica is killed, the agents reconnect through the other, which takes the Lease: they are
 //! never shown `Failed`, and stay connected since the same time.
 
-use argocd_pull_agent::agent_status as st;
+use argocd_pull_agent_core::agent_status as st;
 
 use crate::*;
 

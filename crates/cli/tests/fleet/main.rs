@@ -23,7 +23,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use argocd_pull_agent::agent_status::{self as st, AgentStatus};
+use argocd_pull_agent_core::agent_status::{self as st, AgentStatus};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Api;
@@ -219,7 +219,7 @@ impl Env {
     /// The Argo CD cluster secret `cluster-<agent>` on the principal's hub.
     pub async fn cluster_secret(&self, agent: &str) {
         let f = |n: &str| std::fs::read(self.pki.join(n)).unwrap();
-        let s = argocd_pull_agent::ctl::cluster_secret(
+        let s = argocd_pull_ctl::cluster_secret(
             agent,
             "argocd",
             &format!("https://argocd-agent-resource-proxy:9090?agentName={agent}"),

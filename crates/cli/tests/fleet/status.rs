@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use argocd_pull_agent::agent_status as st;
+use argocd_pull_agent_core::agent_status as st;
 use argocd_pull_hub::{Fault, Verb};
 use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams};
@@ -132,7 +132,7 @@ async fn agent_state_is_read_from_the_hub_in_every_format_and_follows_the_stream
     assert_eq!(r["connectionState"], "Successful");
     assert_eq!(r["since"], st::rfc3339(m.since).as_str());
     assert_eq!(r["mode"], "managed");
-    assert_eq!(r["agentVersion"], argocd_pull_agent::VERSION);
+    assert_eq!(r["agentVersion"], argocd_pull_agent_core::VERSION);
     assert_eq!(r["kubernetesVersion"], "v1.37.0");
     assert_eq!(r["eventsQueued"], "0");
     assert_eq!(
@@ -166,7 +166,7 @@ async fn agent_state_is_read_from_the_hub_in_every_format_and_follows_the_stream
     assert_eq!(
         lines[2][4..13],
         [
-            argocd_pull_agent::VERSION,
+            argocd_pull_agent_core::VERSION,
             "v1.37.0",
             "3",
             "1",

@@ -248,9 +248,9 @@ async fn real_clusters_three_active_active_replicas_serve_thirty_agent_processes
     // an agent, whichever replica serves it
     let target = &agents[0];
     for i in 0..REPLICAS {
-        let kc = argocd_pull_agent::resource::kubeconfig_yaml(
+        let kc = argocd_pull_agent_core::resource::kubeconfig_yaml(
             &format!("https://127.0.0.{}:{proxy}", i + 2),
-            &argocd_pull_agent::tls::TlsMaterial {
+            &argocd_pull_agent_core::tls::TlsMaterial {
                 cert_pem: std::fs::read(pki.join(format!("{target}.crt"))).unwrap(),
                 key_pem: std::fs::read(pki.join(format!("{target}.key"))).unwrap(),
                 ca_pem: std::fs::read(pki.join("ca.crt")).unwrap(),

@@ -38,7 +38,7 @@ const NOT_EXPOSED: &[&str] = &["go_goroutines"];
 /// Labelled families whose series appear with the first event they count (an error, a discarded
 /// event, a Redis-proxy request) — as in the peer, whose client_golang vectors do the same — so
 /// a fresh process has none of them. Their names and labels are checked where the events are
-/// made: `argocd_pull_agent::metrics::tests::*_exports_every_metric_of_the_peers_dashboard_*`.
+/// made: `argocd_pull_agent_core::metrics::tests::*_exports_every_metric_of_the_peers_dashboard_*`.
 const FIRST_USE: &[&str] = &[
     "principal_errors",
     "principal_event_writer_send_errors_total",

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::bail;
 
-use crate::Mode;
-use crate::settings::parse_duration;
+use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::settings::parse_duration;
 
 /// `argocd-pull agent`
 #[derive(clap::Args, Debug, Clone)]
@@ -36,7 +36,7 @@ pub struct AgentArgs {
     pub creds: String,
 
     /// Secret holding the client certificate (kubernetes.io/tls), used without --tls-client-cert.
-    #[arg(long = "tls-secret-name", env = "ARGOCD_AGENT_TLS_SECRET_NAME", default_value = crate::settings::SECRET_CLIENT_TLS)]
+    #[arg(long = "tls-secret-name", env = "ARGOCD_AGENT_TLS_SECRET_NAME", default_value = argocd_pull_agent_core::settings::SECRET_CLIENT_TLS)]
     pub tls_secret_name: String,
     /// Client certificate (PEM file).
     #[arg(long = "tls-client-cert", env = "ARGOCD_AGENT_TLS_CLIENT_CERT_PATH")]
@@ -45,7 +45,7 @@ pub struct AgentArgs {
     #[arg(long = "tls-client-key", env = "ARGOCD_AGENT_TLS_CLIENT_KEY_PATH")]
     pub tls_key: Option<PathBuf>,
     /// Secret holding the root CA (every field is read), used without --root-ca-path.
-    #[arg(long = "root-ca-secret-name", env = "ARGOCD_AGENT_TLS_ROOT_CA_SECRET_NAME", default_value = crate::settings::SECRET_CA)]
+    #[arg(long = "root-ca-secret-name", env = "ARGOCD_AGENT_TLS_ROOT_CA_SECRET_NAME", default_value = argocd_pull_agent_core::settings::SECRET_CA)]
     pub root_ca_secret_name: String,
     /// CA of the principal's certificate (PEM file).
     #[arg(
@@ -106,7 +106,7 @@ pub struct AgentArgs {
     pub kubecontext: Option<String>,
 
     /// Maximum gRPC message size in bytes (the largest event accepted or sent).
-    #[arg(long = "grpc-max-message-size", alias = "max-event-size", env = "ARGOCD_AGENT_GRPC_MAX_MESSAGE_SIZE", default_value_t = crate::settings::DEFAULT_GRPC_MAX_MESSAGE_SIZE)]
+    #[arg(long = "grpc-max-message-size", alias = "max-event-size", env = "ARGOCD_AGENT_GRPC_MAX_MESSAGE_SIZE", default_value_t = argocd_pull_agent_core::settings::DEFAULT_GRPC_MAX_MESSAGE_SIZE)]
     pub grpc_max_message_size: usize,
     /// Our previous release's env name for the size limit.
     #[arg(
@@ -156,7 +156,7 @@ pub struct AgentArgs {
     pub queue_capacity: Option<usize>,
     /// Version string sent at login; the principal demands it equal to its own (the peer's rule).
     /// Set it to the argocd-agent release of a mixed fleet (e.g. `0.5.0`) to join a peer principal.
-    #[arg(long = "report-version", env = "ARGOCD_AGENT_REPORT_VERSION", default_value = crate::VERSION)]
+    #[arg(long = "report-version", env = "ARGOCD_AGENT_REPORT_VERSION", default_value = argocd_pull_agent_core::VERSION)]
     pub report_version: String,
     /// Use compression while sending data to the principal.
     #[arg(
@@ -225,9 +225,9 @@ pub struct AgentArgs {
         long = "source-uid-mismatch-policy",
         env = "ARGOCD_AGENT_SOURCE_UID_MISMATCH_POLICY",
         value_enum,
-        default_value_t = crate::policy::MismatchPolicy::Recreate
+        default_value_t = argocd_pull_agent_core::policy::MismatchPolicy::Recreate
     )]
-    pub source_uid_mismatch_policy: crate::policy::MismatchPolicy,
+    pub source_uid_mismatch_policy: argocd_pull_agent_core::policy::MismatchPolicy,
     /// Set the adoption policy for applications that already exist on a managed agent (always or
     /// never). The annotation argocd.argoproj.io/adoption-policy on the existing Application
     /// overrides it.
@@ -235,18 +235,18 @@ pub struct AgentArgs {
         long = "adoption-policy",
         env = "ARGOCD_AGENT_ADOPTION_POLICY",
         value_enum,
-        default_value_t = crate::policy::AdoptionPolicy::Always
+        default_value_t = argocd_pull_agent_core::policy::AdoptionPolicy::Always
     )]
-    pub adoption_policy: crate::policy::AdoptionPolicy,
+    pub adoption_policy: argocd_pull_agent_core::policy::AdoptionPolicy,
     /// Action after recreating an app from unauthorized deletion (managed mode only): ignore
     /// (default), clear-status, or resync.
     #[arg(
         long = "on-application-recreate",
         env = "ARGOCD_AGENT_ON_APPLICATION_RECREATE",
         value_enum,
-        default_value_t = crate::policy::RecreateAction::Ignore
+        default_value_t = argocd_pull_agent_core::policy::RecreateAction::Ignore
     )]
-    pub on_application_recreate: crate::policy::RecreateAction,
+    pub on_application_recreate: argocd_pull_agent_core::policy::RecreateAction,
     /// Kubernetes label selector to restrict which resources the agent watches (Applications,
     /// AppProjects, repository Secrets).
     #[arg(

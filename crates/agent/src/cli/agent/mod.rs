@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 
-use crate::agent::{Agent, AgentConfig};
-use crate::metrics::Metrics;
-use crate::settings::read;
-use crate::store::Store;
-use crate::tls::TlsMaterial;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::settings::read;
+use argocd_pull_agent_core::store::Store;
+use argocd_pull_agent_core::tls::TlsMaterial;
 use argocd_pull_ops::CancellationToken;
+use argocd_pull_spoke::{Agent, AgentConfig};
 
 mod args;
 
@@ -61,9 +61,12 @@ async fn material(
     let client = match client {
         Some(c) => Some(c),
         None if needs_kube || args.kubeconfig.is_some() || args.kubecontext.is_some() => Some(
-            crate::settings::kube_client(args.kubeconfig.as_ref(), args.kubecontext.as_deref())
-                .await
-                .context("TLS material comes from Secrets")?,
+            argocd_pull_agent_core::settings::kube_client(
+                args.kubeconfig.as_ref(),
+                args.kubecontext.as_deref(),
+            )
+            .await
+            .context("TLS material comes from Secrets")?,
         ),
         None => None,
     };
@@ -79,14 +82,21 @@ async fn material(
         Some(p) => read(p)?,
         None => {
             tracing::debug!(secret = %args.root_ca_secret_name, namespace = %ns, "loading root CA certificate from secret");
-            crate::settings::ca_from_secret(kube(), ns, &args.root_ca_secret_name, &[]).await?
+            argocd_pull_agent_core::settings::ca_from_secret(
+                kube(),
+                ns,
+                &args.root_ca_secret_name,
+                &[],
+            )
+            .await?
         }
     };
     let (cert_pem, key_pem) = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => (read(c)?, read(k)?),
         (None, None) => {
             tracing::debug!(secret = %args.tls_secret_name, namespace = %ns, "loading client TLS certificate from secret");
-            crate::settings::tls_from_secret(kube(), ns, &args.tls_secret_name).await?
+            argocd_pull_agent_core::settings::tls_from_secret(kube(), ns, &args.tls_secret_name)
+                .await?
         }
         _ => bail!("Both --tls-client-cert and --tls-client-key have to be given"),
     };
@@ -107,19 +117,23 @@ async fn version_source(
     args: &AgentArgs,
     given_client: bool,
     client: Option<&kube::Client>,
-) -> Option<crate::agent::KubeVersionSource> {
+) -> Option<argocd_pull_spoke::KubeVersionSource> {
     let client = client?;
     if !given_client
-        && let Ok(mut c) =
-            crate::settings::kube_config(args.kubeconfig.as_ref(), args.kubecontext.as_deref())
-                .await
+        && let Ok(mut c) = argocd_pull_agent_core::settings::kube_config(
+            args.kubeconfig.as_ref(),
+            args.kubecontext.as_deref(),
+        )
+        .await
     {
         c.default_retry = false;
         if let Ok(c) = kube::Client::try_from(c) {
-            return Some(crate::agent::KubeVersionSource::from_client(c));
+            return Some(argocd_pull_spoke::KubeVersionSource::from_client(c));
         }
     }
-    Some(crate::agent::KubeVersionSource::from_client(client.clone()))
+    Some(argocd_pull_spoke::KubeVersionSource::from_client(
+        client.clone(),
+    ))
 }
 
 async fn run(
@@ -129,17 +143,19 @@ async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    if crate::ciphers::is_list(&args.tls_ciphersuites) {
-        print!("{}", crate::ciphers::list_text());
+    if argocd_pull_agent_core::ciphers::is_list(&args.tls_ciphersuites) {
+        print!("{}", argocd_pull_agent_core::ciphers::list_text());
         return Ok(());
     }
     let given_client = client.is_some();
     // as the peer: the profiling server first, a taken port ends the command
     let _pprof = super::serve_pprof(args.pprof_port, &shutdown).await?;
-    crate::full_detail::set(crate::full_detail::FullDetail::parse(&args.full_detail));
-    crate::settings::check_creds(&args.creds)?;
+    argocd_pull_agent_core::full_detail::set(
+        argocd_pull_agent_core::full_detail::FullDetail::parse(&args.full_detail),
+    );
+    argocd_pull_agent_core::settings::check_creds(&args.creds)?;
     // as the peer's NewAgent
-    if args.destination_based_mapping && args.mode == crate::Mode::Autonomous {
+    if args.destination_based_mapping && args.mode == argocd_pull_agent_core::Mode::Autonomous {
         bail!(
             "destination-based mapping is not supported for autonomous agents: remove --destination-based-mapping (ARGOCD_AGENT_DESTINATION_BASED_MAPPING) or use --agent-mode managed"
         );
@@ -151,17 +167,21 @@ async fn run(
     }
     // bad input is reported before anything is loaded or connected
     let selector = super::label_selector(&args.label_selector)?;
-    crate::env_tuning::check()?;
-    let queue_capacity = crate::env_tuning::send_queue_capacity(
+    argocd_pull_agent_core::env_tuning::check()?;
+    let queue_capacity = argocd_pull_agent_core::env_tuning::send_queue_capacity(
         args.queue_capacity,
         "--queue-capacity (ARGOCD_AGENT_QUEUE_CAPACITY)",
-        crate::DEFAULT_QUEUE_CAPACITY,
+        argocd_pull_agent_core::DEFAULT_QUEUE_CAPACITY,
     )?;
     if args.namespace.is_empty() {
         bail!("namespace value is empty and must be specified");
     }
     let allow_tls12 = args.tls_allow_12
-        || crate::settings::allow_tls12(&args.tls_min_version, &args.tls_max_version, "")?;
+        || argocd_pull_agent_core::settings::allow_tls12(
+            &args.tls_min_version,
+            &args.tls_max_version,
+            "",
+        )?;
     let (host, port) = args.server()?;
     let max_event_size = args
         .max_event_size_legacy
@@ -196,12 +216,12 @@ async fn run(
         tracing::warn!("INSECURE: Not verifying remote TLS certificate (--insecure-tls)");
     }
     cfg.insecure_tls = args.insecure_tls;
-    cfg.cipher_suites = crate::ciphers::parse(&args.tls_ciphersuites, min13)
+    cfg.cipher_suites = argocd_pull_agent_core::ciphers::parse(&args.tls_ciphersuites, min13)
         .map_err(|e| anyhow::anyhow!("--tls-ciphersuites: {e}"))?;
     cfg.namespace = args.namespace.clone();
     cfg.max_event_size = max_event_size;
     cfg.queue_capacity = queue_capacity;
-    cfg.recv_queue_size = crate::env_tuning::recv_queue_size()?;
+    cfg.recv_queue_size = argocd_pull_agent_core::env_tuning::recv_queue_size()?;
     cfg.version = args.report_version.clone();
     cfg.compression = args.compression;
     cfg.heartbeat_interval = args.heartbeat_interval;
@@ -245,20 +265,20 @@ async fn run(
         &args.redis_username,
         &args.redis_password,
     )?;
-    cfg.local_redis = Some(crate::agent::LocalRedis {
+    cfg.local_redis = Some(argocd_pull_spoke::LocalRedis {
         address: args.redis_addr.clone(),
         password: Some(redis_password.clone()).filter(|p| !p.is_empty()),
     });
-    cfg.redis_proxy = Some(crate::agent::LocalRedisProxy {
+    cfg.redis_proxy = Some(argocd_pull_spoke::LocalRedisProxy {
         username: Some(redis_username).filter(|u| !u.is_empty()),
         password: Some(redis_password).filter(|p| !p.is_empty()),
-        ..crate::agent::LocalRedisProxy::new(&args.redis_addr)
+        ..argocd_pull_spoke::LocalRedisProxy::new(&args.redis_addr)
     });
     let client = match (client, &store) {
         (Some(c), _) => Some(c),
         (None, None) => {
             let Some(c) = super::or_shutdown(&shutdown, async {
-                crate::kube_client::infer()
+                argocd_pull_agent_core::kube_client::infer()
                     .await
                     .context("connecting to the local cluster")
             })
@@ -270,7 +290,7 @@ async fn run(
         }
         (None, Some(_)) => None,
     };
-    cfg.resource_proxy = client.clone().map(crate::agent::ResourceProxyClient);
+    cfg.resource_proxy = client.clone().map(argocd_pull_spoke::ResourceProxyClient);
     cfg.kube_version = version_source(&args, given_client, client.as_ref()).await;
     if let Some(rp) = cfg.redis_proxy.as_mut() {
         rp.tls = super::redis::agent_tls(&args.redis_tls, client.as_ref(), &args.namespace).await?;

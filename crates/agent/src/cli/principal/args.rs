@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::settings::parse_duration;
+use argocd_pull_agent_core::settings::parse_duration;
 
 /// `argocd-pull principal`
 #[derive(clap::Args, Debug, Clone)]
@@ -35,7 +35,7 @@ pub struct PrincipalArgs {
     pub listen: Option<SocketAddr>,
 
     /// Secret holding the gRPC server certificate (kubernetes.io/tls), used without --tls-cert.
-    #[arg(long = "tls-secret-name", env = "ARGOCD_PRINCIPAL_TLS_SECRET_NAME", default_value = crate::settings::SECRET_PRINCIPAL_TLS)]
+    #[arg(long = "tls-secret-name", env = "ARGOCD_PRINCIPAL_TLS_SECRET_NAME", default_value = argocd_pull_agent_core::settings::SECRET_PRINCIPAL_TLS)]
     pub tls_secret_name: String,
     /// gRPC server certificate (PEM file).
     #[arg(long = "tls-cert", env = "ARGOCD_PRINCIPAL_TLS_SERVER_CERT_PATH")]
@@ -52,7 +52,7 @@ pub struct PrincipalArgs {
     pub insecure_tls_generate: bool,
     /// Secret holding the CA that signs agent certificates (fields tls.crt / ca.crt), used
     /// without --root-ca-path.
-    #[arg(long = "tls-ca-secret-name", env = "ARGOCD_PRINCIPAL_TLS_SERVER_ROOT_CA_SECRET_NAME", default_value = crate::settings::SECRET_CA)]
+    #[arg(long = "tls-ca-secret-name", env = "ARGOCD_PRINCIPAL_TLS_SERVER_ROOT_CA_SECRET_NAME", default_value = argocd_pull_agent_core::settings::SECRET_CA)]
     pub tls_ca_secret_name: String,
     /// CA that signs agent client certificates (PEM file).
     #[arg(
@@ -109,7 +109,7 @@ pub struct PrincipalArgs {
     pub identity_regex: Option<String>,
 
     /// Secret holding the JWT signing key (field jwt.key), used without --jwt-key.
-    #[arg(long = "jwt-secret-name", env = "ARGOCD_PRINCIPAL_JWT_SECRET_NAME", default_value = crate::settings::SECRET_JWT)]
+    #[arg(long = "jwt-secret-name", env = "ARGOCD_PRINCIPAL_JWT_SECRET_NAME", default_value = argocd_pull_agent_core::settings::SECRET_JWT)]
     pub jwt_secret_name: String,
     /// RSA PKCS#8 PEM key signing JWTs.
     #[arg(long = "jwt-key", env = "ARGOCD_PRINCIPAL_JWT_KEY_PATH")]
@@ -140,7 +140,7 @@ pub struct PrincipalArgs {
     pub kubecontext: Option<String>,
 
     /// Maximum gRPC message size in bytes (the largest event accepted or sent).
-    #[arg(long = "grpc-max-message-size", alias = "max-event-size", env = "ARGOCD_PRINCIPAL_GRPC_MAX_MESSAGE_SIZE", default_value_t = crate::settings::DEFAULT_GRPC_MAX_MESSAGE_SIZE)]
+    #[arg(long = "grpc-max-message-size", alias = "max-event-size", env = "ARGOCD_PRINCIPAL_GRPC_MAX_MESSAGE_SIZE", default_value_t = argocd_pull_agent_core::settings::DEFAULT_GRPC_MAX_MESSAGE_SIZE)]
     pub grpc_max_message_size: usize,
     /// Our previous release's env name for the size limit.
     #[arg(
@@ -153,7 +153,7 @@ pub struct PrincipalArgs {
     #[arg(long = "event-processors", env = "ARGOCD_PRINCIPAL_EVENT_PROCESSORS")]
     pub event_processors: Option<usize>,
     /// Received events processed concurrently per agent.
-    #[arg(long, env = "ARGOCD_PRINCIPAL_CONCURRENCY", default_value_t = crate::DEFAULT_CONCURRENCY)]
+    #[arg(long, env = "ARGOCD_PRINCIPAL_CONCURRENCY", default_value_t = argocd_pull_agent_core::DEFAULT_CONCURRENCY)]
     pub concurrency: usize,
     /// Per-agent send queue capacity (events); beyond it resources are deferred, never dropped.
     /// Default 10000, or the peer's ARGOCD_AGENT_SEND_QUEUE_SIZE.
@@ -161,7 +161,7 @@ pub struct PrincipalArgs {
     pub queue_capacity: Option<usize>,
     /// Version string reported to agents and required of them (the peer's rule: string equality).
     /// Set it to the argocd-agent release of a mixed fleet (e.g. `0.5.0`) so its agents log in.
-    #[arg(long = "report-version", env = "ARGOCD_PRINCIPAL_REPORT_VERSION", default_value = crate::VERSION)]
+    #[arg(long = "report-version", env = "ARGOCD_PRINCIPAL_REPORT_VERSION", default_value = argocd_pull_agent_core::VERSION)]
     pub report_version: String,
     /// gzip-compress sent events.
     #[arg(
@@ -343,11 +343,11 @@ pub struct ProxyArgs {
     #[arg(
         long = "resource-proxy-listen-address",
         env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_LISTEN_ADDRESS",
-        default_value = crate::principal::resource_proxy::DEFAULT_LISTEN
+        default_value = argocd_pull_principal::resource_proxy::DEFAULT_LISTEN
     )]
     pub resource_proxy_listen: SocketAddr,
     /// Secret name of the resource proxy.
-    #[arg(long = "resource-proxy-secret-name", env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_SECRET_NAME", default_value = crate::settings::SECRET_RESOURCE_PROXY_TLS)]
+    #[arg(long = "resource-proxy-secret-name", env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_SECRET_NAME", default_value = argocd_pull_agent_core::settings::SECRET_RESOURCE_PROXY_TLS)]
     pub resource_proxy_secret_name: String,
     /// Path to a file containing the resource proxy's TLS certificate.
     #[arg(
@@ -362,7 +362,7 @@ pub struct ProxyArgs {
     )]
     pub resource_proxy_key_path: Option<PathBuf>,
     /// Secret name of the resource proxy's CA certificate.
-    #[arg(long = "resource-proxy-ca-secret-name", env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_CA_SECRET_NAME", default_value = crate::settings::SECRET_CA)]
+    #[arg(long = "resource-proxy-ca-secret-name", env = "ARGOCD_PRINCIPAL_RESOURCE_PROXY_CA_SECRET_NAME", default_value = argocd_pull_agent_core::settings::SECRET_CA)]
     pub resource_proxy_ca_secret_name: String,
     /// Path to a file containing the resource proxy's TLS CA data.
     #[arg(

@@ -8,12 +8,12 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 use super::ha::InCluster;
-use crate::metrics::Metrics;
-use crate::principal::{Principal, PrincipalConfig};
-use crate::settings::{IdentitySource, read};
-use crate::store::Store;
-use crate::tls::TlsMaterial;
+use argocd_pull_agent_core::metrics::Metrics;
+use argocd_pull_agent_core::settings::{IdentitySource, read};
+use argocd_pull_agent_core::store::Store;
+use argocd_pull_agent_core::tls::TlsMaterial;
 use argocd_pull_ops::CancellationToken;
+use argocd_pull_principal::{Principal, PrincipalConfig};
 
 mod args;
 #[cfg(test)]
@@ -70,10 +70,13 @@ async fn proxy_material(
         );
     };
     tracing::info!(secret = %args.proxy.resource_proxy_secret_name, ca_secret = %args.proxy.resource_proxy_ca_secret_name, %namespace, "loading resource proxy TLS certificate from secrets");
-    let (cert_pem, key_pem) =
-        crate::settings::tls_from_secret(kube, namespace, &args.proxy.resource_proxy_secret_name)
-            .await?;
-    let ca_pem = crate::settings::ca_from_secret(
+    let (cert_pem, key_pem) = argocd_pull_agent_core::settings::tls_from_secret(
+        kube,
+        namespace,
+        &args.proxy.resource_proxy_secret_name,
+    )
+    .await?;
+    let ca_pem = argocd_pull_agent_core::settings::ca_from_secret(
         kube,
         namespace,
         &args.proxy.resource_proxy_ca_secret_name,
@@ -120,13 +123,18 @@ async fn load_tls(
         }
         (None, None) if args.insecure_tls_generate => {
             tracing::warn!("INSECURE: using a one-time generated TLS certificate for gRPC");
-            let ca = crate::pki::Ca::new("argocd-agent-principal--generated")?;
+            let ca = argocd_pull_agent_core::pki::Ca::new("argocd-agent-principal--generated")?;
             let s = ca.issue_server(&[])?;
             (s.cert_pem.into_bytes(), s.key_pem.into_bytes())
         }
         (None, None) => {
             tracing::debug!(secret = %args.tls_secret_name, namespace = %namespace, "loading gRPC TLS certificate from secret");
-            crate::settings::tls_from_secret(kube(), namespace, &args.tls_secret_name).await?
+            argocd_pull_agent_core::settings::tls_from_secret(
+                kube(),
+                namespace,
+                &args.tls_secret_name,
+            )
+            .await?
         }
     };
     let ca_pem = match &args.root_ca_path {
@@ -134,7 +142,7 @@ async fn load_tls(
         Some(p) => read(p)?,
         None => {
             tracing::debug!(secret = %args.tls_ca_secret_name, namespace = %namespace, "loading root CA certificate from secret");
-            crate::settings::ca_from_secret(
+            argocd_pull_agent_core::settings::ca_from_secret(
                 kube(),
                 namespace,
                 &args.tls_ca_secret_name,
@@ -201,11 +209,11 @@ async fn material(
     let namespace = args
         .namespace
         .clone()
-        .unwrap_or_else(crate::settings::default_namespace);
+        .unwrap_or_else(argocd_pull_agent_core::settings::default_namespace);
     let (client, client_config) = match (client, args.client_reason(store_given)) {
         (Some(c), _) => (Some(c), None),
         (None, Some(why)) => {
-            let (client, config) = crate::settings::kube_client_and_config(
+            let (client, config) = argocd_pull_agent_core::settings::kube_client_and_config(
                 args.kubeconfig.as_ref(),
                 args.kubecontext.as_deref(),
             )
@@ -229,11 +237,17 @@ async fn material(
         Some(p) => String::from_utf8(read(p)?).context("JWT key is not UTF-8 PEM")?,
         None if args.insecure_jwt_generate => {
             tracing::warn!("INSECURE: using a one-time generated JWT signing key");
-            tokio::task::spawn_blocking(|| crate::auth::generate_rsa_pem(2048)).await??
+            tokio::task::spawn_blocking(|| argocd_pull_agent_core::auth::generate_rsa_pem(2048))
+                .await??
         }
         None => {
             tracing::debug!(secret = %args.jwt_secret_name, %namespace, "loading JWT signing key from secret");
-            crate::settings::jwt_key_from_secret(kube(), &namespace, &args.jwt_secret_name).await?
+            argocd_pull_agent_core::settings::jwt_key_from_secret(
+                kube(),
+                &namespace,
+                &args.jwt_secret_name,
+            )
+            .await?
         }
     };
     Ok(Material {
@@ -252,13 +266,15 @@ async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    if crate::ciphers::is_list(&args.tls_ciphersuites) {
-        print!("{}", crate::ciphers::list_text());
+    if argocd_pull_agent_core::ciphers::is_list(&args.tls_ciphersuites) {
+        print!("{}", argocd_pull_agent_core::ciphers::list_text());
         return Ok(());
     }
     // as the peer: the profiling server first, a taken port ends the command
     let _pprof = super::serve_pprof(args.pprof_port, &shutdown).await?;
-    crate::full_detail::set(crate::full_detail::FullDetail::parse(&args.full_detail));
+    argocd_pull_agent_core::full_detail::set(
+        argocd_pull_agent_core::full_detail::FullDetail::parse(&args.full_detail),
+    );
     // bad input is reported before anything is loaded or connected
     if args.enable_self_cluster_registration && args.self_registration_client_cert_secret.is_empty()
     {
@@ -271,14 +287,14 @@ async fn run(
         let ns = args
             .namespace
             .clone()
-            .unwrap_or_else(crate::settings::default_namespace);
+            .unwrap_or_else(argocd_pull_agent_core::settings::default_namespace);
         args.ha.in_cluster(&ns)?;
     }
     let selector = super::label_selector(&args.label_selector)?;
     let namespace_create = namespace_create(&args)?;
     let auth = match &args.identity_regex {
-        Some(re) => crate::settings::parse_auth(&format!("mtls:subject:{re}"))?,
-        None => crate::settings::parse_auth(&args.auth)?,
+        Some(re) => argocd_pull_agent_core::settings::parse_auth(&format!("mtls:subject:{re}"))?,
+        None => argocd_pull_agent_core::settings::parse_auth(&args.auth)?,
     };
     // peer: validateAuthTLSPairing
     match (&auth.source, args.insecure_plaintext) {
@@ -291,7 +307,11 @@ async fn run(
         _ => {}
     }
     let allow_tls12 = args.tls_allow_12
-        || crate::settings::allow_tls12(&args.tls_min_version, &args.tls_max_version, "tls1.3")?;
+        || argocd_pull_agent_core::settings::allow_tls12(
+            &args.tls_min_version,
+            &args.tls_max_version,
+            "tls1.3",
+        )?;
     let listen = args.listen_addr()?;
     let max_event_size = args
         .max_event_size_legacy
@@ -299,11 +319,11 @@ async fn run(
     if max_event_size == 0 {
         bail!("--grpc-max-message-size must be greater than 0");
     }
-    crate::env_tuning::check()?;
-    let queue_capacity = crate::env_tuning::send_queue_capacity(
+    argocd_pull_agent_core::env_tuning::check()?;
+    let queue_capacity = argocd_pull_agent_core::env_tuning::send_queue_capacity(
         args.queue_capacity,
         "--queue-capacity (ARGOCD_PRINCIPAL_QUEUE_CAPACITY)",
-        crate::DEFAULT_QUEUE_CAPACITY,
+        argocd_pull_agent_core::DEFAULT_QUEUE_CAPACITY,
     )?;
     if args.heartbeat_interval < Duration::from_secs(1) {
         bail!(
@@ -312,8 +332,9 @@ async fn run(
         );
     }
     // the peer's ValidateTLSConfig: every suite supports the minimum version (default tls1.3)
-    let cipher_suites = crate::ciphers::parse(&args.tls_ciphersuites, Some(!allow_tls12))
-        .map_err(|e| anyhow::anyhow!("--tls-ciphersuites: {e}"))?;
+    let cipher_suites =
+        argocd_pull_agent_core::ciphers::parse(&args.tls_ciphersuites, Some(!allow_tls12))
+            .map_err(|e| anyhow::anyhow!("--tls-ciphersuites: {e}"))?;
     let Some(m) = super::or_shutdown(&shutdown, material(&args, client, store.is_some())).await?
     else {
         return Ok(());
@@ -340,7 +361,7 @@ async fn run(
     cfg.namespace = m.namespace;
     cfg.max_event_size = max_event_size;
     cfg.queue_capacity = queue_capacity;
-    cfg.recv_queue_size = crate::env_tuning::recv_queue_size()?;
+    cfg.recv_queue_size = argocd_pull_agent_core::env_tuning::recv_queue_size()?;
     cfg.version = args.report_version.clone();
     cfg.concurrency = args.event_processors.unwrap_or(args.concurrency).max(1);
     cfg.compression = args.compression;
@@ -367,14 +388,14 @@ async fn run(
     cfg.cluster_secrets = m
         .client
         .clone()
-        .map(crate::principal::cluster_secrets::SecretsClient);
+        .map(argocd_pull_principal::cluster_secrets::SecretsClient);
     if args.enable_self_cluster_registration {
         if cfg.cluster_secrets.is_none() {
             bail!(
                 "--enable-self-cluster-registration needs a Kubernetes client (the cluster secrets are written to the principal's namespace)"
             );
         }
-        cfg.self_registration = Some(crate::principal::SelfRegistration {
+        cfg.self_registration = Some(argocd_pull_principal::SelfRegistration {
             client_cert_secret: args.self_registration_client_cert_secret.clone(),
             resource_proxy_address: args.proxy.resource_proxy_address.clone(),
         });
@@ -385,7 +406,7 @@ async fn run(
         "",
         &args.proxy.redis_password,
     )?;
-    cfg.argocd_cache = Some(crate::argocd_cache::ArgoCacheConfig {
+    cfg.argocd_cache = Some(argocd_pull_agent_core::argocd_cache::ArgoCacheConfig {
         address: args.proxy.redis_server_address.clone(),
         password: Some(redis_password).filter(|p| !p.is_empty()),
         gzip,
@@ -401,8 +422,10 @@ async fn run(
     if args.proxy.enable_resource_proxy != Some(false) {
         match proxy_material(&args, m.client.as_ref(), &cfg.namespace).await {
             Ok(t) => {
-                let mut rp =
-                    crate::principal::ResourceProxyConfig::new(args.proxy.resource_proxy_listen, t);
+                let mut rp = argocd_pull_principal::ResourceProxyConfig::new(
+                    args.proxy.resource_proxy_listen,
+                    t,
+                );
                 rp.allow_tls12 = allow_tls12;
                 rp.cipher_suites = cfg.cipher_suites.clone();
                 cfg.resource_proxy = Some(rp);
@@ -436,7 +459,9 @@ async fn run(
     .await?;
     // the principal's identity (the peer's principal-identity ConfigMap): agents tell a
     // failover to the other principal of an HA pair from a recreated object by it
-    match crate::principal::identity::ensure_principal_uid(store.as_ref(), &cfg.namespace).await {
+    match argocd_pull_principal::identity::ensure_principal_uid(store.as_ref(), &cfg.namespace)
+        .await
+    {
         Ok(uid) => {
             tracing::info!(%uid, "principal identity");
             cfg.principal_uid = Some(uid);
@@ -448,13 +473,14 @@ async fn run(
     }
     if let Some(settings) = replication {
         let (tls_tx, tls_rx) = tokio::sync::watch::channel(initial_tls.clone());
-        let node = crate::ha::replication::Node {
+        let node = argocd_pull_principal::ha::replication::Node {
             store,
             metrics,
             tls: tls_reloadable(&args).then_some(tls_rx),
             state: None,
         };
-        let run = crate::ha::replication::run(settings, cfg, node, shutdown.clone());
+        let run =
+            argocd_pull_principal::ha::replication::run(settings, cfg, node, shutdown.clone());
         let reload = (
             &args,
             &shutdown,
@@ -471,25 +497,30 @@ async fn run(
             );
         };
         let (tls_tx, tls_rx) = tokio::sync::watch::channel(initial_tls.clone());
-        let replica = crate::ha::Replica {
+        let replica = argocd_pull_principal::ha::Replica {
             client,
             store,
             metrics,
-            role: tokio::sync::watch::channel(crate::ha::Role::Recovering).0,
+            role: tokio::sync::watch::channel(argocd_pull_principal::ha::Role::Recovering).0,
             tls: tls_reloadable(&args).then_some(tls_rx),
             lease_config,
         };
         let run: std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>> =
             match mode {
-                InCluster::ActiveActive(aa) => Box::pin(crate::ha::active_active::run(
-                    aa,
+                InCluster::ActiveActive(aa) => {
+                    Box::pin(argocd_pull_principal::ha::active_active::run(
+                        aa,
+                        cfg,
+                        replica,
+                        shutdown.clone(),
+                    ))
+                }
+                InCluster::ActivePassive(ha) => Box::pin(argocd_pull_principal::ha::run(
+                    ha,
                     cfg,
                     replica,
                     shutdown.clone(),
                 )),
-                InCluster::ActivePassive(ha) => {
-                    Box::pin(crate::ha::run(ha, cfg, replica, shutdown.clone()))
-                }
             };
         let reload = (
             &args,
@@ -529,7 +560,7 @@ async fn run(
 /// `--namespace-create-*` as the peer reads them (`labels.StringsToMap`, `regexp.Compile`).
 fn namespace_create(
     args: &PrincipalArgs,
-) -> anyhow::Result<Option<crate::principal::NamespaceCreate>> {
+) -> anyhow::Result<Option<argocd_pull_principal::NamespaceCreate>> {
     if !args.namespace_create_enable {
         return Ok(None);
     }
@@ -552,5 +583,8 @@ fn namespace_create(
         })?;
         labels.insert(k.trim().to_string(), v.trim().to_string());
     }
-    Ok(Some(crate::principal::NamespaceCreate { pattern, labels }))
+    Ok(Some(argocd_pull_principal::NamespaceCreate {
+        pattern,
+        labels,
+    }))
 }
