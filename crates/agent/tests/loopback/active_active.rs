@@ -414,6 +414,114 @@ async fn every_replica_serves_its_share_and_agents_survive_a_stopped_and_a_kille
     }
 }
 
+/// A replica added to a running pair takes its share of the shards from the others and nothing
+/// else moves: only the agents of the shards it took reconnect (their old owner ends their
+/// streams), they reach it through the replicas they reconnect to, and nothing is lost or
+/// re-created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_added_later_takes_its_share_and_only_its_agents_move() {
+    init();
+    let h = argocd_pull_hub::Hub::new();
+    let pki = LocalPki::new().unwrap();
+    let hub = MemStore::new();
+    let p = ports(false).await;
+    let (mut replicas, svc) = replicas(&h, &hub, &pki, 2, p.clone()).await;
+    let mut agents: Vec<(Agent, MemStore)> = Vec::new();
+    for i in 0..AGENTS {
+        let name = format!("agent-{i}");
+        put(&hub, app(&name, "app", "v0")).await;
+        let store = MemStore::new();
+        let c = AgentConfig::new(svc, pki.agent(&name).unwrap(), Mode::Managed);
+        let a = Agent::start(c, Arc::new(store.clone()), Metrics::new("argocd_agent"))
+            .await
+            .unwrap();
+        agents.push((a, store));
+    }
+    for (i, (a, s)) in agents.iter().enumerate() {
+        tokio::time::timeout(T, a.wait_connected(0)).await.unwrap();
+        wait_for(s, "argocd", "app", &format!("agent-{i} app"), |o| {
+            o.is_some()
+        })
+        .await;
+    }
+    until("every agent served once", || {
+        replicas
+            .iter()
+            .map(|r| r.metrics.connected_agents.get())
+            .sum::<i64>()
+            == AGENTS as i64
+    })
+    .await;
+    let before = uids(&agents, "app").await;
+    let conns: Vec<u64> = agents.iter().map(|(a, _)| a.connections()).collect();
+
+    // the third replica joins (the Service still sends agents to the first two)
+    let t0 = Instant::now();
+    replicas.push(Replica::start(
+        2,
+        p,
+        h.client(),
+        hub.clone(),
+        &pki,
+        &throwaway_jwt_key(),
+    ));
+    until("the three replicas split the shards fairly", || {
+        let held: Vec<f64> = replicas
+            .iter()
+            .map(|r| r.gauge("argocd_principal_ha_shards_held"))
+            .collect();
+        held.iter().sum::<f64>() == f64::from(SHARDS)
+            && held.iter().all(|&k| k == 10.0 || k == 11.0)
+    })
+    .await;
+    let taken = t0.elapsed();
+    let moved = || {
+        (0..AGENTS)
+            .filter(|&i| agents[i].0.connections() > conns[i])
+            .count()
+    };
+    let on_new = || replicas[2].metrics.connected_agents.get() as usize;
+    // only the agents of the shards the new replica took reconnect (had another agent
+    // reconnected, more would have moved than the new replica serves, and this would time out)
+    until(
+        "the moved agents served by the new replica, every agent once",
+        || {
+            replicas
+                .iter()
+                .map(|r| r.metrics.connected_agents.get())
+                .sum::<i64>()
+                == AGENTS as i64
+                && on_new() > 0
+                && moved() == on_new()
+        },
+    )
+    .await;
+    let served = t0.elapsed();
+    let delivered = deliver(&hub, &agents, "app-2").await;
+    let joined = on_new();
+    assert_eq!(moved(), joined, "no agent reconnected since");
+    for r in &replicas {
+        assert_eq!(
+            r.gauge("argocd_principal_hub_applications_cached"),
+            (r.metrics.connected_agents.get() * 2) as f64,
+            "each replica caches the Applications of the agents it serves"
+        );
+    }
+    assert_eq!(
+        uids(&agents, "app").await,
+        before,
+        "no Application re-created on an agent"
+    );
+    println!(
+        "active/active, a replica joining 2 with {AGENTS} agents: its shards taken in {taken:?}, \
+         its {joined} agents served by it after {served:?} (no other agent reconnected), a new \
+         Application on every agent {delivered:?} later; 0 lost, 0 re-created"
+    );
+    for (a, _) in agents {
+        a.shutdown().await;
+    }
+}
+
 /// More agents than one HTTP/2 connection's default stream limit (200) reach a replica that
 /// serves none of them: the replica link to their owner carries every one of their streams, so
 /// none waits for a free stream, and each gets its Application.
