@@ -255,6 +255,38 @@ async fn uids(agents: &[(Agent, MemStore)], app: &str) -> Vec<String> {
     v
 }
 
+/// [`AGENTS`] managed agents through the Service, each with its hub Application `app`; returns
+/// once every one is connected and holds it.
+async fn managed_agents(hub: &MemStore, pki: &LocalPki, svc: SocketAddr) -> Vec<(Agent, MemStore)> {
+    let mut agents: Vec<(Agent, MemStore)> = Vec::new();
+    for i in 0..AGENTS {
+        let name = format!("agent-{i}");
+        put(hub, app(&name, "app", "v0")).await;
+        let store = MemStore::new();
+        let c = AgentConfig::new(svc, pki.agent(&name).unwrap(), Mode::Managed);
+        let a = Agent::start(c, Arc::new(store.clone()), Metrics::new("argocd_agent"))
+            .await
+            .unwrap();
+        agents.push((a, store));
+    }
+    for (i, (a, s)) in agents.iter().enumerate() {
+        tokio::time::timeout(T, a.wait_connected(0)).await.unwrap();
+        wait_for(s, "argocd", "app", &format!("agent-{i} app"), |o| {
+            o.is_some()
+        })
+        .await;
+    }
+    agents
+}
+
+/// The agents the `replicas` serve, together.
+fn served(replicas: &[Replica]) -> i64 {
+    replicas
+        .iter()
+        .map(|r| r.metrics.connected_agents.get())
+        .sum()
+}
+
 /// Each agent gets a new Application `name`; returns when every agent has it.
 async fn deliver(hub: &MemStore, agents: &[(Agent, MemStore)], name: &str) -> Duration {
     let t0 = Instant::now();
@@ -286,32 +318,11 @@ async fn every_replica_serves_its_share_and_agents_survive_a_stopped_and_a_kille
 
     // agents reach the replicas round robin: most land on one that does not serve them
     let t0 = Instant::now();
-    let mut agents: Vec<(Agent, MemStore)> = Vec::new();
-    for i in 0..AGENTS {
-        let name = format!("agent-{i}");
-        put(&hub, app(&name, "app", "v0")).await;
-        let store = MemStore::new();
-        let c = AgentConfig::new(svc, pki.agent(&name).unwrap(), Mode::Managed);
-        let a = Agent::start(c, Arc::new(store.clone()), Metrics::new("argocd_agent"))
-            .await
-            .unwrap();
-        agents.push((a, store));
-    }
-    for (i, (a, s)) in agents.iter().enumerate() {
-        tokio::time::timeout(T, a.wait_connected(0)).await.unwrap();
-        wait_for(s, "argocd", "app", &format!("agent-{i} app"), |o| {
-            o.is_some()
-        })
-        .await;
-    }
+    let agents = managed_agents(&hub, &pki, svc).await;
     let first = t0.elapsed();
     // each agent is served by exactly one replica: the connected agents add up to the fleet
     until("every agent served once", || {
-        replicas
-            .iter()
-            .map(|r| r.metrics.connected_agents.get())
-            .sum::<i64>()
-            == AGENTS as i64
+        served(&replicas) == AGENTS as i64
     })
     .await;
     // each replica keeps only the hub Applications of the agents it serves
@@ -362,11 +373,7 @@ async fn every_replica_serves_its_share_and_agents_survive_a_stopped_and_a_kille
     .await;
     let handed_over = t1.elapsed();
     until("the other replicas serve every agent", || {
-        replicas[1..]
-            .iter()
-            .map(|r| r.metrics.connected_agents.get())
-            .sum::<i64>()
-            == AGENTS as i64
+        served(&replicas[1..]) == AGENTS as i64
     })
     .await;
     let stop_served = t1.elapsed();
@@ -426,30 +433,9 @@ async fn a_replica_added_later_takes_its_share_and_only_its_agents_move() {
     let hub = MemStore::new();
     let p = ports(false).await;
     let (mut replicas, svc) = replicas(&h, &hub, &pki, 2, p.clone()).await;
-    let mut agents: Vec<(Agent, MemStore)> = Vec::new();
-    for i in 0..AGENTS {
-        let name = format!("agent-{i}");
-        put(&hub, app(&name, "app", "v0")).await;
-        let store = MemStore::new();
-        let c = AgentConfig::new(svc, pki.agent(&name).unwrap(), Mode::Managed);
-        let a = Agent::start(c, Arc::new(store.clone()), Metrics::new("argocd_agent"))
-            .await
-            .unwrap();
-        agents.push((a, store));
-    }
-    for (i, (a, s)) in agents.iter().enumerate() {
-        tokio::time::timeout(T, a.wait_connected(0)).await.unwrap();
-        wait_for(s, "argocd", "app", &format!("agent-{i} app"), |o| {
-            o.is_some()
-        })
-        .await;
-    }
+    let agents = managed_agents(&hub, &pki, svc).await;
     until("every agent served once", || {
-        replicas
-            .iter()
-            .map(|r| r.metrics.connected_agents.get())
-            .sum::<i64>()
-            == AGENTS as i64
+        served(&replicas) == AGENTS as i64
     })
     .await;
     let before = uids(&agents, "app").await;
@@ -485,15 +471,7 @@ async fn a_replica_added_later_takes_its_share_and_only_its_agents_move() {
     // reconnected, more would have moved than the new replica serves, and this would time out)
     until(
         "the moved agents served by the new replica, every agent once",
-        || {
-            replicas
-                .iter()
-                .map(|r| r.metrics.connected_agents.get())
-                .sum::<i64>()
-                == AGENTS as i64
-                && on_new() > 0
-                && moved() == on_new()
-        },
+        || served(&replicas) == AGENTS as i64 && on_new() > 0 && moved() == on_new(),
     )
     .await;
     let served = t0.elapsed();
