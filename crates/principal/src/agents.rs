@@ -68,6 +68,7 @@ impl Inner {
         // from now on
         let queue = Arc::new(
             SendQueue::new(self.cfg.queue_capacity, self.cfg.backoff)
+                .with_max_in_flight(self.cfg.max_in_flight)
                 .with_workqueue(self.metrics.workqueues.queue(&format!("{name}-send"))),
         );
         self.metrics.workqueues.queue(&format!("{name}-recv"));

@@ -47,6 +47,8 @@ pub struct PrincipalConfig {
     pub version: String,
     pub max_event_size: usize,
     pub queue_capacity: usize,
+    /// `--max-events-in-flight`: events sent to one agent and not yet ACKed at most.
+    pub max_in_flight: usize,
     /// Received events waiting for a handler at most (`ARGOCD_AGENT_RECV_QUEUE_SIZE`).
     pub recv_queue_size: usize,
     pub concurrency: usize,
@@ -138,6 +140,7 @@ impl PrincipalConfig {
             max_event_size: argocd_pull_agent_core::DEFAULT_MAX_EVENT_SIZE,
             queue_capacity: argocd_pull_agent_core::DEFAULT_QUEUE_CAPACITY,
             recv_queue_size: argocd_pull_agent_core::env_tuning::DEFAULT_RECV_QUEUE_SIZE,
+            max_in_flight: argocd_pull_agent_core::queue::DEFAULT_MAX_IN_FLIGHT,
             concurrency: argocd_pull_agent_core::DEFAULT_CONCURRENCY,
             compression: false,
             keepalive_min_interval: Duration::from_secs(10),

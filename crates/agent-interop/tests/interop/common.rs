@@ -33,13 +33,22 @@ pub async fn our_principal(pki: &LocalPki, hub: &MemStore) -> Principal {
 
 /// OUR principal reporting `version` (`--report-version`) over a MemStore hub.
 pub async fn our_principal_reporting(pki: &LocalPki, hub: &MemStore, version: &str) -> Principal {
+    our_principal_with(pki, hub, |cfg| cfg.version = version.into()).await
+}
+
+/// OUR principal over a MemStore hub, its configuration changed by `set`.
+pub async fn our_principal_with(
+    pki: &LocalPki,
+    hub: &MemStore,
+    set: impl FnOnce(&mut PrincipalConfig),
+) -> Principal {
     init();
     let mut cfg = PrincipalConfig::new(
         "127.0.0.1:0".parse().expect("addr"),
         pki.principal.clone(),
         throwaway_jwt_key(),
     );
-    cfg.version = version.into();
+    set(&mut cfg);
     Principal::start(cfg, Arc::new(hub.clone()), Metrics::new("argocd_principal"))
         .await
         .expect("principal starts")

@@ -1,5 +1,7 @@
 //! A peer agent (argocd-agent's behaviour on the wire) against OUR principal.
 
+use std::time::Duration;
+
 use argocd_pull_agent::local::LocalPki;
 use argocd_pull_agent_core::store::{Kind, MemStore, Store};
 use argocd_pull_agent_interop::emitter::{self, ty};
@@ -114,6 +116,64 @@ async fn peer_agent_login_token_is_what_the_peer_parses_and_subscribe_takes_it_r
     let mut cfg = peer_agent_cfg(&pki, &p, "agent-login", "readonly");
     cfg.version = argocd_pull_agent_core::VERSION.into();
     assert!(peer_agent::login(&cfg).await.is_err());
+    p.shutdown().await;
+}
+
+/// `--max-events-in-flight 3`: the peer agent gets three events (its resync request and
+/// Applications) and no more until it ACKs one; then one more; ACKing as it goes, every
+/// Application arrives.
+#[tokio::test]
+async fn a_principal_sends_no_more_than_its_window_of_unacknowledged_events() {
+    let pki = LocalPki::new().expect("pki");
+    let hub = MemStore::new();
+    let p = our_principal_with(&pki, &hub, |cfg| cfg.max_in_flight = 3).await;
+    let (_l, mut s) = peer_agent(&pki, &p, "agent-w", "managed").await;
+    s.auto_ack = false;
+    for i in 0..8 {
+        hub.create(Kind::Application, app("agent-w", &format!("w{i}"), "w"))
+            .await
+            .expect("create");
+    }
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(s.expect("one of the first three", |_| true).await);
+    }
+    // nothing beyond the window while none is ACKed (a bounded wait for an absence, well
+    // before the first resend after 5 s)
+    let more = tokio::time::timeout(Duration::from_secs(1), s.next()).await;
+    assert!(
+        more.is_err(),
+        "a fourth event before any ACK: {more:?}\n{}",
+        s.describe()
+    );
+    let ack = s.emitter.processed(&got[0]);
+    s.send(&ack).await;
+    got.push(s.expect("one more after one ACK", |_| true).await);
+    let more = tokio::time::timeout(Duration::from_secs(1), s.next()).await;
+    assert!(
+        more.is_err(),
+        "two events for one ACK: {more:?}\n{}",
+        s.describe()
+    );
+    // ACKing as it goes, every Application arrives
+    for e in &got[1..] {
+        let ack = s.emitter.processed(e);
+        s.send(&ack).await;
+    }
+    s.auto_ack = true;
+    let mut names: Vec<String> = got
+        .iter()
+        .filter(|e| is(e, "create", "application"))
+        .map(|e| e.subject.clone())
+        .collect();
+    while names.len() < 8 {
+        let e = s
+            .expect("the rest", |e| is(e, "create", "application"))
+            .await;
+        if !names.contains(&e.subject) {
+            names.push(e.subject);
+        }
+    }
     p.shutdown().await;
 }
 

@@ -282,3 +282,25 @@ fn insecure_tls_accepts_a_principal_certificate_the_agent_cannot_verify() {
     agent.wait_for_line("Not verifying remote TLS certificate");
     agent.wait_for_line("mode=\"managed\"");
 }
+
+/// `--max-events-in-flight` (`ARGOCD_PRINCIPAL_MAX_EVENTS_IN_FLIGHT`) takes 1 to 10,000; what it
+/// does to the stream is tested against the peer agent (interop
+/// `a_principal_sends_no_more_than_its_window_of_unacknowledged_events`).
+#[test]
+fn max_events_in_flight_outside_its_range_is_refused_naming_the_flag() {
+    for (how, value) in [("flag", "0"), ("env", "10001")] {
+        let mut c = Command::new(BIN);
+        c.arg("principal");
+        match how {
+            "flag" => c.arg(format!("--max-events-in-flight={value}")),
+            _ => c.env("ARGOCD_PRINCIPAL_MAX_EVENTS_IN_FLIGHT", value),
+        };
+        let out = c.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{how}: {err}");
+        assert!(
+            err.contains("--max-events-in-flight") && err.contains("1..=10000"),
+            "{how}: {err}"
+        );
+    }
+}

@@ -368,6 +368,7 @@ async fn run(
     cfg.keepalive_min_interval = args.keepalive_min_interval;
     cfg.heartbeat = args.heartbeat_interval;
     cfg.resync_min_interval = args.resync_min_interval;
+    cfg.max_in_flight = args.max_events_in_flight as usize;
     cfg.publish_agent_status = args.publish_agent_status;
     cfg.namespace_create = namespace_create;
     cfg.allowed_namespaces = args
