@@ -297,6 +297,28 @@ fn the_allocator_returns_freed_memory_at_once_unless_told_otherwise() {
     assert!(e.contains("/principal/allocatorPurgeDelay"), "{e}");
 }
 
+#[test]
+fn max_events_in_flight_reaches_the_principal_within_its_range() {
+    let Some(h) = helm::helm("principal chart window") else {
+        return;
+    };
+    for (args, want) in [
+        (&[][..], "32"),
+        (&["--set", "principal.maxEventsInFlight=4"][..], "4"),
+    ] {
+        let objs = h.template(CHART, "p", "argocd", args);
+        let e = env(container(objs.get("Deployment", "p-argocd-pull-principal")));
+        assert_eq!(e["ARGOCD_PRINCIPAL_MAX_EVENTS_IN_FLIGHT"], want, "{args:?}");
+    }
+    for bad in ["0", "10001"] {
+        let e = h.template_err(
+            CHART,
+            &["--set", &format!("principal.maxEventsInFlight={bad}")],
+        );
+        assert!(e.contains("/principal/maxEventsInFlight"), "{e}");
+    }
+}
+
 /// The pod selector of the principal's Deployment.
 fn pod_selector(objs: &helm::Objects, release: &str) -> serde_json::Value {
     objs.get("Deployment", &format!("{release}-argocd-pull-principal"))["spec"]["selector"]
