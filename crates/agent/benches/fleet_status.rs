@@ -14,9 +14,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
+use argocd_pull_agent::local::LocalPki;
+
 use argocd_pull_agent_core::Mode;
 use argocd_pull_agent_core::agent_status::{AgentStatus, Connection};
+use argocd_pull_agent_core::auth::throwaway_jwt_key;
 use argocd_pull_agent_core::metrics::Metrics;
 use argocd_pull_agent_core::store::{KubeStore, MemStore, Store};
 use argocd_pull_ctl::CtlArgs;
@@ -99,7 +101,7 @@ async fn run() {
     for i in 0..n {
         let name = format!("a{i}");
         let m = pki.agent(&name).unwrap();
-        let s = argocd_pull_ctl::cluster_secret(
+        let s = argocd_pull_agent_core::cluster_secret::cluster_secret(
             &name,
             "argocd",
             &format!("https://argocd-agent-resource-proxy:9090?agentName={name}"),

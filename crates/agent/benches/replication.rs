@@ -20,8 +20,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
+use argocd_pull_agent::local::LocalPki;
+
 use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::auth::throwaway_jwt_key;
 use argocd_pull_agent_core::metrics::Metrics;
 use argocd_pull_agent_core::proto::haadminapi::{self as admin, ha_admin_client::HaAdminClient};
 use argocd_pull_agent_core::store::{Kind, KubeStore, MemStore, Store, StoreEvent};

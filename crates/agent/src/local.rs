@@ -5,14 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::auth::throwaway_jwt_key;
 use argocd_pull_agent_core::metrics::Metrics;
 use argocd_pull_agent_core::pki::Ca;
 use argocd_pull_agent_core::store::{KubeStore, Store};
 use argocd_pull_agent_core::tls::TlsMaterial;
 use argocd_pull_principal::{Principal, PrincipalConfig};
 use argocd_pull_spoke::{Agent, AgentConfig};
-
-pub use argocd_pull_agent_core::auth::throwaway_jwt_key;
 
 /// Everything a local deployment needs to connect more agents.
 pub struct LocalPki {

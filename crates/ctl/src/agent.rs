@@ -13,9 +13,9 @@ use serde::Serialize;
 use super::out::{kube_msg, put_secret, render};
 use super::pki::{KeyFlags, load_ca};
 use super::{Clients, Exit};
-pub use argocd_pull_agent_core::cluster_secret::{
-    ANNOTATION_MANAGED_BY, ANNOTATION_SKIP_RECONCILE, ClusterConfig, DEFAULT_RESOURCE_PROXY,
-    LABEL_AGENT_NAME, LABEL_SECRET_TYPE, b64, cluster_secret, cluster_secret_name, server_url,
+use argocd_pull_agent_core::cluster_secret::{
+    ClusterConfig, DEFAULT_RESOURCE_PROXY, LABEL_AGENT_NAME, b64, cluster_secret,
+    cluster_secret_name, server_url,
 };
 use argocd_pull_agent_core::pki::DEFAULT_LEAF_DAYS;
 use argocd_pull_agent_core::settings::get_secret;

@@ -306,7 +306,7 @@ pub async fn rows(
                 .metadata
                 .labels
                 .as_ref()
-                .and_then(|l| l.get(super::LABEL_AGENT_NAME))
+                .and_then(|l| l.get(argocd_pull_agent_core::cluster_secret::LABEL_AGENT_NAME))
                 .filter(|a| !a.is_empty())
                 .cloned()
                 .unwrap_or_else(|| name.strip_prefix("cluster-").unwrap_or(name).to_string());

@@ -33,10 +33,6 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-pub use agent::{
-    ANNOTATION_MANAGED_BY, ANNOTATION_SKIP_RECONCILE, DEFAULT_RESOURCE_PROXY, LABEL_AGENT_NAME,
-    LABEL_SECRET_TYPE, cluster_secret, cluster_secret_name, server_url,
-};
 pub use config::LocalConfig;
 
 /// `argocd-pull ctl`

@@ -7,7 +7,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
+use argocd_pull_agent::local::LocalPki;
+
+use argocd_pull_agent_core::auth::throwaway_jwt_key;
 use argocd_pull_agent_core::metrics::Metrics;
 use argocd_pull_agent_core::store::{Kind, MemStore, Store, StoreEvent};
 use argocd_pull_agent_interop::emitter::{Emitter, PRINCIPAL_SOURCE, ty};

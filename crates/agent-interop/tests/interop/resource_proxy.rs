@@ -5,8 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
+use argocd_pull_agent::local::LocalPki;
+
 use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::auth::throwaway_jwt_key;
 use argocd_pull_agent_core::metrics::Metrics;
 use argocd_pull_agent_core::resource::proxy_client;
 use argocd_pull_agent_core::store::MemStore;

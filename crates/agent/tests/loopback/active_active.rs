@@ -10,8 +10,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
+use argocd_pull_agent::local::LocalPki;
+
 use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::auth::throwaway_jwt_key;
 use argocd_pull_agent_core::metrics::Metrics;
 use argocd_pull_agent_core::store::{Kind, MemStore, Store};
 use argocd_pull_principal::ha::active_active::{self, ActiveActive};

@@ -101,7 +101,8 @@ async fn autonomous_round_trip_through_kubeconfigs_of_served_embedded_hubs() {
 /// namespace `<agent>`, project `<agent>-<name>`), its status follows, a hub edit is reverted,
 /// and its deletion removes the hub copy.
 async fn autonomous_round_trip(hub_kc: &str, managed_kc: &str) {
-    use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
+    use argocd_pull_agent::local::LocalPki;
+    use argocd_pull_agent_core::auth::throwaway_jwt_key;
     use argocd_pull_agent_core::metrics::Metrics;
     use argocd_pull_principal::{Principal, PrincipalConfig};
     use argocd_pull_spoke::{Agent, AgentConfig};

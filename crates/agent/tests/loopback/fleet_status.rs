@@ -40,7 +40,7 @@ async fn hub_with_cluster_secrets(pki: &LocalPki, agents: &[&str]) -> Hub {
     let secrets: Api<Secret> = Api::namespaced(client, "argocd");
     for a in agents {
         let m = pki.agent(a).unwrap();
-        let s = argocd_pull_ctl::cluster_secret(
+        let s = argocd_pull_agent_core::cluster_secret::cluster_secret(
             a,
             "argocd",
             &format!("https://argocd-agent-resource-proxy:9090?agentName={a}"),

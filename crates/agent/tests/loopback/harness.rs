@@ -2,8 +2,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
+use argocd_pull_agent::local::LocalPki;
+
 use argocd_pull_agent_core::Mode;
+use argocd_pull_agent_core::auth::throwaway_jwt_key;
 use argocd_pull_agent_core::metrics::Metrics;
 use argocd_pull_agent_core::store::{Kind, MemStore, Store, StoreEvent};
 use argocd_pull_principal::{Principal, PrincipalConfig};

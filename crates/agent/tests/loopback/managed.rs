@@ -365,7 +365,7 @@ async fn ignore_sync_label_added_later_removes_the_other_sides_copy() {
 /// stops matching is deleted there (as the peer's label-selected informer sees it).
 #[tokio::test]
 async fn principal_label_selector_limits_what_reaches_the_agents() {
-    use argocd_pull_agent::local::throwaway_jwt_key;
+    use argocd_pull_agent_core::auth::throwaway_jwt_key;
     use argocd_pull_agent_core::metrics::Metrics;
     use argocd_pull_agent_core::selector::{SelectedStore, parse};
     use argocd_pull_principal::{Principal, PrincipalConfig};

@@ -5,9 +5,11 @@
 
 use std::sync::Arc;
 
-use argocd_pull_agent::local::{LocalPki, throwaway_jwt_key};
+use argocd_pull_agent::local::LocalPki;
+
 use argocd_pull_agent_core::Mode;
 use argocd_pull_agent_core::auth::TokenIssuer;
+use argocd_pull_agent_core::auth::throwaway_jwt_key;
 use argocd_pull_agent_core::metrics::Metrics;
 use argocd_pull_agent_core::store::{KubeStore, MemStore, Store};
 use argocd_pull_principal::cluster_secrets::SecretsClient;

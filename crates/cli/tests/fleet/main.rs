@@ -219,7 +219,7 @@ impl Env {
     /// The Argo CD cluster secret `cluster-<agent>` on the principal's hub.
     pub async fn cluster_secret(&self, agent: &str) {
         let f = |n: &str| std::fs::read(self.pki.join(n)).unwrap();
-        let s = argocd_pull_ctl::cluster_secret(
+        let s = argocd_pull_agent_core::cluster_secret::cluster_secret(
             agent,
             "argocd",
             &format!("https://argocd-agent-resource-proxy:9090?agentName={agent}"),

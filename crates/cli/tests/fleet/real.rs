@@ -60,7 +60,7 @@ async fn real_clusters_show_the_agents_state_and_kubernetes_version() {
     assert!(out.status.success());
     let f = |n: &str| pki.join(n).display().to_string();
     let r = |n: &str| std::fs::read(pki.join(n)).unwrap();
-    let s = argocd_pull_ctl::cluster_secret(
+    let s = argocd_pull_agent_core::cluster_secret::cluster_secret(
         &agent,
         &pns,
         &format!("https://argocd-agent-resource-proxy:9090?agentName={agent}"),

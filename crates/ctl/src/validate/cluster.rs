@@ -106,10 +106,10 @@ fn managed_cluster_secrets(secrets: &[Secret]) -> impl Iterator<Item = &Secret> 
     secrets.iter().filter(|s| {
         let ann = s.metadata.annotations.as_ref();
         let lab = s.metadata.labels.as_ref();
-        ann.and_then(|a| a.get(crate::ANNOTATION_MANAGED_BY))
+        ann.and_then(|a| a.get(argocd_pull_agent_core::cluster_secret::ANNOTATION_MANAGED_BY))
             .is_some_and(|v| v == "argocd-agent")
             && lab
-                .and_then(|l| l.get(crate::LABEL_SECRET_TYPE))
+                .and_then(|l| l.get(argocd_pull_agent_core::cluster_secret::LABEL_SECRET_TYPE))
                 .is_some_and(|v| v == "cluster")
     })
 }
@@ -166,7 +166,9 @@ pub(super) fn cluster_secret_annotations(secrets: &[Secret], ns: &str) -> Result
             s.metadata
                 .annotations
                 .as_ref()
-                .and_then(|a| a.get(crate::ANNOTATION_SKIP_RECONCILE))
+                .and_then(|a| {
+                    a.get(argocd_pull_agent_core::cluster_secret::ANNOTATION_SKIP_RECONCILE)
+                })
                 .map(String::as_str)
                 != Some("true")
         })
