@@ -12,8 +12,6 @@
 //! * an in-flight event is resent with backoff (5 s, ×4, capped at 2 min) until it is ACKed, or
 //!   answered with an `error` event (then it is dropped, loudly: counted and logged).
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,11 +21,24 @@ use tokio::time::Instant;
 use crate::event::{Event, EventType};
 use crate::workqueue_metrics::Workqueue;
 
+mod budget;
+mod state;
+pub use budget::InFlightBudget;
+use state::{InFlight, Queued, State};
+
 /// Events sent and not yet ACKed at most (the window): what waits beyond it stays compact in
 /// the queue instead of encoded in the stream's buffers (with 1,000 agents receiving 100 events
 /// each, unbounded it held ~800 KiB per agent); a loopback round trip is well under 1 ms, so 32
 /// allows far more than 10,000 events/s per peer.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 32;
+
+/// Events each agent's queue sends on its own before it takes from the principal's shared
+/// budget ([`InFlightBudget`]): an agent never waits for another for its first few.
+pub const BUDGET_FLOOR: usize = 4;
+
+/// The principal's shared budget of events in flight beyond each agent's [`BUDGET_FLOOR`]
+/// (`--max-events-in-flight-total`).
+pub const DEFAULT_IN_FLIGHT_BUDGET: usize = 4096;
 
 /// Keys of [`SendQueue::push_request`] events (no resource key starts with it).
 const REQUEST_KEY_PREFIX: &str = "~request/";
@@ -78,145 +89,6 @@ pub enum Pushed {
 /// Rebuilds the current events of a deferred key (e.g. from the owner's object cache).
 pub type Regenerate = Arc<dyn Fn(&str) -> Vec<Event> + Send + Sync>;
 
-/// A key's state. Kept small: a fleet reconnecting queues a slot per resource and agent at once
-/// (1,000 agents × 100 Applications: 100,000 slots, twice during a resync), so the in-flight
-/// event is boxed and a key's queue is allocated for one event (what almost every key holds).
-#[derive(Default)]
-struct Slot {
-    inflight: Option<Box<InFlight>>,
-    pending: VecDeque<Queued>,
-    recent_ids: VecDeque<String>,
-}
-
-impl Slot {
-    fn enqueue(&mut self, ev: Event) {
-        if self.pending.capacity() == 0 {
-            // `push_back` alone would allocate room for four
-            self.pending.reserve_exact(1);
-        }
-        self.pending.push_back(Queued {
-            ev,
-            at: Instant::now(),
-        });
-    }
-}
-
-/// A queued event and when it was queued (an event merged into it keeps that time, as
-/// client-go's workqueue keeps the first add of an item already queued).
-struct Queued {
-    ev: Event,
-    at: Instant,
-}
-
-impl std::ops::Deref for Queued {
-    type Target = Event;
-    fn deref(&self) -> &Event {
-        &self.ev
-    }
-}
-
-impl std::ops::DerefMut for Queued {
-    fn deref_mut(&mut self) -> &mut Event {
-        &mut self.ev
-    }
-}
-
-struct InFlight {
-    ev: Event,
-    /// counted in the window: sent once, neither ACKed nor resent yet
-    in_window: bool,
-    attempts: u32,
-    deadline: Instant,
-    /// identifies this (re)scheduling in the deadline heap; older heap entries are stale
-    token: u64,
-}
-
-#[derive(Default)]
-struct State {
-    slots: HashMap<Key, Slot>,
-    /// keys with pending events and nothing in flight, in FIFO order
-    ready: VecDeque<Key>,
-    ready_set: HashSet<Key>,
-    deferred: VecDeque<String>,
-    deferred_set: HashSet<String>,
-    pending: usize,
-    inflight: usize,
-    /// in-flight events counted in the window (see [`InFlight::in_window`])
-    window: usize,
-    /// sent but connection went away: resend at once on the next session
-    seq: u64,
-    /// in-flight event id -> key (ACK matching without scanning the slots)
-    by_event: HashMap<String, Key>,
-    /// resend deadlines (lazy deletion: an entry is live while its token matches the slot's)
-    deadlines: BinaryHeap<Reverse<(Instant, u64, Key)>>,
-}
-
-/// A resource key, shared by its slot, the ready list, the ACK index and the deadline heap (one
-/// allocation per key instead of one per place it is listed).
-type Key = Arc<str>;
-
-impl State {
-    /// The slot of `key` (created empty if missing) and the key's shared name.
-    fn slot(&mut self, key: &str) -> (Key, &mut Slot) {
-        let k = match self.slots.get_key_value(key) {
-            Some((k, _)) => k.clone(),
-            None => {
-                let k: Key = Arc::from(key);
-                self.slots.insert(k.clone(), Slot::default());
-                k
-            }
-        };
-        let slot = self.slots.get_mut(&k).expect("slot exists");
-        (k, slot)
-    }
-
-    /// Lists `key` as ready to send (once).
-    fn mark_ready(&mut self, key: &Key) {
-        if self.ready_set.insert(key.clone()) {
-            self.ready.push_back(key.clone());
-        }
-    }
-
-    fn schedule(&mut self, key: &Key, deadline: Instant) {
-        self.seq += 1;
-        let token = self.seq;
-        if let Some(f) = self.slots.get_mut(key).and_then(|s| s.inflight.as_mut()) {
-            f.deadline = deadline;
-            f.token = token;
-            self.deadlines.push(Reverse((deadline, token, key.clone())));
-        }
-        // stale entries of ACKed events are dropped when they surface; bound them anyway
-        if self.deadlines.len() > 2 * self.inflight + 1024 {
-            let live: Vec<Reverse<(Instant, u64, Key)>> = self
-                .slots
-                .iter()
-                .filter_map(|(k, s)| {
-                    s.inflight
-                        .as_ref()
-                        .map(|f| Reverse((f.deadline, f.token, k.clone())))
-                })
-                .collect();
-            self.deadlines = BinaryHeap::from(live);
-        }
-    }
-
-    /// The earliest live resend: (deadline, key). Drops stale heap entries on the way.
-    fn earliest(&mut self) -> Option<(Instant, Key)> {
-        while let Some(Reverse((d, tok, k))) = self.deadlines.peek() {
-            let live = self
-                .slots
-                .get(k)
-                .and_then(|s| s.inflight.as_ref())
-                .is_some_and(|f| f.token == *tok);
-            if live {
-                return Some((*d, k.clone()));
-            }
-            self.deadlines.pop();
-        }
-        None
-    }
-}
-
 /// Counters the queue keeps (exported as metrics by the owner).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct QueueStats {
@@ -248,9 +120,12 @@ pub struct SendQueue {
     max_in_flight: usize,
     backoff: Backoff,
     regenerate: Mutex<Option<Regenerate>>,
-    notify: Notify,
+    notify: Arc<Notify>,
     /// `<prefix>_workqueue_*{queue="<name>-send"}`
     wq: Workqueue,
+    /// the budget shared with other queues beyond the first events in the window, and this
+    /// queue's place in its waiting list
+    budget: Option<(Arc<InFlightBudget>, u64)>,
 }
 
 impl SendQueue {
@@ -261,8 +136,25 @@ impl SendQueue {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             backoff,
             regenerate: Mutex::new(None),
-            notify: Notify::new(),
+            notify: Arc::new(Notify::new()),
             wq: Workqueue::default(),
+            budget: None,
+        }
+    }
+
+    /// Shares `budget` with other queues: events beyond its floor in the window take from it.
+    pub fn with_budget(mut self, budget: Arc<InFlightBudget>) -> Self {
+        let id = budget.next_id();
+        self.budget = Some((budget, id));
+        self
+    }
+
+    /// The window shrank from `was` events: returns what it held of the shared budget.
+    fn left_window(&self, was: usize) {
+        if let Some((b, _)) = &self.budget
+            && was > b.floor()
+        {
+            b.release(1);
         }
     }
 
@@ -435,6 +327,7 @@ impl SendQueue {
                 let ev = f.ev.clone();
                 if left_window {
                     s.window -= 1;
+                    self.left_window(s.window + 1);
                 }
                 // client-go's AddRateLimited: a retry, put back and taken once due
                 self.wq.retry();
@@ -450,9 +343,20 @@ impl SendQueue {
             }
             earliest = Some(d);
         }
-        while s.window < self.max_in_flight
-            && let Some(k) = s.ready.pop_front()
-        {
+        // beyond the floor each event sent takes a unit of the shared budget (taken before the
+        // key is popped; kept for the next key when this one has nothing to send)
+        let mut unit = false;
+        while s.window < self.max_in_flight && !s.ready.is_empty() {
+            if let Some((b, id)) = &self.budget
+                && s.window >= b.floor()
+                && !unit
+            {
+                if !b.try_take(*id, &self.notify) {
+                    break;
+                }
+                unit = true;
+            }
+            let k = s.ready.pop_front().expect("not empty");
             s.ready_set.remove(&k);
             let Some(slot) = s.slots.get_mut(&k) else {
                 continue;
@@ -493,6 +397,9 @@ impl SendQueue {
                 event: ev,
                 attempt: 1,
             });
+        }
+        if unit && let Some((b, _)) = &self.budget {
+            b.release(1);
         }
         Err(earliest)
     }
@@ -549,6 +456,7 @@ impl SendQueue {
         s.inflight -= 1;
         if f.in_window {
             s.window -= 1;
+            self.left_window(s.window + 1);
         }
         drop(s);
         self.notify.notify_one();
@@ -592,6 +500,16 @@ impl SendQueue {
                 self.wq.add();
             }
             self.wq.set_depth(s.pending);
+        }
+    }
+}
+
+impl Drop for SendQueue {
+    /// Returns what the window still holds of the shared budget.
+    fn drop(&mut self) {
+        if let Some((b, _)) = &self.budget {
+            let window = self.state.get_mut().map(|s| s.window).unwrap_or(0);
+            b.release(window.saturating_sub(b.floor()));
         }
     }
 }

@@ -178,6 +178,7 @@ async fn child(role: &str) {
         cfg.namespace = "argocd".into();
         // `BENCH_WINDOW`: the replicas' --max-events-in-flight
         cfg.max_in_flight = env("BENCH_WINDOW", cfg.max_in_flight);
+        cfg.max_in_flight_total = env("BENCH_BUDGET", cfg.max_in_flight_total);
         let aa = ActiveActive::new(
             "argocd-agent-principal",
             "argocd",

@@ -66,11 +66,13 @@ impl Inner {
         }
         // the peer's queue pair `<agent>` (internal/queue/queue.go `Create`): both series exist
         // from now on
-        let queue = Arc::new(
-            SendQueue::new(self.cfg.queue_capacity, self.cfg.backoff)
-                .with_max_in_flight(self.cfg.max_in_flight)
-                .with_workqueue(self.metrics.workqueues.queue(&format!("{name}-send"))),
-        );
+        let queue = SendQueue::new(self.cfg.queue_capacity, self.cfg.backoff)
+            .with_max_in_flight(self.cfg.max_in_flight)
+            .with_workqueue(self.metrics.workqueues.queue(&format!("{name}-send")));
+        let queue = Arc::new(match &self.in_flight_budget {
+            Some(b) => queue.with_budget(b.clone()),
+            None => queue,
+        });
         self.metrics.workqueues.queue(&format!("{name}-recv"));
         let me = Arc::downgrade(self);
         let agent = name.to_string();

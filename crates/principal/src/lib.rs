@@ -62,6 +62,8 @@ struct Inner {
     identity: Regex,
     metrics: Arc<Metrics>,
     agents: Mutex<HashMap<String, Arc<AgentState>>>,
+    /// events in flight shared by the agents' send queues (`--max-events-in-flight-total`)
+    in_flight_budget: Option<Arc<argocd_pull_agent_core::queue::InFlightBudget>>,
     /// hub Applications by namespace and name (kept by the hub watcher), as compact JSON: a
     /// parsed `Value` takes ~5× the bytes, and 100,000 Applications are read only to rebuild a
     /// deferred key's events
@@ -230,6 +232,12 @@ impl Principal {
             identity,
             metrics: metrics.clone(),
             agents: Mutex::new(HashMap::new()),
+            in_flight_budget: (cfg.max_in_flight_total > 0).then(|| {
+                argocd_pull_agent_core::queue::InFlightBudget::new(
+                    cfg.max_in_flight_total,
+                    argocd_pull_agent_core::queue::BUDGET_FLOOR,
+                )
+            }),
             cache: Mutex::new(HashMap::new()),
             projects: Mutex::new(HashMap::new()),
             secrets: Mutex::new(HashMap::new()),
