@@ -179,6 +179,7 @@ async fn child(role: &str) {
         // `BENCH_WINDOW`: the replicas' --max-events-in-flight
         cfg.max_in_flight = env("BENCH_WINDOW", cfg.max_in_flight);
         cfg.max_in_flight_total = env("BENCH_BUDGET", cfg.max_in_flight_total);
+        cfg.concurrency = env("BENCH_CONCURRENCY", cfg.concurrency);
         let aa = ActiveActive::new(
             "argocd-agent-principal",
             "argocd",

@@ -38,12 +38,15 @@ pub(super) fn managed_events(h: &Value) -> Vec<Event> {
 
 impl Inner {
     pub(super) fn agent(&self, name: &str) -> Option<Arc<AgentState>> {
-        self.agents.lock().expect("poisoned").get(name).cloned()
+        self.sessions.get(name)
     }
 
+    /// `name`'s state, made on its first login; a login in another mode resets what it was sent.
     pub(super) fn register(self: &Arc<Self>, name: &str, mode: Mode) -> Arc<AgentState> {
-        let mut g = self.agents.lock().expect("poisoned");
-        if let Some(a) = g.get(name) {
+        let (a, new) = self
+            .sessions
+            .get_or_insert(name, || self.new_agent(name, mode));
+        if !new {
             let mut m = a.mode.lock().expect("poisoned");
             if *m != mode {
                 tracing::info!(
@@ -62,17 +65,17 @@ impl Inner {
                 a.repos.lock().expect("poisoned").clear();
                 a.gpg.lock().expect("poisoned").clear();
             }
-            return a.clone();
         }
+        a
+    }
+
+    fn new_agent(self: &Arc<Self>, name: &str, mode: Mode) -> Arc<AgentState> {
         // the peer's queue pair `<agent>` (internal/queue/queue.go `Create`): both series exist
         // from now on
         let queue = SendQueue::new(self.cfg.queue_capacity, self.cfg.backoff)
             .with_max_in_flight(self.cfg.max_in_flight)
             .with_workqueue(self.metrics.workqueues.queue(&format!("{name}-send")));
-        let queue = Arc::new(match &self.in_flight_budget {
-            Some(b) => queue.with_budget(b.clone()),
-            None => queue,
-        });
+        let queue = Arc::new(self.sessions.budgeted(queue));
         self.metrics.workqueues.queue(&format!("{name}-recv"));
         let me = Arc::downgrade(self);
         let agent = name.to_string();
@@ -82,7 +85,7 @@ impl Inner {
             };
             me.regenerate(&agent, key)
         }));
-        let a = Arc::new(AgentState {
+        Arc::new(AgentState {
             name: name.to_string(),
             mode: Mutex::new(mode),
             queue,
@@ -99,9 +102,7 @@ impl Inner {
             resync_round: Mutex::new(None),
             resync_solicited: AtomicBool::new(false),
             mapped: AtomicBool::new(self.cfg.destination_based_mapping && mode == Mode::Managed),
-        });
-        g.insert(name.to_string(), a.clone());
-        a
+        })
     }
 
     pub(super) fn cached(&self, ns: &str, name: &str) -> Option<Value> {
@@ -110,10 +111,7 @@ impl Inner {
 
     /// The cached hub Application and its wire form (shared bytes).
     pub(super) fn cached_with_wire(&self, ns: &str, name: &str) -> Option<(Value, Arc<[u8]>)> {
-        let b = {
-            let g = self.cache.lock().expect("poisoned");
-            g.get(ns).and_then(|m| m.get(name))?.clone()
-        };
+        let b = self.hub.app(ns, name)?;
         let h = serde_json::from_slice(&b).ok()?;
         Some((h, b))
     }
@@ -145,7 +143,7 @@ impl Inner {
             if mode != Mode::Managed {
                 return vec![];
             }
-            let cur = self.projects.lock().expect("poisoned").get(pname).cloned();
+            let cur = self.hub.project(pname);
             return match cur
                 .and_then(|p| project_for_agent(&p, agent, self.cfg.destination_based_mapping))
             {

@@ -101,7 +101,7 @@ impl Inner {
         }
         if let Some(d) = h["spec"]["destination"].as_object_mut() {
             d.remove("server");
-            d.insert("name".into(), Value::String(self.cluster_name(agent)));
+            d.insert("name".into(), Value::String(self.hub.cluster_name(agent)));
         }
         for k in ["status", "operation"] {
             if let Some(v) = obj.get(k).filter(|v| !v.is_null()) {

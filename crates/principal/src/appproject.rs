@@ -25,6 +25,7 @@ impl Inner {
                 let name = ev.data["name"].as_str().unwrap_or_default().to_string();
                 let checksum = ev.data["checksum"].as_str().unwrap_or_default();
                 let cur = self
+                    .hub
                     .projects
                     .lock()
                     .expect("poisoned")

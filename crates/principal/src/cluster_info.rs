@@ -273,49 +273,26 @@ impl super::Inner {
         if let Some(c) = info.counts {
             tracing::debug!(agent = %a.name, applications = c.applications, apis = c.apis, resources = c.resources, "cluster cache info updated");
         }
-        let changed = self.with_cluster(&a.name, |s| s.apply_info(info));
+        let changed = self.clusters.with(&a.name, |s| s.apply_info(info));
         if changed {
             self.cluster_changed(&a.name);
         }
         Ok(())
     }
 
-    /// Queues `agent`'s cluster info for the writers (Argo CD's cache, the hub).
+    /// Queues `agent`'s cluster info for the writers (Argo CD's cache, the hub), when this
+    /// replica writes for it.
     pub(super) fn cluster_changed(&self, agent: &str) {
-        if !self.writes_for(agent) {
-            return;
-        }
-        for tx in [&self.cluster_changed, &self.status_changed]
-            .into_iter()
-            .flatten()
-        {
-            let _ = tx.send(agent.to_string());
+        if self.writes_for(agent) {
+            self.clusters.queue_changed(agent);
         }
     }
 
     /// Queues `agent` for the hub writer only (its cluster secret changed).
     pub(super) fn status_changed(&self, agent: &str) {
-        if !self.writes_for(agent) {
-            return;
+        if self.writes_for(agent) {
+            self.clusters.queue_status(agent);
         }
-        if let Some(tx) = &self.status_changed {
-            let _ = tx.send(agent.to_string());
-        }
-    }
-
-    /// Runs `f` on `agent`'s cluster state (created from what the hub shows when new).
-    pub(super) fn with_cluster<R>(&self, agent: &str, f: impl FnOnce(&mut ClusterState) -> R) -> R {
-        let mut g = self.clusters.lock().expect("poisoned");
-        if !g.contains_key(agent) {
-            let s = self.initial_cluster_state(agent);
-            g.insert(agent.to_string(), s);
-        }
-        f(g.get_mut(agent).expect("inserted"))
-    }
-
-    /// `agent`'s cluster state, if this principal has one.
-    pub(super) fn cluster_state(&self, agent: &str) -> Option<ClusterState> {
-        self.clusters.lock().expect("poisoned").get(agent).cloned()
     }
 
     /// Writes changed agents' cluster info at once and every agent's every
@@ -340,15 +317,16 @@ impl super::Inner {
                     }
                     None => return,
                 },
-                _ = tick.tick() => self.clusters.lock().expect("poisoned").keys().cloned().collect(),
+                _ = tick.tick() => self.clusters.agents(),
             };
             for n in names {
-                let Some(s) = self.cluster_state(&n) else {
+                let Some(s) = self.clusters.get(&n) else {
                     continue;
                 };
                 let info = s.argocd_cluster_info(&n);
                 let server = self
-                    .cluster_server(&n)
+                    .clusters
+                    .server(&n)
                     .unwrap_or_else(|| w.config().server_url(&n));
                 if let Err(e) = w.write_cluster_info(&server, &info).await {
                     tracing::warn!(agent = %n, error = %format!("{e:#}"), "writing the cluster info to Argo CD's Redis failed; retried at the next change or refresh");

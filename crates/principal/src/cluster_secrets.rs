@@ -49,15 +49,6 @@ fn secret_state(s: &Secret) -> SecretState {
 }
 
 impl super::Inner {
-    /// The server URL Argo CD knows `agent` by (its cluster secret), if any.
-    pub(super) fn cluster_server(&self, agent: &str) -> Option<String> {
-        self.cluster_servers
-            .lock()
-            .expect("poisoned")
-            .get(agent)
-            .cloned()
-    }
-
     /// Follows the cluster secrets; a changed mapping rewrites that agent's cluster info.
     pub(super) async fn watch_cluster_secrets(self: Arc<Self>, client: kube::Client) {
         let api = kube::Api::<Secret>::namespaced(client, &self.cfg.namespace);
@@ -83,13 +74,14 @@ impl super::Inner {
                     vec![]
                 }
                 Ok(W::InitDone) => {
-                    *self.hub_secrets.lock().expect("poisoned") = std::mem::take(&mut init_states);
-                    self.secrets_synced.send_replace(true);
+                    *self.clusters.secrets.lock().expect("poisoned") =
+                        std::mem::take(&mut init_states);
+                    self.clusters.secrets_synced.send_replace(true);
                     // what a secret shows is compared with what this principal knows
-                    for a in self.clusters.lock().expect("poisoned").keys() {
-                        self.status_changed(a);
+                    for a in self.clusters.agents() {
+                        self.status_changed(&a);
                     }
-                    let mut m = self.cluster_servers.lock().expect("poisoned");
+                    let mut m = self.clusters.servers.lock().expect("poisoned");
                     let mut changed: Vec<String> = init
                         .iter()
                         .filter(|(a, s)| m.get(*a) != Some(*s))
@@ -104,7 +96,8 @@ impl super::Inner {
                         names.insert(s.metadata.name.clone().unwrap_or_default(), a.clone());
                         let st = secret_state(&s);
                         let old_state = self
-                            .hub_secrets
+                            .clusters
+                            .secrets
                             .lock()
                             .expect("poisoned")
                             .insert(a.clone(), st.clone());
@@ -112,7 +105,8 @@ impl super::Inner {
                             self.status_changed(&a);
                         }
                         let old = self
-                            .cluster_servers
+                            .clusters
+                            .servers
                             .lock()
                             .expect("poisoned")
                             .insert(a.clone(), server.clone());
@@ -128,8 +122,8 @@ impl super::Inner {
                     let name = s.metadata.name.clone().unwrap_or_default();
                     match names.remove(&name) {
                         Some(a) => {
-                            self.cluster_servers.lock().expect("poisoned").remove(&a);
-                            self.hub_secrets.lock().expect("poisoned").remove(&a);
+                            self.clusters.servers.lock().expect("poisoned").remove(&a);
+                            self.clusters.secrets.lock().expect("poisoned").remove(&a);
                             vec![a]
                         }
                         None => vec![],
@@ -141,7 +135,7 @@ impl super::Inner {
                 }
             };
             for a in changed {
-                tracing::info!(agent = %a, server = ?self.cluster_server(&a), "cluster secret mapping changed");
+                tracing::info!(agent = %a, server = ?self.clusters.server(&a), "cluster secret mapping changed");
                 self.cluster_changed(&a);
             }
         }

@@ -21,7 +21,7 @@ use argocd_pull_agent_core::Mode;
 use argocd_pull_agent_core::agent_status::{self, AgentStatus, AppMapping, Connection};
 
 use super::Inner;
-use super::cluster_info::{ClusterState, Stream};
+use super::cluster_info::Stream;
 
 /// The HTTP/2 keepalive timeout for a heartbeat interval: a third of it, between 1 s and 10 s
 /// (10 s at the default 30 s, as before the interval became a flag).
@@ -43,23 +43,20 @@ pub fn drop_reason(end: &argocd_pull_agent_core::session::SessionEnd) -> String 
 }
 
 impl Inner {
+    /// Drops an agent's stream (it may log in again, subject to the blocklist): requests, log
+    /// streams and terminals waiting on it end now, not at a timeout.
+    pub(super) fn disconnect(&self, agent: &str) -> bool {
+        if !self.sessions.end_stream(agent) {
+            return false;
+        }
+        self.relays.agent_gone(agent);
+        self.metrics.agent_disconnected(agent);
+        true
+    }
+
     /// How long a dropped stream may stay down before the agent is shown `Failed`.
     pub(super) fn disconnect_grace(&self) -> Duration {
         self.cfg.heartbeat / 2
-    }
-
-    /// What a principal published on the hub about `agent`, if anything.
-    pub(super) fn published(&self, agent: &str) -> Option<AgentStatus> {
-        let g = self.hub_secrets.lock().expect("poisoned");
-        AgentStatus::from_annotations(&g.get(agent)?.annotations)
-    }
-
-    /// The state an agent new to this process starts from: what the hub shows, else nothing
-    /// known.
-    pub(super) fn initial_cluster_state(&self, agent: &str) -> ClusterState {
-        self.published(agent)
-            .map(|p| ClusterState::from_published(&p))
-            .unwrap_or_default()
     }
 
     /// An agent logged in: its mode, which hub Applications are its, and its version as the
@@ -69,7 +66,7 @@ impl Inner {
             true => AppMapping::Destination,
             false => AppMapping::Namespace,
         };
-        let changed = self.with_cluster(agent, |s| {
+        let changed = self.clusters.with(agent, |s| {
             let before = s.clone();
             s.mode = Some(mode);
             s.mapping = Some(mapping);
@@ -86,7 +83,7 @@ impl Inner {
 
     /// `agent`'s stream is up.
     pub(super) fn stream_up(&self, agent: &str) {
-        self.with_cluster(agent, |s| {
+        self.clusters.with(agent, |s| {
             s.stream = Stream::Up;
             if !s.connected {
                 s.connected = true;
@@ -102,7 +99,7 @@ impl Inner {
     /// `agent`'s (current) stream ended for `why`: `Failed` after the grace period unless it is
     /// back by then.
     pub(super) fn stream_down(self: &Arc<Self>, agent: &str, why: String) {
-        let epoch = self.with_cluster(agent, |s| {
+        let epoch = self.clusters.with(agent, |s| {
             s.drops += 1;
             s.stream = Stream::Down {
                 since: jiff::Timestamp::now(),
@@ -125,7 +122,7 @@ impl Inner {
     }
 
     fn grace_expired(&self, agent: &str, epoch: u64) {
-        let changed = self.with_cluster(agent, |s| match &s.stream {
+        let changed = self.clusters.with(agent, |s| match &s.stream {
             Stream::Down {
                 since,
                 why,
@@ -155,7 +152,8 @@ impl Inner {
     /// since `since` are shown `Failed`.
     pub(super) fn sweep_unconnected(&self, since: jiff::Timestamp, select: impl Fn(&str) -> bool) {
         let shown: Vec<String> = self
-            .hub_secrets
+            .clusters
+            .secrets
             .lock()
             .expect("poisoned")
             .iter()
@@ -167,7 +165,7 @@ impl Inner {
             .map(|(a, _)| a.clone())
             .collect();
         for agent in shown {
-            let changed = self.with_cluster(&agent, |s| {
+            let changed = self.clusters.with(&agent, |s| {
                 if s.stream == Stream::Up || !s.connected {
                     return false;
                 }
@@ -193,10 +191,9 @@ impl Inner {
     /// range is published once two samples in a row agree).
     pub(super) fn sample_queues(&self) -> Vec<String> {
         let depths: Vec<(String, usize)> = self
-            .agents
-            .lock()
-            .expect("poisoned")
-            .values()
+            .sessions
+            .all()
+            .iter()
             .map(|a| {
                 let q = a.queue.stats();
                 (a.name.clone(), q.pending + q.inflight + q.deferred)
@@ -205,7 +202,7 @@ impl Inner {
         let mut changed = Vec::new();
         for (agent, depth) in depths {
             let r = agent_status::queue_range(depth);
-            let c = self.with_cluster(&agent, |s| {
+            let c = self.clusters.with(&agent, |s| {
                 let stable = s.sampled == r;
                 s.sampled = r;
                 if stable && s.queued != r {

@@ -20,7 +20,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use super::Inner;
-use super::owners::Owner;
+use super::router::Remote;
 use argocd_pull_agent_core::proto::authapi::{self, authentication_client::AuthenticationClient};
 use argocd_pull_agent_core::proto::eventstreamapi::{self, event_stream_client::EventStreamClient};
 use argocd_pull_agent_core::proto::logstreamapi::{
@@ -48,53 +48,25 @@ type Out<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 impl Inner {
     /// The one routing rule of every forwarded path (gRPC calls, resource-proxy requests, Redis
-    /// commands): `None` when this replica serves `agent`, else the owner's replica port; `Err`
-    /// says why nobody can take it now. `forwarded`: it came over the replica link, and a
-    /// forwarded call is never forwarded again.
-    pub(super) async fn owner_addr(
+    /// commands, logs, the terminal): `None` when this replica serves `agent` (always without
+    /// active/active), else its owner; `Err` says why nobody can take it now. `forwarded`: it
+    /// came over the replica link, and a forwarded call is never forwarded again.
+    pub(super) async fn owner(
         &self,
         agent: &str,
         forwarded: bool,
-    ) -> Result<Option<std::net::SocketAddr>, String> {
-        let Some(owners) = &self.owners else {
-            return Ok(None);
-        };
-        let mut owner = owners.wait_owner(agent).await;
-        // an owner that refused its last connection (gone without releasing its shards): wait
-        // for its shards to be taken rather than fail every call until then
-        if let (Owner::Replica { addr, .. }, Some(links)) = (&owner, &self.links)
-            && links.is_down(*addr)
-        {
-            owner = owners.wait_owner_other_than(agent, &owner).await;
-        }
-        match owner {
-            Owner::Me => Ok(None),
-            Owner::Replica { identity, .. } if forwarded => Err(format!(
-                "this principal replica no longer serves agent {agent:?} (replica {identity} does): retry"
-            )),
-            Owner::Replica { addr, identity } => {
-                tracing::debug!(agent, owner = %identity, "forwarding to the replica serving the agent");
-                Ok(Some(addr))
-            }
-            Owner::Nobody(shard) => Err(format!(
-                "no principal replica holds shard {shard} of agent {agent:?} yet (a replica left or is starting): retry"
-            )),
-            Owner::Loading(shard) => Err(format!(
-                "this principal replica took shard {shard} of agent {agent:?} and is still reading its hub Applications: retry"
-            )),
+    ) -> Result<Option<Remote<'_>>, String> {
+        match &self.router {
+            Some(r) => r.owner(agent, forwarded).await,
+            None => Ok(None),
         }
     }
 
     /// Where `agent`'s gRPC call goes; `forwarded`: the call came over the replica link.
     pub(super) async fn route_call(&self, agent: &str, forwarded: bool) -> Result<Via, Status> {
-        Ok(match self.owner_addr(agent, forwarded).await {
+        Ok(match self.owner(agent, forwarded).await {
             Ok(None) => Via::Here,
-            Ok(Some(addr)) => Via::Owner(
-                self.links
-                    .as_ref()
-                    .expect("links with owners")
-                    .channel(addr),
-            ),
+            Ok(Some(owner)) => Via::Owner(owner.channel()),
             Err(why) => return Err(Status::unavailable(why)),
         })
     }
@@ -130,19 +102,18 @@ impl Inner {
         before: &BTreeSet<ShardId>,
         now: &BTreeSet<ShardId>,
     ) {
-        let Some(owners) = &self.owners else { return };
+        let Some(router) = &self.router else { return };
         self.metrics.ha.shards.held(now.len());
         if before.is_empty() && now.is_empty() {
             return;
         }
         self.metrics.ha.shards.rebalanced();
         let gone: Vec<String> = self
-            .agents
-            .lock()
-            .expect("poisoned")
-            .keys()
-            .filter(|a| !now.contains(&owners.shard(a)))
-            .cloned()
+            .sessions
+            .all()
+            .into_iter()
+            .map(|a| a.name.clone())
+            .filter(|a| !now.contains(&router.owners.shard(a)))
             .collect();
         for agent in &gone {
             self.forget(agent);
@@ -160,9 +131,9 @@ impl Inner {
             tokio::spawn(async move {
                 tokio::time::sleep(me.cfg.heartbeat * 2).await;
                 me.sweep_unconnected(since, |a| {
-                    me.owners
+                    me.router
                         .as_ref()
-                        .is_some_and(|o| taken.contains(&o.shard(a)) && o.owns(a))
+                        .is_some_and(|r| taken.contains(&r.owners.shard(a)) && r.owns(a))
                 });
             });
         }
@@ -172,18 +143,14 @@ impl Inner {
     /// disconnected: its new owner shows its state.
     fn forget(&self, agent: &str) {
         self.disconnect(agent);
-        self.agents.lock().expect("poisoned").remove(agent);
-        self.clusters.lock().expect("poisoned").remove(agent);
-        self.agent_namespaces
-            .lock()
-            .expect("poisoned")
-            .remove(agent);
+        self.sessions.remove(agent);
+        self.clusters.remove(agent);
     }
 
     /// Whether this replica writes for `agent` (its cluster info and state): always, unless
     /// another replica serves it.
     pub(super) fn writes_for(&self, agent: &str) -> bool {
-        self.owners.as_ref().is_none_or(|o| o.owns(agent))
+        self.router.as_ref().is_none_or(|r| r.owns(agent))
     }
 }
 

@@ -5,7 +5,6 @@
 //! HTTP/1.1 connection of its own, spliced once both sides have switched protocols.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -19,6 +18,7 @@ use tower::ServiceExt;
 use super::Inner;
 use super::forward::FORWARDED_AGENT;
 use super::resource_proxy::reply::{Resp, failure};
+use super::router::Remote;
 
 /// Headers of one connection that never travel on to another (RFC 9110 §7.6.1; HTTP/2 refuses
 /// them).
@@ -39,17 +39,17 @@ impl Inner {
         &self,
         agent: &str,
         forwarded: bool,
-    ) -> Result<Option<SocketAddr>, Resp> {
-        self.owner_addr(agent, forwarded)
+    ) -> Result<Option<Remote<'_>>, Resp> {
+        self.owner(agent, forwarded)
             .await
             .map_err(|why| failure(503, &why))
     }
 }
 
-/// Forwards `req` for `agent` to the replica at `addr` and returns its answer.
+/// Forwards `req` for `agent` to its owner and returns the owner's answer.
 pub(super) async fn resource(
     inner: &Arc<Inner>,
-    addr: SocketAddr,
+    owner: Remote<'_>,
     agent: &str,
     req: Request<Incoming>,
 ) -> Resp {
@@ -64,11 +64,11 @@ pub(super) async fn resource(
         .shards
         .forwarded(if upgrade { "exec" } else { "resource" });
     let result = match upgrade {
-        true => upgraded(inner, addr, agent, req).await,
-        false => plain(inner, addr, agent, req).await,
+        true => upgraded(&owner, agent, req).await,
+        false => plain(&owner, agent, req).await,
     };
     result.unwrap_or_else(|e| {
-        tracing::warn!(agent, owner = %addr, error = %format!("{e:#}"), "forwarding a resource-proxy request failed");
+        tracing::warn!(agent, owner = %owner.addr, error = %format!("{e:#}"), "forwarding a resource-proxy request failed");
         failure(
             502,
             &format!("the principal replica serving agent {agent:?} could not be reached: {e:#}"),
@@ -102,12 +102,7 @@ where
     ))
 }
 
-async fn plain(
-    inner: &Arc<Inner>,
-    addr: SocketAddr,
-    agent: &str,
-    req: Request<Incoming>,
-) -> anyhow::Result<Resp> {
+async fn plain(owner: &Remote<'_>, agent: &str, req: Request<Incoming>) -> anyhow::Result<Resp> {
     let (mut parts, body) = req.into_parts();
     let pq = parts
         .uri
@@ -115,17 +110,13 @@ async fn plain(
         .map(|p| p.as_str())
         .unwrap_or("/")
         .to_string();
-    parts.uri = format!("http://{addr}{pq}").parse()?;
+    parts.uri = format!("http://{}{pq}", owner.addr).parse()?;
     parts.version = http::Version::HTTP_2;
     for h in HOP_BY_HOP {
         parts.headers.remove(h);
     }
     onward_headers(&mut parts.headers, agent)?;
-    let channel = inner
-        .links
-        .as_ref()
-        .expect("links with owners")
-        .channel(addr);
+    let channel = owner.channel();
     let resp = channel
         .oneshot(Request::from_parts(parts, tonic::body::Body::new(body)))
         .await?;
@@ -134,18 +125,12 @@ async fn plain(
 }
 
 async fn upgraded(
-    inner: &Arc<Inner>,
-    addr: SocketAddr,
+    owner: &Remote<'_>,
     agent: &str,
     mut req: Request<Incoming>,
 ) -> anyhow::Result<Resp> {
     let down = hyper::upgrade::on(&mut req);
-    let io = inner
-        .links
-        .as_ref()
-        .expect("links with owners")
-        .connect_http1(addr)
-        .await?;
+    let io = owner.connect_http1().await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
     tokio::spawn(async move {
         let _ = conn.with_upgrades().await;

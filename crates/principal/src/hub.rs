@@ -25,11 +25,13 @@ impl Inner {
     pub(super) async fn watch_hub(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
         let mut ready = Some(ready);
         // active/active: the shards held, at every change
-        let mut held = self.owners.as_ref().map(|o| o.owned());
+        let mut held = self.router.as_ref().map(|r| r.owners.owned());
         loop {
             // the shards whose Applications the cache keeps (all without active/active)
-            let mut shards = match (&self.owners, held.as_mut()) {
-                (Some(o), Some(h)) => Some(Shards::new(o.count(), h.borrow_and_update().clone())),
+            let mut shards = match (&self.router, held.as_mut()) {
+                (Some(r), Some(h)) => {
+                    Some(Shards::new(r.owners.count(), h.borrow_and_update().clone()))
+                }
                 _ => None,
             };
             self.watch_hub_once(&mut ready, shards.as_mut(), held.as_mut())
@@ -101,7 +103,8 @@ impl Inner {
                     let ns = o::namespace(&h).to_string();
                     let enc = super::state::compact(&h);
                     let known = self
-                        .cache
+                        .hub
+                        .apps
                         .lock()
                         .expect("poisoned")
                         .entry(ns.clone())
@@ -119,7 +122,7 @@ impl Inner {
                     if let Some(sh) = shards.as_deref_mut() {
                         sh.deleted(&ns, o::name(&h));
                     }
-                    if let Some(m) = self.cache.lock().expect("poisoned").get_mut(&ns)
+                    if let Some(m) = self.hub.apps.lock().expect("poisoned").get_mut(&ns)
                         && m.remove(o::name(&h)).is_some()
                     {
                         self.metrics.ha.shards.cached_add(-1);
@@ -145,7 +148,7 @@ impl Inner {
             .flat_map(|(ns, m)| m.keys().map(|n| (ns.clone(), n.clone())))
             .collect();
         self.metrics.ha.shards.cached(keys.len());
-        let old = std::mem::replace(&mut *self.cache.lock().expect("poisoned"), by_ns);
+        let old = std::mem::replace(&mut *self.hub.apps.lock().expect("poisoned"), by_ns);
         if let Some(sh) = shards {
             self.publish_loaded(sh);
         }
@@ -158,7 +161,7 @@ impl Inner {
         }
         let mut gone = Vec::new();
         {
-            let cache = self.cache.lock().expect("poisoned");
+            let cache = self.hub.apps.lock().expect("poisoned");
             for (ns, objs) in old {
                 for (name, b) in objs {
                     if cache.get(&ns).is_none_or(|m| !m.contains_key(&name))

@@ -100,7 +100,7 @@ impl Inner {
             if let Some(f) = &mut sh.fill {
                 f.shards.retain(|k| now.contains(k));
             }
-            let mut cache = self.cache.lock().expect("poisoned");
+            let mut cache = self.hub.apps.lock().expect("poisoned");
             cache.retain(|ns, _| !lost.contains(&shard_of(ns, sh.count)));
             self.metrics
                 .ha
@@ -131,8 +131,8 @@ impl Inner {
     }
 
     pub(super) fn publish_loaded(&self, sh: &Shards) {
-        if let Some(o) = &self.owners {
-            o.set_loaded(sh.loaded());
+        if let Some(r) = &self.router {
+            r.owners.set_loaded(sh.loaded());
         }
     }
 
@@ -182,7 +182,7 @@ impl Inner {
     /// A complete fill: what the list found goes into the cache (see [`merge`]).
     fn fill_done(&self, f: Fill) {
         let added = merge(
-            &mut self.cache.lock().expect("poisoned"),
+            &mut self.hub.apps.lock().expect("poisoned"),
             f.found,
             &f.deleted,
         );

@@ -23,13 +23,16 @@ impl Principal {
 
     /// Redis-proxy requests waiting for an agent's answer, and open Argo CD connections.
     pub fn redis_proxy_load(&self) -> (usize, usize) {
-        (self.inner.redis.pending(), self.inner.redis.connections())
+        (
+            self.inner.relays.redis.pending(),
+            self.inner.relays.redis.connections(),
+        )
     }
 
     /// Argo CD's `ClusterInfo` for `agent` (connection state and cache counts), as the peer
     /// writes it to Argo CD's cache; `None` for an agent never seen.
     pub fn cluster_info(&self, agent: &str) -> Option<Value> {
-        let s = self.inner.cluster_state(agent)?;
+        let s = self.inner.clusters.get(agent)?;
         Some(s.argocd_cluster_info(agent))
     }
 
@@ -39,17 +42,20 @@ impl Principal {
         &self,
         agent: &str,
     ) -> Option<argocd_pull_agent_core::agent_status::AgentStatus> {
-        Some(self.inner.cluster_state(agent)?.status(agent))
+        Some(self.inner.clusters.get(agent)?.status(agent))
     }
 
     /// Resource-proxy requests waiting for an agent's answer.
     pub fn pending_resource_requests(&self) -> usize {
-        self.inner.pending.len()
+        self.inner.relays.requests.len()
     }
 
     /// Container-log requests and web-terminal sessions in flight.
     pub fn log_and_terminal_sessions(&self) -> (usize, usize) {
-        (self.inner.logs.len(), self.inner.terminals.len())
+        (
+            self.inner.relays.logs.len(),
+            self.inner.relays.terminals.len(),
+        )
     }
 
     pub fn metrics(&self) -> Arc<Metrics> {
@@ -58,20 +64,12 @@ impl Principal {
 
     /// Agents with a live stream.
     pub fn connected_agents(&self) -> Vec<String> {
-        let g = self.inner.agents.lock().expect("poisoned");
-        let mut v: Vec<String> = g
-            .values()
-            .filter(|a| a.connected.load(Ordering::Relaxed))
-            .map(|a| a.name.clone())
-            .collect();
-        v.sort();
-        v
+        self.inner.sessions.connected()
     }
 
     /// Whether an agent's send queue is empty (everything ACKed).
     pub fn agent_idle(&self, agent: &str) -> bool {
-        let g = self.inner.agents.lock().expect("poisoned");
-        g.get(agent).is_none_or(|a| a.queue.is_idle())
+        self.inner.agent(agent).is_none_or(|a| a.queue.is_idle())
     }
 
     /// One line about an agent's state here (for diagnostics: benchmarks, support).

@@ -5,12 +5,14 @@ mod application;
 mod appproject;
 pub mod cluster_info;
 pub mod cluster_secrets;
+mod clusters;
 mod config;
 pub mod connection;
 pub mod forward;
 mod forward_http;
 pub mod ha;
 mod hub;
+mod hub_index;
 mod hub_shards;
 pub mod identity;
 mod inspect;
@@ -20,14 +22,17 @@ mod namespace_watch;
 pub mod owners;
 pub mod redis_proxy;
 mod registration;
+mod relays;
 mod replica_link;
 mod replica_port;
 mod repository;
 pub mod resource_proxy;
 mod resync;
 mod resync_limit;
+mod router;
 mod routing;
 mod server;
+mod sessions;
 mod state;
 mod status_writer;
 mod terminal;
@@ -37,15 +42,13 @@ pub use redis_proxy::RedisProxyConfig;
 pub use registration::{LABEL_SELF_REGISTERED, SelfRegistration};
 pub use resource_proxy::ResourceProxyConfig;
 use server::Svc;
-use state::{AgentState, HubCache, View};
+use state::{AgentState, View};
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use regex::Regex;
-use serde_json::Value;
 use tokio_stream::wrappers::ReceiverStream;
 
 use argocd_pull_agent_core::auth::TokenIssuer;
@@ -61,52 +64,18 @@ struct Inner {
     tokens: TokenIssuer,
     identity: Regex,
     metrics: Arc<Metrics>,
-    agents: Mutex<HashMap<String, Arc<AgentState>>>,
-    /// events in flight shared by the agents' send queues (`--max-events-in-flight-total`)
-    in_flight_budget: Option<Arc<argocd_pull_agent_core::queue::InFlightBudget>>,
-    /// hub Applications by namespace and name (kept by the hub watcher), as compact JSON: a
-    /// parsed `Value` takes ~5× the bytes, and 100,000 Applications are read only to rebuild a
-    /// deferred key's events
-    cache: Mutex<HubCache>,
-    /// hub AppProjects in the principal's namespace by name (kept by the project watcher)
-    projects: Mutex<HashMap<String, Value>>,
-    /// resource-proxy requests waiting for their agent's answer
-    pending: resource_proxy::Pending,
-    /// container-log requests and web-terminal sessions (logs.rs, terminal.rs)
-    logs: logs::LogSessions,
-    terminals: terminal::TerminalSessions,
-    /// Redis-proxy requests waiting for their agent, and Argo CD's connections
-    redis: redis_proxy::Tracker,
-    /// agents whose cluster info changed, for the Argo CD cache writer
-    cluster_changed: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-    /// ... and for the hub writer (`--publish-agent-status`)
-    status_changed: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-    /// connection state, versions and cache counts of each agent (what Argo CD and the hub show)
-    clusters: Mutex<HashMap<String, cluster_info::ClusterState>>,
-    /// what each agent's cluster secret shows of it (kept by the cluster-secret watch)
-    hub_secrets: Mutex<HashMap<String, argocd_pull_agent_core::agent_status::SecretState>>,
-    /// the cluster-secret watch has its first list
-    secrets_synced: tokio::sync::watch::Sender<bool>,
+    /// the agents this principal serves: their state, queues and sessions
+    sessions: sessions::Sessions,
+    /// what it knows of the hub, kept by its watches
+    hub: hub_index::HubIndex,
+    /// what Argo CD and the hub show of each agent, and the writers' queues
+    clusters: clusters::Clusters,
+    /// what waits on an agent's answer (resource proxy, logs, terminal, Redis)
+    relays: relays::Relays,
+    /// active/active replicas: who serves each agent (`None`: this principal serves every agent)
+    router: Option<router::Router>,
     /// when this principal started (agents the hub shows connected must reconnect after it)
     started_at: jiff::Timestamp,
-    /// agent → server URL from Argo CD cluster secrets
-    cluster_servers: Mutex<HashMap<String, String>>,
-    /// hub Secrets of the principal's namespace that matter to agents, by name: repository /
-    /// repo-creds Secrets and agent cluster secrets (see `argocd_pull_agent_core::repository::is_watched`)
-    secrets: Mutex<HashMap<String, Value>>,
-    /// the GPG keys ConfigMap of the principal's namespace (at most one entry)
-    gpg: Mutex<HashMap<String, Value>>,
-    /// blocked client certificates (ConfigMap `argocd-agent-tls-blocklist`)
-    blocklist: argocd_pull_agent_core::blocklist::Blocklist,
-    /// each agent's own namespace, from its `AuthRequest.agentNamespace` (peer:
-    /// `setAgentNamespace`)
-    agent_namespaces: Mutex<HashMap<String, String>>,
-    /// destination-based mapping: the agent each hub Application was routed to
-    routes: Mutex<mapping::Routes>,
-    /// active/active replicas: who serves each agent (`None`: this principal serves every agent)
-    owners: Option<owners::Owners>,
-    /// ... and the connections to the other replicas
-    links: Option<replica_link::Links>,
     /// cancelled when the principal stops: the event streams it serves or forwards end with
     /// [`argocd_pull_agent_core::session::stopping_status`]
     stopping: argocd_pull_ops::CancellationToken,
@@ -225,49 +194,32 @@ impl Principal {
             }
             None => (None, None),
         };
+        let router = match (owners, links) {
+            (Some(o), Some(l)) => Some(router::Router::new(o, l)),
+            _ => None,
+        };
         let inner = Arc::new(Inner {
             cfg: cfg.clone(),
             store,
             tokens,
             identity,
             metrics: metrics.clone(),
-            agents: Mutex::new(HashMap::new()),
-            in_flight_budget: (cfg.max_in_flight_total > 0).then(|| {
-                argocd_pull_agent_core::queue::InFlightBudget::new(
-                    cfg.max_in_flight_total,
-                    argocd_pull_agent_core::queue::BUDGET_FLOOR,
-                )
-            }),
-            cache: Mutex::new(HashMap::new()),
-            projects: Mutex::new(HashMap::new()),
-            secrets: Mutex::new(HashMap::new()),
-            gpg: Mutex::new(HashMap::new()),
-            blocklist: Default::default(),
-            pending: Default::default(),
-            logs: Default::default(),
-            terminals: Default::default(),
-            redis: Default::default(),
-            cluster_changed: cluster_tx,
-            status_changed: status_tx,
-            clusters: Mutex::new(HashMap::new()),
-            hub_secrets: Mutex::new(HashMap::new()),
-            secrets_synced: tokio::sync::watch::channel(false).0,
+            sessions: sessions::Sessions::new(cfg.max_in_flight_total),
+            hub: Default::default(),
+            clusters: clusters::Clusters::new(cluster_tx, status_tx),
+            relays: Default::default(),
+            router,
             started_at: jiff::Timestamp::now(),
-            cluster_servers: Mutex::new(HashMap::new()),
-            agent_namespaces: Mutex::new(HashMap::new()),
-            routes: Mutex::new(Default::default()),
-            owners,
-            links,
             stopping: Default::default(),
         });
-        let mut secrets_synced = inner.secrets_synced.subscribe();
+        let mut secrets_synced = inner.clusters.secrets_synced.subscribe();
         if let Some(c) = cfg.cluster_secrets.clone() {
             let w = inner.clone();
             tasks_pre.push(tokio::spawn(
                 async move { w.watch_cluster_secrets(c.0).await },
             ));
         } else {
-            inner.secrets_synced.send_replace(true);
+            inner.clusters.secrets_synced.send_replace(true);
         }
         if let (Some(client), Some(rx)) = (publish, status_rx) {
             let w = inner.clone();
@@ -398,9 +350,9 @@ impl Principal {
             }
             None => None,
         };
-        if let Some(o) = &inner.owners {
+        if let Some(r) = &inner.router {
             let w = inner.clone();
-            let mut owned = o.owned();
+            let mut owned = r.owners.owned();
             tasks.push(tokio::spawn(async move {
                 let mut before = std::collections::BTreeSet::new();
                 loop {
@@ -463,9 +415,9 @@ impl Principal {
             );
         };
         let cfg = server_tls(&self.inner.cfg, m)?;
-        if let (Some(rtx), Some(links)) = (&self.replica_tls, &self.inner.links) {
+        if let (Some(rtx), Some(router)) = (&self.replica_tls, &self.inner.router) {
             rtx.send_replace(Arc::new(replica_link::server_config(m)?));
-            links.reload(m)?;
+            router.reload(m)?;
         }
         tx.send_replace(Arc::new(cfg));
         tracing::info!("principal TLS certificate and client CA bundle reloaded");
@@ -480,11 +432,7 @@ impl Principal {
         if let Some(s) = self.shutdown.take() {
             let _ = s.send(());
         }
-        for a in self.inner.agents.lock().expect("poisoned").values() {
-            if let Some((_, h)) = a.session.lock().expect("poisoned").take() {
-                h.abort();
-            }
-        }
+        self.inner.sessions.abort_all();
         // the server drains its connections (their last status sent), within a bound
         if let Some(mut server) = self.server.take()
             && tokio::time::timeout(DRAIN, &mut server).await.is_err()
@@ -506,12 +454,6 @@ impl Drop for Principal {
         for t in self.tasks.iter().chain(&self.server) {
             t.abort();
         }
-        if let Ok(g) = self.inner.agents.lock() {
-            for a in g.values() {
-                if let Some((_, h)) = a.session.lock().expect("poisoned").take() {
-                    h.abort();
-                }
-            }
-        }
+        self.inner.sessions.abort_all();
     }
 }

@@ -152,9 +152,9 @@ pub(super) async fn serve(
     let req = ContainerLogRequest::from_params(&uuid, &params.namespace, &params.name, query);
     let follow = req.follow;
     let timestamps = req.timestamps;
-    let (keep, mut rx, registration) = inner.logs.register(&uuid, agent);
+    let (keep, mut rx, registration) = inner.relays.logs.register(&uuid, agent);
     // the agent's stream ending (disconnect) drops this waiter at once
-    let (mut gone, pending) = inner.pending.register(&uuid, agent);
+    let (mut gone, pending) = inner.relays.requests.register(&uuid, agent);
     tracing::info!(agent, uuid, namespace = %req.namespace, pod = %req.pod_name, follow, "proxying pod log request");
     outbox.send(req.to_event(SOURCE, method)).await;
 
@@ -294,7 +294,7 @@ impl LogStreamService for Svc {
             };
             if tx.is_none() {
                 uuid = msg.request_uuid.clone();
-                tx = Some(self.inner.logs.sender(&uuid, &agent)?);
+                tx = Some(self.inner.relays.logs.sender(&uuid, &agent)?);
                 tracing::info!(agent, uuid, "LogStream started");
             }
             let t = tx.as_ref().expect("set above");

@@ -41,7 +41,7 @@ fn watch_span(kind: Kind, op: &'static str, obj: &Value) -> tracing::Span {
 
 impl Inner {
     pub(super) async fn watch_projects(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
-        self.watch_by_name(Kind::AppProject, |_| true, |i| &i.projects, ready)
+        self.watch_by_name(Kind::AppProject, |_| true, |i| &i.hub.projects, ready)
             .await
     }
 
@@ -50,7 +50,7 @@ impl Inner {
         self.watch_by_name(
             Kind::Secret,
             argocd_pull_agent_core::repository::is_watched,
-            |i| &i.secrets,
+            |i| &i.hub.secrets,
             ready,
         )
         .await
@@ -85,7 +85,7 @@ impl Inner {
                     }
                 };
                 let n = fps.len();
-                for agent in self.blocklist.replace(fps) {
+                for agent in self.hub.blocklist.replace(fps) {
                     if self.disconnect(&agent) {
                         tracing::info!(
                             agent,
@@ -102,46 +102,15 @@ impl Inner {
         }
     }
 
-    /// Drops an agent's stream (it may log in again, subject to the blocklist).
-    pub(super) fn disconnect(&self, agent: &str) -> bool {
-        let Some(a) = self.agent(agent) else {
-            return false;
-        };
-        let Some((_, h)) = a.session.lock().expect("poisoned").take() else {
-            return false;
-        };
-        h.abort();
-        a.connected
-            .store(false, std::sync::atomic::Ordering::SeqCst);
-        // requests, log streams and terminals waiting on this agent end now, not at a timeout
-        self.pending.fail_agent(agent);
-        self.redis.agent_gone(agent);
-        self.metrics.agent_disconnected(agent);
-        true
-    }
-
     /// The GPG keys ConfigMap of the principal's namespace.
     pub(super) async fn watch_gpg(self: Arc<Self>, ready: tokio::sync::oneshot::Sender<()>) {
         self.watch_by_name(
             Kind::ConfigMap,
             |c| argocd_pull_agent_core::repository::DataKind::GpgKey.selects(c),
-            |i| &i.gpg,
+            |i| &i.hub.gpg,
             ready,
         )
         .await
-    }
-
-    /// The Argo CD cluster an agent is mapped to: `data.name` of the cluster secret labelled
-    /// with the agent's name (peer: internal/argocd/cluster `Manager.Mapping`); the agent's own
-    /// name when there is none (the name `argocd-agentctl agent create` gives the cluster).
-    pub(super) fn cluster_name(&self, agent: &str) -> String {
-        self.secrets
-            .lock()
-            .expect("poisoned")
-            .values()
-            .find(|s| argocd_pull_agent_core::repository::cluster_agent(s) == Some(agent))
-            .and_then(argocd_pull_agent_core::repository::cluster_name)
-            .unwrap_or_else(|| agent.to_string())
     }
 
     /// Keeps `map(self)` (name -> object) equal to the `kind` objects of the principal's namespace
@@ -234,14 +203,7 @@ impl Inner {
     }
 
     pub(super) fn sync_projects_all(&self) {
-        let agents: Vec<Arc<AgentState>> = self
-            .agents
-            .lock()
-            .expect("poisoned")
-            .values()
-            .cloned()
-            .collect();
-        for a in agents {
+        for a in self.sessions.all() {
             self.sync_projects(&a);
         }
     }
@@ -253,6 +215,7 @@ impl Inner {
             return;
         }
         let want: Vec<Value> = self
+            .hub
             .projects
             .lock()
             .expect("poisoned")

@@ -27,8 +27,9 @@ impl Inner {
     fn data_for(&self, agent: &str, dk: DataKind) -> Vec<Value> {
         match dk {
             DataKind::Repository => {
-                let projects = self.projects.lock().expect("poisoned");
-                self.secrets
+                let projects = self.hub.projects.lock().expect("poisoned");
+                self.hub
+                    .secrets
                     .lock()
                     .expect("poisoned")
                     .values()
@@ -49,6 +50,7 @@ impl Inner {
                     .collect()
             }
             DataKind::GpgKey => self
+                .hub
                 .gpg
                 .lock()
                 .expect("poisoned")

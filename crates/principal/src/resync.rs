@@ -148,7 +148,7 @@ impl Inner {
                 .keys()
                 .cloned()
                 .collect();
-            let hub = self.projects.lock().expect("poisoned");
+            let hub = self.hub.projects.lock().expect("poisoned");
             given
                 .into_iter()
                 .filter_map(|n| hub.get(&n).map(|p| (n, o::uid(p).to_string())))
@@ -168,8 +168,8 @@ impl Inner {
                 .cloned()
                 .collect();
                 let hub = match dk {
-                    DataKind::Repository => &self.secrets,
-                    DataKind::GpgKey => &self.gpg,
+                    DataKind::Repository => &self.hub.secrets,
+                    DataKind::GpgKey => &self.hub.gpg,
                 }
                 .lock()
                 .expect("poisoned");

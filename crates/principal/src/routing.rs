@@ -21,24 +21,6 @@ impl Inner {
         a.mapped.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// The agent's own namespace from its last login (`AuthRequest.agentNamespace`).
-    pub(super) fn agent_namespace(&self, agent: &str) -> Option<String> {
-        self.agent_namespaces
-            .lock()
-            .expect("poisoned")
-            .get(agent)
-            .cloned()
-    }
-
-    pub(super) fn set_agent_namespace(&self, agent: &str, ns: &str) {
-        let mut g = self.agent_namespaces.lock().expect("poisoned");
-        if ns.is_empty() {
-            g.remove(agent);
-        } else {
-            g.insert(agent.to_string(), ns.to_string());
-        }
-    }
-
     /// The per-agent view key of a hub Application: `<ns>/<name>` when mapped, else its name.
     pub(super) fn view_key(&self, a: &AgentState, ns: &str, name: &str) -> String {
         match self.mapped(a) {
@@ -59,14 +41,18 @@ impl Inner {
         if self.autonomous_namespace(ns) {
             // an autonomous agent's copy belongs to the agent its namespace names (peer:
             // `getAgentNameForApp`, `trackAppToAgent`: the Redis proxy finds it there)
-            self.routes.lock().expect("poisoned").set(&key, Some(ns));
+            self.hub
+                .routes
+                .lock()
+                .expect("poisoned")
+                .set(&key, Some(ns));
             return false;
         }
         let target = match o::ignored(h) {
             true => None,
             false => mapping::target_agent(h),
         };
-        let left = self.routes.lock().expect("poisoned").set(&key, target);
+        let left = self.hub.routes.lock().expect("poisoned").set(&key, target);
         if let Some(old) = left.and_then(|n| self.agent(&n))
             && self.mapped(&old)
         {
@@ -85,7 +71,7 @@ impl Inner {
     /// Hub watcher, mapping on: a hub Application is gone. `false` as [`Self::on_hub_apply_mapped`].
     pub(super) fn on_hub_delete_mapped(self: &Arc<Self>, ns: &str, h: &Value) -> bool {
         let key = mapping::key(ns, o::name(h));
-        let was = self.routes.lock().expect("poisoned").set(&key, None);
+        let was = self.hub.routes.lock().expect("poisoned").set(&key, None);
         if self.autonomous_namespace(ns) {
             return false;
         }
@@ -106,7 +92,7 @@ impl Inner {
     /// A deferred `application/<ns>/<name>` key of a mapped agent: the current events.
     pub(super) fn regenerate_mapped(&self, agent: &str, ns: &str, name: &str) -> Vec<Event> {
         let key = mapping::key(ns, name);
-        let routed = self.routes.lock().expect("poisoned").get(&key) == Some(agent);
+        let routed = self.hub.routes.lock().expect("poisoned").get(&key) == Some(agent);
         match self.cached(ns, name).filter(|_| routed) {
             Some(h) => super::agents::managed_events(&h),
             None => vec![Event::for_object(
@@ -121,7 +107,7 @@ impl Inner {
     /// The hub namespaces an agent's Application reported in `ns` may live in (the principal's
     /// for the agent's own namespace, see [`mapping::hub_namespace_candidates`]).
     pub(super) fn candidates(&self, agent: &str, ns: &str) -> Vec<String> {
-        let agent_ns = self.agent_namespace(agent);
+        let agent_ns = self.sessions.namespace(agent);
         mapping::hub_namespace_candidates(ns, agent_ns.as_deref(), &self.cfg.namespace)
             .into_iter()
             .map(str::to_string)
@@ -131,7 +117,7 @@ impl Inner {
     /// The hub namespaces of an Application an agent reports (its payload): the principal's for
     /// a remapped one, else as [`Self::candidates`].
     pub(super) fn reported_namespaces(&self, agent: &str, reported: &Value) -> Vec<String> {
-        let agent_ns = self.agent_namespace(agent);
+        let agent_ns = self.sessions.namespace(agent);
         let ns = mapping::hub_namespace(reported, agent_ns.as_deref(), &self.cfg.namespace);
         match o::annotation(reported, NAMESPACE_REMAPPED) {
             Some(_) => vec![ns.to_string()],
@@ -204,7 +190,7 @@ impl Inner {
         let Some((ns, app)) = mapping::redis_app_of_key(key, &self.cfg.namespace)? else {
             return Ok(None);
         };
-        let routes = self.routes.lock().expect("poisoned");
+        let routes = self.hub.routes.lock().expect("poisoned");
         Ok(routes.get(&mapping::key(ns, app)).map(str::to_string))
     }
 
@@ -214,9 +200,10 @@ impl Inner {
     /// `argocd-agent.argoproj-labs.io/ignore-sync` are not its.
     pub(super) fn app_refs(&self, a: &AgentState) -> Vec<(String, String, String)> {
         let names: Vec<(String, String)> = match (self.mapped(a), self.ns_allowed(&a.name)) {
-            (true, _) => self.routes.lock().expect("poisoned").of_agent(&a.name),
+            (true, _) => self.hub.routes.lock().expect("poisoned").of_agent(&a.name),
             (false, true) => self
-                .cache
+                .hub
+                .apps
                 .lock()
                 .expect("poisoned")
                 .get(&a.name)

@@ -74,7 +74,8 @@ impl Handler for SessionHandler {
         };
         let _ = self
             .inner
-            .pending
+            .relays
+            .requests
             .complete(&self.agent.name, event_id, resp);
         self.inner.redis_oversized(&self.agent.name, event_id, size);
     }
@@ -268,7 +269,7 @@ impl Svc {
             .first()
             .ok_or_else(|| Status::unauthenticated("a client certificate is required"))?;
         let fp = argocd_pull_agent_core::blocklist::fingerprint(leaf.as_ref());
-        if self.inner.blocklist.contains(&fp) {
+        if self.inner.hub.blocklist.contains(&fp) {
             self.inner.metrics.auth_failure("blocklisted");
             tracing::warn!(fingerprint = %fp, "rejected blocklisted certificate");
             return Err(Status::unauthenticated("certificate is blocklisted"));
@@ -281,7 +282,7 @@ impl Svc {
             self.inner.metrics.auth_failure("identity");
             Status::unauthenticated(e.to_string())
         })?;
-        self.inner.blocklist.track(&fp, &agent);
+        self.inner.hub.blocklist.track(&fp, &agent);
         Ok(agent)
     }
 }
@@ -366,7 +367,9 @@ impl Authentication for Svc {
         self.inner.register(&agent, mode);
         self.inner.agent_logged_in(&agent, mode, Some(&r.version));
         // the agent's own namespace (peer: `setAgentNamespace`): resync and remapped Applications
-        self.inner.set_agent_namespace(&agent, &r.agent_namespace);
+        self.inner
+            .sessions
+            .set_namespace(&agent, &r.agent_namespace);
         if !self.inner.cfg.destination_based_mapping && !self.inner.ns_allowed(&agent) {
             tracing::warn!(
                 agent,
@@ -479,7 +482,6 @@ impl EventStream for Svc {
         });
         let metrics = self.inner.metrics.clone();
         let a2 = a.clone();
-        let pending = self.inner.pending.clone();
         let inner = self.inner.clone();
         let task = tokio::spawn(async move {
             let end = session::run(ctx, handler, inbound, tx).await;
@@ -497,8 +499,7 @@ impl EventStream for Svc {
                 // shown `Failed` unless it is back within the grace period
                 inner.stream_down(&a2.name, super::connection::drop_reason(&end));
                 // requests in flight to this agent fail now (502), not at their timeout
-                pending.fail_agent(&a2.name);
-                inner.redis.agent_gone(&a2.name);
+                inner.relays.agent_gone(&a2.name);
                 metrics.agent_disconnected(&a2.name);
             }
         });

@@ -37,7 +37,7 @@ impl Inner {
         client: kube::Client,
         mut rx: tokio::sync::mpsc::UnboundedReceiver<String>,
     ) {
-        let mut synced = self.secrets_synced.subscribe();
+        let mut synced = self.clusters.secrets_synced.subscribe();
         let _ = synced.wait_for(|s| *s).await;
         let api: Api<Secret> = Api::namespaced(client, &self.cfg.namespace);
         let mut dirty: BTreeSet<String> = BTreeSet::new();
@@ -96,11 +96,12 @@ impl Inner {
     }
 
     async fn publish_one(&self, api: &Api<Secret>, agent: &str) -> Outcome {
-        let Some(state) = self.cluster_state(agent) else {
+        let Some(state) = self.clusters.get(agent) else {
             return Outcome::Unchanged;
         };
         let Some(secret) = self
-            .hub_secrets
+            .clusters
+            .secrets
             .lock()
             .expect("poisoned")
             .get(agent)
@@ -117,7 +118,7 @@ impl Inner {
             .await
         {
             Ok(_) => {
-                let mut g = self.hub_secrets.lock().expect("poisoned");
+                let mut g = self.clusters.secrets.lock().expect("poisoned");
                 if let Some(s) = g.get_mut(agent).filter(|s| s.name == secret.name) {
                     *s = secret.applied(&status);
                 }

@@ -341,7 +341,7 @@ async fn bridge(
     let uuid = treq.uuid.clone();
     let (to_agent, to_agent_rx) = mpsc::channel(BUFFER);
     let (from_agent_tx, mut from_agent) = mpsc::channel(BUFFER);
-    inner.terminals.map.lock().expect("poisoned").insert(
+    inner.relays.terminals.map.lock().expect("poisoned").insert(
         uuid.clone(),
         Session {
             agent: agent.to_string(),
@@ -350,10 +350,10 @@ async fn bridge(
         },
     );
     let _registration = Registration {
-        map: inner.terminals.map.clone(),
+        map: inner.relays.terminals.map.clone(),
         uuid: uuid.clone(),
     };
-    let (mut gone, _pending) = inner.pending.register(&uuid, agent);
+    let (mut gone, _pending) = inner.relays.requests.register(&uuid, agent);
     outbox.send(treq.to_event(SOURCE)).await;
     tracing::info!(agent, session = %uuid, "web terminal request sent to agent");
     let (mut sink, mut stream) = ws.split();
@@ -470,7 +470,7 @@ impl TerminalStreamService for Svc {
             ));
         }
         let (from_agent, to_agent) = {
-            let mut g = self.inner.terminals.map.lock().expect("poisoned");
+            let mut g = self.inner.relays.terminals.map.lock().expect("poisoned");
             let s = g
                 .get_mut(&uuid)
                 .ok_or_else(|| Status::not_found(format!("session {uuid} not found")))?;

@@ -178,7 +178,7 @@ async fn serve(inner: Arc<Inner>, cfg: Arc<RedisProxyConfig>, client: BoxIo) {
         uuid::Uuid::new_v4().to_string(),
         tx.clone(),
     ));
-    let proxy = &inner.redis;
+    let proxy = &inner.relays.redis;
     proxy.add_conn(conn.clone());
     // every write to Argo CD goes through this task: forwarded hub replies, the proxy's own
     // replies and subscription pushes never interleave inside a frame
@@ -336,8 +336,8 @@ async fn ask(
     agent: &str,
     body: RedisCommandBody,
 ) -> Result<RedisResponseBody, String> {
-    match inner.owner_addr(agent, false).await? {
-        Some(addr) => relay::ask_there(inner, addr, conn, agent, body).await,
+    match inner.owner(agent, false).await? {
+        Some(owner) => relay::ask_there(inner, &owner, conn, agent, body).await,
         None => ask_here(inner, cfg, &conn.id, agent, body).await,
     }
 }
@@ -362,7 +362,7 @@ async fn ask_here(
         return Err(not_connected());
     };
     let req = RedisRequest::new(conn_id, body);
-    let (rx, _registration) = inner.redis.register(&req.uuid, agent);
+    let (rx, _registration) = inner.relays.redis.register(&req.uuid, agent);
     tracing::debug!(agent, uuid = %req.uuid, command = req.command(), conn = conn_id, "proxying redis request");
     outbox.send(req.to_event(SOURCE)).await;
     match tokio::time::timeout(cfg.timeout, rx).await {
@@ -533,7 +533,7 @@ impl Inner {
             ));
         }
         if let Some(p) = &resp.body.push_from_subscribe {
-            let Some(conn) = self.redis.conn(&resp.connection_uuid) else {
+            let Some(conn) = self.relays.redis.conn(&resp.connection_uuid) else {
                 tracing::debug!(agent = %a.name, conn = %resp.connection_uuid, "redis push for a closed connection; dropped");
                 return Ok(());
             };
@@ -575,7 +575,11 @@ impl Inner {
             }
             return Ok(());
         }
-        match self.redis.complete(&a.name, &resp.uuid, Ok(resp.body)) {
+        match self
+            .relays
+            .redis
+            .complete(&a.name, &resp.uuid, Ok(resp.body))
+        {
             Ok(()) => Ok(()),
             Err(Unmatched::NotTracked) => {
                 tracing::debug!(agent = %a.name, uuid = %resp.uuid, "redis response for no waiting request (late or duplicate); dropped");
@@ -594,6 +598,6 @@ impl Inner {
             "the answer of agent {agent:?} ({size} bytes) exceeds the principal's event size limit of {} bytes (--grpc-max-message-size)",
             self.cfg.max_event_size
         );
-        let _ = self.redis.complete(agent, event_id, Err(msg));
+        let _ = self.relays.redis.complete(agent, event_id, Err(msg));
     }
 }

@@ -7,7 +7,6 @@
 //! agent's answers, its pushes and its disconnect (which ends the stream, and the caller then
 //! closes Argo CD's connection, as for a local agent) take the paths a local connection takes.
 
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -18,6 +17,7 @@ use tonic::{Request, Response, Status};
 use super::track::ConnShared;
 use super::{ask_here, resp, used};
 use crate::Inner;
+use crate::router::Remote;
 use argocd_pull_agent_core::proto::redisrelay::redis_relay_client::RedisRelayClient;
 use argocd_pull_agent_core::proto::redisrelay::redis_relay_server::RedisRelay;
 use argocd_pull_agent_core::proto::redisrelay::{AskRequest, AskResponse, Push, PushesRequest};
@@ -33,7 +33,7 @@ struct StandIn(Arc<Inner>, Arc<ConnShared>);
 
 impl Drop for StandIn {
     fn drop(&mut self) {
-        self.0.redis.remove_conn(&self.1.id);
+        self.0.relays.redis.remove_conn(&self.1.id);
     }
 }
 
@@ -48,7 +48,7 @@ impl RedisRelay for RelaySvc {
         }
         let (tx, rx) = mpsc::channel::<(String, String)>(64);
         let conn = Arc::new(ConnShared::relayed(id, tx));
-        self.0.redis.add_conn(conn.clone());
+        self.0.relays.redis.add_conn(conn.clone());
         let guard = StandIn(self.0.clone(), conn);
         let s = futures::stream::unfold(Some((guard, rx)), |state| async move {
             let (guard, mut rx) = state?;
@@ -77,7 +77,7 @@ impl RedisRelay for RelaySvc {
                 "the Redis proxy is off on this principal replica: give every replica the same Redis proxy settings",
             ));
         };
-        let Some(conn) = inner.redis.conn(&r.connection) else {
+        let Some(conn) = inner.relays.redis.conn(&r.connection) else {
             return Err(Status::failed_precondition(
                 "no Pushes stream for this connection: open it first",
             ));
@@ -109,11 +109,11 @@ impl RedisRelay for RelaySvc {
     }
 }
 
-/// Asks the replica at `addr` to put `body` to `agent` for `conn` (opening the connection's push
-/// stream from that replica first).
+/// Asks `owner` to put `body` to `agent` for `conn` (opening the connection's push stream from
+/// that replica first).
 pub(super) async fn ask_there(
     inner: &Arc<Inner>,
-    addr: SocketAddr,
+    owner: &Remote<'_>,
     conn: &Arc<ConnShared>,
     agent: &str,
     body: RedisCommandBody,
@@ -124,12 +124,8 @@ pub(super) async fn ask_there(
             e.message()
         )
     };
-    let channel = inner
-        .links
-        .as_ref()
-        .expect("links with owners")
-        .channel(addr);
-    let mut client = RedisRelayClient::new(channel);
+    let addr = owner.addr;
+    let mut client = RedisRelayClient::new(owner.channel());
     let opened = conn.relays.lock().expect("poisoned").contains_key(&addr);
     if !opened {
         let mut s = client

@@ -293,7 +293,7 @@ pub(super) async fn handle(
             );
         }
     }
-    let (rx, _registration) = inner.pending.register(&rreq.uuid, &agent);
+    let (rx, _registration) = inner.relays.requests.register(&rreq.uuid, &agent);
     tracing::debug!(agent, uuid = %rreq.uuid, method = method.as_str(), path, "proxying resource request");
     outbox.send(ev).await;
     let resp = match tokio::time::timeout(rp.timeout, rx).await {
@@ -335,7 +335,7 @@ impl Inner {
         }
         let resp = ResourceResponse::from_json(&ev.data).map_err(HandleError::Permanent)?;
         // as the peer: the request UUID is the response's `eventid`
-        match self.pending.complete(&a.name, &ev.event_id, resp) {
+        match self.relays.requests.complete(&a.name, &ev.event_id, resp) {
             Ok(()) => Ok(()),
             Err(Unmatched::NotTracked) => {
                 tracing::debug!(agent = %a.name, uuid = %ev.event_id, "resource response for no waiting request (late or unknown); dropped");
