@@ -21,9 +21,7 @@ use tokio::time::Instant;
 use crate::event::{Event, EventType};
 use crate::workqueue_metrics::Workqueue;
 
-mod budget;
 mod state;
-pub use budget::InFlightBudget;
 use state::{InFlight, Queued, State};
 
 /// Events sent and not yet ACKed at most (the window): what waits beyond it stays compact in
@@ -31,14 +29,6 @@ use state::{InFlight, Queued, State};
 /// each, unbounded it held ~800 KiB per agent); a loopback round trip is well under 1 ms, so 32
 /// allows far more than 10,000 events/s per peer.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 32;
-
-/// Events each agent's queue sends on its own before it takes from the principal's shared
-/// budget ([`InFlightBudget`]): an agent never waits for another for its first few.
-pub const BUDGET_FLOOR: usize = 4;
-
-/// The principal's shared budget of events in flight beyond each agent's [`BUDGET_FLOOR`]
-/// (`--max-events-in-flight-total`).
-pub const DEFAULT_IN_FLIGHT_BUDGET: usize = 4096;
 
 /// Keys of [`SendQueue::push_request`] events (no resource key starts with it).
 const REQUEST_KEY_PREFIX: &str = "~request/";
@@ -120,12 +110,9 @@ pub struct SendQueue {
     max_in_flight: usize,
     backoff: Backoff,
     regenerate: Mutex<Option<Regenerate>>,
-    notify: Arc<Notify>,
+    notify: Notify,
     /// `<prefix>_workqueue_*{queue="<name>-send"}`
     wq: Workqueue,
-    /// the budget shared with other queues beyond the first events in the window, and this
-    /// queue's place in its waiting list
-    budget: Option<(Arc<InFlightBudget>, u64)>,
 }
 
 impl SendQueue {
@@ -136,25 +123,8 @@ impl SendQueue {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             backoff,
             regenerate: Mutex::new(None),
-            notify: Arc::new(Notify::new()),
+            notify: Notify::new(),
             wq: Workqueue::default(),
-            budget: None,
-        }
-    }
-
-    /// Shares `budget` with other queues: events beyond its floor in the window take from it.
-    pub fn with_budget(mut self, budget: Arc<InFlightBudget>) -> Self {
-        let id = budget.next_id();
-        self.budget = Some((budget, id));
-        self
-    }
-
-    /// The window shrank from `was` events: returns what it held of the shared budget.
-    fn left_window(&self, was: usize) {
-        if let Some((b, _)) = &self.budget
-            && was > b.floor()
-        {
-            b.release(1);
         }
     }
 
@@ -327,7 +297,6 @@ impl SendQueue {
                 let ev = f.ev.clone();
                 if left_window {
                     s.window -= 1;
-                    self.left_window(s.window + 1);
                 }
                 // client-go's AddRateLimited: a retry, put back and taken once due
                 self.wq.retry();
@@ -343,20 +312,9 @@ impl SendQueue {
             }
             earliest = Some(d);
         }
-        // beyond the floor each event sent takes a unit of the shared budget (taken before the
-        // key is popped; kept for the next key when this one has nothing to send)
-        let mut unit = false;
-        while s.window < self.max_in_flight && !s.ready.is_empty() {
-            if let Some((b, id)) = &self.budget
-                && s.window >= b.floor()
-                && !unit
-            {
-                if !b.try_take(*id, &self.notify) {
-                    break;
-                }
-                unit = true;
-            }
-            let k = s.ready.pop_front().expect("not empty");
+        while s.window < self.max_in_flight
+            && let Some(k) = s.ready.pop_front()
+        {
             s.ready_set.remove(&k);
             let Some(slot) = s.slots.get_mut(&k) else {
                 continue;
@@ -397,9 +355,6 @@ impl SendQueue {
                 event: ev,
                 attempt: 1,
             });
-        }
-        if unit && let Some((b, _)) = &self.budget {
-            b.release(1);
         }
         Err(earliest)
     }
@@ -456,7 +411,6 @@ impl SendQueue {
         s.inflight -= 1;
         if f.in_window {
             s.window -= 1;
-            self.left_window(s.window + 1);
         }
         drop(s);
         self.notify.notify_one();
@@ -500,16 +454,6 @@ impl SendQueue {
                 self.wq.add();
             }
             self.wq.set_depth(s.pending);
-        }
-    }
-}
-
-impl Drop for SendQueue {
-    /// Returns what the window still holds of the shared budget.
-    fn drop(&mut self) {
-        if let Some((b, _)) = &self.budget {
-            let window = self.state.get_mut().map(|s| s.window).unwrap_or(0);
-            b.release(window.saturating_sub(b.floor()));
         }
     }
 }

@@ -178,7 +178,6 @@ async fn child(role: &str) {
         cfg.namespace = "argocd".into();
         // `BENCH_WINDOW`: the replicas' --max-events-in-flight
         cfg.max_in_flight = env("BENCH_WINDOW", cfg.max_in_flight);
-        cfg.max_in_flight_total = env("BENCH_BUDGET", cfg.max_in_flight_total);
         cfg.concurrency = env("BENCH_CONCURRENCY", cfg.concurrency);
         let aa = ActiveActive::new(
             "argocd-agent-principal",
@@ -228,7 +227,7 @@ async fn child(role: &str) {
         let line = line.trim();
         if line == "stats" {
             println!(
-                "stats {} {} {} {} {}",
+                "stats {} {} {} {} {} {}",
                 metrics.connected_agents.get(),
                 metric(&metrics, "argocd_principal_ha_shards_held"),
                 status_kib("self", "VmRSS:"),
@@ -237,6 +236,7 @@ async fn child(role: &str) {
                     &metrics,
                     "argocd_principal_ha_streams_forwarded_total{call=\"subscribe\"}"
                 ),
+                metrics.events_resent.get(),
             );
         } else if line.starts_with("touch ") || line.starts_with("add ") {
             // with the hub served, the driver writes it once
@@ -308,8 +308,9 @@ impl Proc {
         self.answer()
     }
 
-    /// connected agents, shards held, RSS and peak (KiB), subscribes forwarded
-    fn stats(&mut self) -> (i64, f64, u64, u64, f64) {
+    /// connected agents, shards held, RSS and peak (KiB), subscribes forwarded, events resent
+    /// for want of an ACK
+    fn stats(&mut self) -> (i64, f64, u64, u64, f64, u64) {
         let s = self.ask("stats");
         let f: Vec<&str> = s.split_whitespace().skip(1).collect();
         (
@@ -318,6 +319,7 @@ impl Proc {
             f[2].parse().unwrap(),
             f[3].parse().unwrap(),
             f[4].parse().unwrap(),
+            f[5].parse().unwrap(),
         )
     }
 
@@ -684,7 +686,7 @@ async fn run(dir: &std::path::Path, n: usize, apps: usize, count: usize, store_k
     );
     let delivered = started.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await; // queues drained (not a sync: a settle)
-    let stats: Vec<(i64, f64, u64, u64, f64)> = procs.iter_mut().map(|p| p.stats()).collect();
+    let stats: Vec<(i64, f64, u64, u64, f64, u64)> = procs.iter_mut().map(|p| p.stats()).collect();
     let fair = n as f64 / count as f64;
     let shares: Vec<String> = stats
         .iter()
@@ -706,9 +708,10 @@ async fn run(dir: &std::path::Path, n: usize, apps: usize, count: usize, store_k
         })
         .collect();
     let forwarded: f64 = stats.iter().map(|s| s.4).sum();
+    let resent: u64 = stats.iter().map(|s| s.5).sum();
     println!(
         "replicas={count}: connected_s={:.1} delivered_s={:.1} ({:.0} Applications/s); agents per replica {} (fair {fair:.0}); \
-         RSS per connected agent KiB {}; peak MiB raw/minus hub store {}; streams forwarded {forwarded}",
+         RSS per connected agent KiB {}; peak MiB raw/minus hub store {}; streams forwarded {forwarded}; events resent {resent}",
         connected.as_secs_f64(),
         delivered.as_secs_f64(),
         (n * apps) as f64 / delivered.as_secs_f64(),

@@ -72,10 +72,11 @@ impl Inner {
     fn new_agent(self: &Arc<Self>, name: &str, mode: Mode) -> Arc<AgentState> {
         // the peer's queue pair `<agent>` (internal/queue/queue.go `Create`): both series exist
         // from now on
-        let queue = SendQueue::new(self.cfg.queue_capacity, self.cfg.backoff)
-            .with_max_in_flight(self.cfg.max_in_flight)
-            .with_workqueue(self.metrics.workqueues.queue(&format!("{name}-send")));
-        let queue = Arc::new(self.sessions.budgeted(queue));
+        let queue = Arc::new(
+            SendQueue::new(self.cfg.queue_capacity, self.cfg.backoff)
+                .with_max_in_flight(self.cfg.max_in_flight)
+                .with_workqueue(self.metrics.workqueues.queue(&format!("{name}-send"))),
+        );
         self.metrics.workqueues.queue(&format!("{name}-recv"));
         let me = Arc::downgrade(self);
         let agent = name.to_string();

@@ -49,9 +49,6 @@ pub struct PrincipalConfig {
     pub queue_capacity: usize,
     /// `--max-events-in-flight`: events sent to one agent and not yet ACKed at most.
     pub max_in_flight: usize,
-    /// `--max-events-in-flight-total`: events in flight shared by all agents beyond each one's
-    /// first [`BUDGET_FLOOR`](argocd_pull_agent_core::queue::BUDGET_FLOOR) (0: no shared limit).
-    pub max_in_flight_total: usize,
     /// Received events waiting for a handler at most (`ARGOCD_AGENT_RECV_QUEUE_SIZE`).
     pub recv_queue_size: usize,
     pub concurrency: usize,
@@ -144,7 +141,6 @@ impl PrincipalConfig {
             queue_capacity: argocd_pull_agent_core::DEFAULT_QUEUE_CAPACITY,
             recv_queue_size: argocd_pull_agent_core::env_tuning::DEFAULT_RECV_QUEUE_SIZE,
             max_in_flight: argocd_pull_agent_core::queue::DEFAULT_MAX_IN_FLIGHT,
-            max_in_flight_total: argocd_pull_agent_core::queue::DEFAULT_IN_FLIGHT_BUDGET,
             concurrency: argocd_pull_agent_core::DEFAULT_CONCURRENCY,
             compression: false,
             keepalive_min_interval: Duration::from_secs(10),

@@ -1,4 +1,23 @@
-//! The principal: gRPC server on the hub, one send queue per agent, the hub watcher.
+//! The principal: the hub's end of the agent protocol. A principal is one [`Inner`] shared by
+//! its tasks, made of five parts, each a type of its own:
+//!
+//! * [`sessions`]: the agents it serves, each with its send queue and live stream
+//!   ([`state::AgentState`]);
+//! * [`hub_index`]: what it knows of the hub, kept by its watches: Applications ([`hub`],
+//!   [`hub_shards`] with active/active), AppProjects, repository Secrets, GPG keys and the
+//!   certificate blocklist ([`namespace_watch`]);
+//! * [`clusters`]: what Argo CD and the hub show of each agent ([`connection`],
+//!   [`cluster_info`], [`cluster_secrets`], [`status_writer`]);
+//! * [`relays`]: what waits on an agent's answer: the resource proxy ([`resource_proxy`]),
+//!   container logs ([`logs`]), the web terminal ([`terminal`]) and the Redis proxy
+//!   ([`redis_proxy`]);
+//! * [`router`]: with active/active replicas, who serves each agent ([`owners`]) and the links
+//!   to the others ([`replica_link`]); the calls of an agent served elsewhere are forwarded
+//!   ([`forward`], [`forward_http`], [`replica_port`]).
+//!
+//! The gRPC services are in [`server`]; what an agent's events do, by target, in
+//! [`application`], [`appproject`] and [`repository`]; the resync in [`resync`]; destination-based
+//! mapping in [`mapping`] (the rules) and [`mapping_paths`] (where they apply).
 
 mod agents;
 mod application;
@@ -18,6 +37,7 @@ pub mod identity;
 mod inspect;
 mod logs;
 pub mod mapping;
+mod mapping_paths;
 mod namespace_watch;
 pub mod owners;
 pub mod redis_proxy;
@@ -30,7 +50,6 @@ pub mod resource_proxy;
 mod resync;
 mod resync_limit;
 mod router;
-mod routing;
 mod server;
 mod sessions;
 mod state;
@@ -204,7 +223,7 @@ impl Principal {
             tokens,
             identity,
             metrics: metrics.clone(),
-            sessions: sessions::Sessions::new(cfg.max_in_flight_total),
+            sessions: Default::default(),
             hub: Default::default(),
             clusters: clusters::Clusters::new(cluster_tx, status_tx),
             relays: Default::default(),

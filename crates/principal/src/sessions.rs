@@ -1,36 +1,22 @@
 //! The agents this principal serves, by name: each one's state ([`AgentState`]: its mode, send
-//! queue, live session and what it was sent), its own namespace, and the budget of events in
-//! flight that their send queues share. Per-agent state lives here only, and only on the
+//! queue, live session and what it was sent) and its own namespace. Per-agent state lives here only, and only on the
 //! replica that serves the agent ([`super::forward`] forgets the agents of shards given up).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use argocd_pull_agent_core::queue::{BUDGET_FLOOR, InFlightBudget, SendQueue};
-
 use super::AgentState;
 
+#[derive(Default)]
 pub(super) struct Sessions {
     agents: Mutex<HashMap<String, Arc<AgentState>>>,
     /// each agent's own namespace, from its `AuthRequest.agentNamespace` (peer:
     /// `setAgentNamespace`)
     namespaces: Mutex<HashMap<String, String>>,
-    /// events in flight shared by the agents' send queues (`--max-events-in-flight-total`)
-    budget: Option<Arc<InFlightBudget>>,
 }
 
 impl Sessions {
-    /// No agent yet; `max_in_flight_total` shared units of events in flight (0: no shared limit).
-    pub(super) fn new(max_in_flight_total: usize) -> Self {
-        Sessions {
-            agents: Mutex::default(),
-            namespaces: Mutex::default(),
-            budget: (max_in_flight_total > 0)
-                .then(|| InFlightBudget::new(max_in_flight_total, BUDGET_FLOOR)),
-        }
-    }
-
     pub(super) fn get(&self, name: &str) -> Option<Arc<AgentState>> {
         self.agents.lock().expect("poisoned").get(name).cloned()
     }
@@ -94,14 +80,6 @@ impl Sessions {
             g.remove(agent);
         } else {
             g.insert(agent.to_string(), ns.to_string());
-        }
-    }
-
-    /// `queue` sharing the principal's budget of events in flight, when there is one.
-    pub(super) fn budgeted(&self, queue: SendQueue) -> SendQueue {
-        match &self.budget {
-            Some(b) => queue.with_budget(b.clone()),
-            None => queue,
         }
     }
 

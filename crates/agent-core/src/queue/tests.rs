@@ -50,57 +50,6 @@ async fn the_window_bounds_events_in_flight() {
     assert_eq!(q.next(later).unwrap().key, "k4", "room again in the window");
 }
 
-/// Queues sharing a budget send their floor on their own and take from the budget beyond it;
-/// a unit returned by one (an ACK, a resend, a queue dropped) wakes the queue that waited.
-#[tokio::test(start_paused = true)]
-async fn queues_sharing_a_budget_send_their_floor_and_share_the_rest() {
-    use futures::FutureExt;
-    let budget = InFlightBudget::new(1, 2);
-    let shared = || {
-        SendQueue::new(100, Backoff::default())
-            .with_max_in_flight(32)
-            .with_budget(budget.clone())
-    };
-    let (a, b) = (shared(), shared());
-    for i in 0..5 {
-        a.push(&format!("a{i}"), ev(EventType::Create, &format!("a{i}"), 1));
-        b.push(&format!("b{i}"), ev(EventType::Create, &format!("b{i}"), 1));
-    }
-    let now = Instant::now();
-    let sent_a: Vec<Outgoing> = (0..3).map(|_| a.next(now).unwrap()).collect();
-    assert!(
-        a.next(now).is_err(),
-        "a: its floor of 2 and the one unit of the budget"
-    );
-    assert_eq!(budget.in_use(), 1);
-    let b_sent: Vec<Outgoing> = (0..2).map(|_| b.next(now).unwrap()).collect();
-    assert_eq!(b_sent.len(), 2, "b still sends its floor");
-    while b.notified().now_or_never().is_some() {}
-    assert!(b.next(now).is_err(), "b waits for the budget");
-    assert!(
-        b.notified().now_or_never().is_none(),
-        "nothing returned yet"
-    );
-    // a waited first (its fourth event): the unit its ACK returns is a's again
-    a.answer(&sent_a[0].event.resource_id, &sent_a[0].event.event_id);
-    assert!(b.notified().now_or_never().is_none(), "b waits behind a");
-    assert_eq!(a.next(now).unwrap().key, "a3");
-    assert!(b.next(now).is_err());
-    a.answer(&sent_a[1].event.resource_id, &sent_a[1].event.event_id);
-    assert!(
-        b.notified().now_or_never().is_some(),
-        "the next unit returned wakes b"
-    );
-    assert_eq!(b.next(now).unwrap().key, "b2");
-    assert!(
-        a.next(now).is_err(),
-        "a is back to its floor: the unit is b's now"
-    );
-    drop(b);
-    assert_eq!(budget.in_use(), 0, "a queue dropped returns what it held");
-    assert_eq!(a.next(now).unwrap().key, "a4");
-}
-
 /// Requests repeated faster than they are ACKed (a loaded peer) do not pile up: per key one
 /// in flight and at most one waiting, the newest; each is resent until ACKed.
 #[tokio::test(start_paused = true)]

@@ -369,7 +369,6 @@ async fn run(
     cfg.heartbeat = args.heartbeat_interval;
     cfg.resync_min_interval = args.resync_min_interval;
     cfg.max_in_flight = args.max_events_in_flight as usize;
-    cfg.max_in_flight_total = args.max_events_in_flight_total as usize;
     cfg.publish_agent_status = args.publish_agent_status;
     cfg.namespace_create = namespace_create;
     cfg.allowed_namespaces = args
