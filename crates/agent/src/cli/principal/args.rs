@@ -180,7 +180,7 @@ pub struct PrincipalArgs {
     pub heartbeat_interval: Duration,
     /// Events sent to one agent and not yet acknowledged at most; the rest wait in its queue.
     /// Lower keeps less memory per agent while a whole fleet receives at once (10,000 agents
-    /// with 10 Applications each over 3 replicas: 411-429 MiB per replica at 4, 579-602 MiB
+    /// with 10 Applications each over 3 replicas: 414-429 MiB per replica at 4, 468-488 MiB
     /// at 32), higher lets one agent with many Applications receive faster over a long round
     /// trip (events per second per agent ≈ this / round trip).
     #[arg(long = "max-events-in-flight", env = "ARGOCD_PRINCIPAL_MAX_EVENTS_IN_FLIGHT", default_value_t = argocd_pull_agent_core::queue::DEFAULT_MAX_IN_FLIGHT as u32, value_parser = clap::value_parser!(u32).range(1..=10_000))]
