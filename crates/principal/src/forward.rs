@@ -204,32 +204,78 @@ fn counted<T: Send + 'static>(inner: &Arc<Inner>, s: tonic::Streaming<T>) -> Out
     }))
 }
 
+/// A forwarded `Authenticate`; `None`: the agent is served here.
 pub(super) async fn authenticate(
     inner: &Arc<Inner>,
-    ch: tonic::transport::Channel,
     agent: &str,
-    req: Request<authapi::AuthRequest>,
-) -> Result<Response<authapi::AuthResponse>, Status> {
-    inner.forwarded("authenticate");
-    let r = onward(req.metadata(), agent, req.get_ref().clone())?;
-    AuthenticationClient::new(ch)
-        .authenticate(r)
-        .await
-        .map(back)
+    forwarded: bool,
+    req: &Request<authapi::AuthRequest>,
+) -> Option<Result<Response<authapi::AuthResponse>, Status>> {
+    login(
+        inner,
+        agent,
+        forwarded,
+        req,
+        "authenticate",
+        |ch, r| async move { AuthenticationClient::new(ch).authenticate(r).await },
+    )
+    .await
 }
 
+/// A forwarded `RefreshToken`; `None`: the agent is served here.
 pub(super) async fn refresh_token(
     inner: &Arc<Inner>,
-    ch: tonic::transport::Channel,
     agent: &str,
-    req: Request<authapi::RefreshTokenRequest>,
-) -> Result<Response<authapi::AuthResponse>, Status> {
-    inner.forwarded("refresh_token");
-    let r = onward(req.metadata(), agent, req.get_ref().clone())?;
-    AuthenticationClient::new(ch)
-        .refresh_token(r)
-        .await
-        .map(back)
+    forwarded: bool,
+    req: &Request<authapi::RefreshTokenRequest>,
+) -> Option<Result<Response<authapi::AuthResponse>, Status>> {
+    login(
+        inner,
+        agent,
+        forwarded,
+        req,
+        "refresh_token",
+        |ch, r| async move { AuthenticationClient::new(ch).refresh_token(r).await },
+    )
+    .await
+}
+
+/// A login of `agent` to the replica that serves it; `None`: this one does. A login sent to an
+/// owner that cannot be reached (a replica killed: its Leases still held, its port refusing
+/// connections) goes again, once, to the replica that takes its shards, waiting for it: the agent
+/// logs in as soon as its new owner serves instead of backing off for a replica's death.
+async fn login<T, F, Fut>(
+    inner: &Arc<Inner>,
+    agent: &str,
+    forwarded: bool,
+    req: &Request<T>,
+    call_name: &'static str,
+    call: F,
+) -> Option<Result<Response<authapi::AuthResponse>, Status>>
+where
+    T: Clone,
+    F: Fn(tonic::transport::Channel, Request<T>) -> Fut,
+    Fut: std::future::Future<Output = Result<Response<authapi::AuthResponse>, Status>>,
+{
+    let mut again = true;
+    loop {
+        let owner = match inner.owner(agent, forwarded).await {
+            Ok(None) => return None,
+            Ok(Some(owner)) => owner,
+            Err(why) => return Some(Err(Status::unavailable(why))),
+        };
+        inner.forwarded(call_name);
+        let r = match onward(req.metadata(), agent, req.get_ref().clone()) {
+            Ok(r) => call(owner.channel(), r).await.map(back),
+            Err(e) => Err(e),
+        };
+        if r.is_err() && again && owner.is_down() {
+            again = false;
+            tracing::debug!(agent, owner = %owner.addr, "the replica serving the agent cannot be reached: its login waits for the replica that takes its shards");
+            continue;
+        }
+        return Some(r);
+    }
 }
 
 pub(super) async fn subscribe(

@@ -27,6 +27,11 @@ impl Remote<'_> {
         self.links.channel(self.addr)
     }
 
+    /// The owner refused its last connection (a replica gone without releasing its shards).
+    pub(super) fn is_down(&self) -> bool {
+        self.links.is_down(self.addr)
+    }
+
     /// A new HTTP/1.1 connection to the owner (for an upgrade: the web terminal).
     pub(super) async fn connect_http1(&self) -> anyhow::Result<Box<dyn Io>> {
         self.links.connect_http1(self.addr).await

@@ -306,8 +306,8 @@ impl Authentication for Svc {
         req: Request<authapi::AuthRequest>,
     ) -> Result<Response<authapi::AuthResponse>, Status> {
         let agent = self.cert_identity(&req)?;
-        if let Via::Owner(ch) = self.inner.route_call(&agent, self.forwarded).await? {
-            return forward::authenticate(&self.inner, ch, &agent, req).await;
+        if let Some(r) = forward::authenticate(&self.inner, &agent, self.forwarded, &req).await {
+            return r;
         }
         let r = req.into_inner();
         let method = match self.inner.cfg.identity_header {
@@ -390,8 +390,8 @@ impl Authentication for Svc {
         req: Request<authapi::RefreshTokenRequest>,
     ) -> Result<Response<authapi::AuthResponse>, Status> {
         let agent = self.cert_identity(&req)?;
-        if let Via::Owner(ch) = self.inner.route_call(&agent, self.forwarded).await? {
-            return forward::refresh_token(&self.inner, ch, &agent, req).await;
+        if let Some(r) = forward::refresh_token(&self.inner, &agent, self.forwarded, &req).await {
+            return r;
         }
         let claims = self
             .inner

@@ -427,6 +427,75 @@ async fn every_replica_serves_its_share_and_agents_survive_a_stopped_and_a_kille
 /// else moves: only the agents of the shards it took reconnect (their old owner ends their
 /// streams), they reach it through the replicas they reconnect to, and nothing is lost or
 /// re-created.
+/// A login that reaches a replica while the owner of the agent's shard has just been killed (its
+/// Leases still held, its port refusing connections) waits for the replica that takes the shard
+/// and is answered, instead of failing: the agent does not back off for a replica's death.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_forwarded_to_a_killed_owner_waits_for_the_new_one() {
+    use argocd_pull_agent_core::proto::authapi::{
+        AuthRequest, authentication_client::AuthenticationClient,
+    };
+    let pki = LocalPki::new().unwrap();
+    let h = argocd_pull_hub::Hub::new();
+    let hub = MemStore::new();
+    let ports = ports(false).await;
+    let (mut replicas, _svc) = replicas(&h, &hub, &pki, 2, ports.clone()).await;
+    // the logins go to replica 0 directly; the killed replica 1 holds half of the shards, so
+    // about half of these agents are its
+    let survivor: SocketAddr = format!("127.0.0.2:{}", ports.grpc).parse().unwrap();
+    let mut channels = Vec::new();
+    for i in 0..20 {
+        let m = pki.agent(&format!("agent-{i}")).unwrap();
+        let cfg = Arc::new(argocd_pull_agent_core::tls::client_config(&m, false).unwrap());
+        let ch = tonic::transport::Endpoint::from_shared(format!("http://{survivor}"))
+            .unwrap()
+            .connect_with_connector(argocd_pull_agent_core::tls::connector(
+                cfg,
+                survivor,
+                "localhost".into(),
+            ))
+            .await
+            .unwrap();
+        channels.push(ch);
+    }
+    let t = Instant::now();
+    replicas[1].crash();
+    let logins = channels.into_iter().enumerate().map(|(i, ch)| async move {
+        AuthenticationClient::new(ch)
+            .authenticate(AuthRequest {
+                method: "mtls".into(),
+                mode: "managed".into(),
+                version: argocd_pull_agent_core::VERSION.into(),
+                ..Default::default()
+            })
+            .await
+            .map(|r| r.into_inner().access_token)
+            .map_err(|e| format!("agent-{i}: {e}"))
+    });
+    let answers = tokio::time::timeout(T, futures::future::join_all(logins))
+        .await
+        .expect("every login answered");
+    let took = t.elapsed();
+    let failed: Vec<&String> = answers.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(failed.is_empty(), "logins failed: {failed:?}");
+    assert!(
+        replicas[0].gauge("argocd_principal_ha_shards_held") == f64::from(SHARDS),
+        "the survivor took every shard"
+    );
+    let forwarded = metric_of(
+        &replicas[0].metrics,
+        "argocd_principal_ha_streams_forwarded_total{call=\"authenticate\"}",
+    );
+    assert!(
+        forwarded >= 1.0,
+        "some of the logins were for the killed replica's agents (forwarded {forwarded})"
+    );
+    eprintln!(
+        "20 logins through the survivor right after its peer was killed: all answered after {took:?} \
+         ({forwarded} first sent to the killed replica)"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_added_later_takes_its_share_and_only_its_agents_move() {
     init();
