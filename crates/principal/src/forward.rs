@@ -21,7 +21,7 @@ use tonic::{Request, Response, Status};
 
 use super::Inner;
 use super::router::Remote;
-use argocd_pull_agent_core::proto::authapi::{self, authentication_client::AuthenticationClient};
+use argocd_pull_agent_core::proto::authapi;
 use argocd_pull_agent_core::proto::eventstreamapi::{self, event_stream_client::EventStreamClient};
 use argocd_pull_agent_core::proto::logstreamapi::{
     LogStreamData, LogStreamResponse, log_stream_service_client::LogStreamServiceClient,
@@ -204,47 +204,12 @@ fn counted<T: Send + 'static>(inner: &Arc<Inner>, s: tonic::Streaming<T>) -> Out
     }))
 }
 
-/// A forwarded `Authenticate`; `None`: the agent is served here.
-pub(super) async fn authenticate(
-    inner: &Arc<Inner>,
-    agent: &str,
-    forwarded: bool,
-    req: &Request<authapi::AuthRequest>,
-) -> Option<Result<Response<authapi::AuthResponse>, Status>> {
-    login(
-        inner,
-        agent,
-        forwarded,
-        req,
-        "authenticate",
-        |ch, r| async move { AuthenticationClient::new(ch).authenticate(r).await },
-    )
-    .await
-}
-
-/// A forwarded `RefreshToken`; `None`: the agent is served here.
-pub(super) async fn refresh_token(
-    inner: &Arc<Inner>,
-    agent: &str,
-    forwarded: bool,
-    req: &Request<authapi::RefreshTokenRequest>,
-) -> Option<Result<Response<authapi::AuthResponse>, Status>> {
-    login(
-        inner,
-        agent,
-        forwarded,
-        req,
-        "refresh_token",
-        |ch, r| async move { AuthenticationClient::new(ch).refresh_token(r).await },
-    )
-    .await
-}
-
 /// A login of `agent` to the replica that serves it; `None`: this one does. A login sent to an
 /// owner that cannot be reached (a replica killed: its Leases still held, its port refusing
 /// connections) goes again, once, to the replica that takes its shards, waiting for it: the agent
 /// logs in as soon as its new owner serves instead of backing off for a replica's death.
-async fn login<T, F, Fut>(
+/// `call_name` counts it (`argocd_principal_ha_streams_forwarded_total{call}`).
+pub(super) async fn login<T, F, Fut>(
     inner: &Arc<Inner>,
     agent: &str,
     forwarded: bool,

@@ -13,7 +13,9 @@ use tracing::Instrument;
 
 use argocd_pull_agent_core::Mode;
 use argocd_pull_agent_core::event::Event;
-use argocd_pull_agent_core::proto::authapi::{self, authentication_server::Authentication};
+use argocd_pull_agent_core::proto::authapi::{
+    self, authentication_client::AuthenticationClient, authentication_server::Authentication,
+};
 use argocd_pull_agent_core::proto::eventstreamapi::{self, event_stream_server::EventStream};
 use argocd_pull_agent_core::proto::versionapi::{self, version_server::Version};
 use argocd_pull_agent_core::session::{self, HandleError, Handler, Outbox, SessionCtx};
@@ -306,7 +308,16 @@ impl Authentication for Svc {
         req: Request<authapi::AuthRequest>,
     ) -> Result<Response<authapi::AuthResponse>, Status> {
         let agent = self.cert_identity(&req)?;
-        if let Some(r) = forward::authenticate(&self.inner, &agent, self.forwarded, &req).await {
+        let login = |ch, r| async move { AuthenticationClient::new(ch).authenticate(r).await };
+        let forwarded = forward::login(
+            &self.inner,
+            &agent,
+            self.forwarded,
+            &req,
+            "authenticate",
+            login,
+        );
+        if let Some(r) = forwarded.await {
             return r;
         }
         let r = req.into_inner();
@@ -390,7 +401,16 @@ impl Authentication for Svc {
         req: Request<authapi::RefreshTokenRequest>,
     ) -> Result<Response<authapi::AuthResponse>, Status> {
         let agent = self.cert_identity(&req)?;
-        if let Some(r) = forward::refresh_token(&self.inner, &agent, self.forwarded, &req).await {
+        let login = |ch, r| async move { AuthenticationClient::new(ch).refresh_token(r).await };
+        let forwarded = forward::login(
+            &self.inner,
+            &agent,
+            self.forwarded,
+            &req,
+            "refresh_token",
+            login,
+        );
+        if let Some(r) = forwarded.await {
             return r;
         }
         let claims = self
