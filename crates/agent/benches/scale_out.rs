@@ -21,6 +21,7 @@
 //! with the settings of `.cargo/config.toml`), the replicas with `MIMALLOC_PURGE_DELAY=0` as the
 //! principal's chart sets it, so that memory figures are the deployed binary's.
 //! `BENCH_WINDOW`: the replicas' `--max-events-in-flight` (default 32).
+//! `BENCH_CONCURRENCY`: the replicas' handlers of received events per agent (default 64).
 //! `BENCH_HUB=served`: the Applications in the driver's embedded API server, watched and written
 //! by the replicas over HTTP (each replica's memory is then its own; slower on one machine).
 //! `cargo bench -p argocd-pull-agent --bench scale_out`. Results: docs/performance.md.
@@ -178,6 +179,7 @@ async fn child(role: &str) {
         cfg.namespace = "argocd".into();
         // `BENCH_WINDOW`: the replicas' --max-events-in-flight
         cfg.max_in_flight = env("BENCH_WINDOW", cfg.max_in_flight);
+        // `BENCH_CONCURRENCY`: the replicas' handlers per agent (`--event-processors`)
         cfg.concurrency = env("BENCH_CONCURRENCY", cfg.concurrency);
         let aa = ActiveActive::new(
             "argocd-agent-principal",
