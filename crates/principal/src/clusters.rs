@@ -43,7 +43,7 @@ impl Clusters {
     }
 
     /// What a principal published on the hub about `agent`, if anything.
-    pub(super) fn published(&self, agent: &str) -> Option<AgentStatus> {
+    fn published(&self, agent: &str) -> Option<AgentStatus> {
         let g = self.secrets.lock().expect("poisoned");
         AgentStatus::from_annotations(&g.get(agent)?.annotations)
     }

@@ -432,9 +432,6 @@ async fn every_replica_serves_its_share_and_agents_survive_a_stopped_and_a_kille
 /// and is answered, instead of failing: the agent does not back off for a replica's death.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_login_forwarded_to_a_killed_owner_waits_for_the_new_one() {
-    use argocd_pull_agent_core::proto::authapi::{
-        AuthRequest, authentication_client::AuthenticationClient,
-    };
     let pki = LocalPki::new().unwrap();
     let h = argocd_pull_hub::Hub::new();
     let hub = MemStore::new();
@@ -446,30 +443,13 @@ async fn a_login_forwarded_to_a_killed_owner_waits_for_the_new_one() {
     let mut channels = Vec::new();
     for i in 0..20 {
         let m = pki.agent(&format!("agent-{i}")).unwrap();
-        let cfg = Arc::new(argocd_pull_agent_core::tls::client_config(&m, false).unwrap());
-        let ch = tonic::transport::Endpoint::from_shared(format!("http://{survivor}"))
-            .unwrap()
-            .connect_with_connector(argocd_pull_agent_core::tls::connector(
-                cfg,
-                survivor,
-                "localhost".into(),
-            ))
-            .await
-            .unwrap();
-        channels.push(ch);
+        channels.push(mtls_channel(survivor, &m).await.unwrap());
     }
     let t = Instant::now();
     replicas[1].crash();
     let logins = channels.into_iter().enumerate().map(|(i, ch)| async move {
-        AuthenticationClient::new(ch)
-            .authenticate(AuthRequest {
-                method: "mtls".into(),
-                mode: "managed".into(),
-                version: argocd_pull_agent_core::VERSION.into(),
-                ..Default::default()
-            })
+        login(ch, "managed")
             .await
-            .map(|r| r.into_inner().access_token)
             .map_err(|e| format!("agent-{i}: {e}"))
     });
     let answers = tokio::time::timeout(T, futures::future::join_all(logins))

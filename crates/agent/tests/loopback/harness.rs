@@ -15,6 +15,37 @@ use serde_json::{Value, json};
 
 pub const T: Duration = Duration::from_secs(20);
 
+/// A gRPC channel to `addr` over mutual TLS with the agent certificate `m` (an agent's own
+/// calls, without the agent around them).
+pub async fn mtls_channel(
+    addr: std::net::SocketAddr,
+    m: &argocd_pull_agent_core::tls::TlsMaterial,
+) -> Result<tonic::transport::Channel, String> {
+    use argocd_pull_agent_core::tls;
+    let cfg = Arc::new(tls::client_config(m, false).unwrap());
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_with_connector(tls::connector(cfg, addr, "localhost".into()))
+        .await
+        .map_err(|e| format!("{e:?}"))
+}
+
+/// An `Authenticate` as our agent sends it (`mtls`, in `mode`); the access token.
+pub async fn login(ch: tonic::transport::Channel, mode: &str) -> Result<String, tonic::Status> {
+    use argocd_pull_agent_core::proto::authapi::{
+        AuthRequest, authentication_client::AuthenticationClient,
+    };
+    AuthenticationClient::new(ch)
+        .authenticate(AuthRequest {
+            method: "mtls".into(),
+            mode: mode.into(),
+            version: argocd_pull_agent_core::VERSION.into(),
+            ..Default::default()
+        })
+        .await
+        .map(|r| r.into_inner().access_token)
+}
+
 pub fn init() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     if std::env::var_os("DEBUG_LOG").is_some() {

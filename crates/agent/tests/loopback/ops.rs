@@ -642,9 +642,6 @@ async fn a_principal_that_never_answers_after_tls_is_named_and_retried() {
 /// sees an ordinary `Unavailable`.
 #[tokio::test]
 async fn a_stopping_principal_ends_each_event_stream_asking_for_a_reconnect_now() {
-    use argocd_pull_agent_core::proto::authapi::{
-        AuthRequest, authentication_client::AuthenticationClient,
-    };
     use argocd_pull_agent_core::proto::eventstreamapi::{
         self, event_stream_client::EventStreamClient,
     };
@@ -652,23 +649,10 @@ async fn a_stopping_principal_ends_each_event_stream_asking_for_a_reconnect_now(
     let hub = MemStore::new();
     let p = principal(&pki, &hub, "127.0.0.1:0").await;
     let addr = p.local_addr();
-    let cfg = Arc::new(tls::client_config(&pki.agent("stays").unwrap(), false).unwrap());
-    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_with_connector(tls::connector(cfg, addr, "localhost".into()))
+    let ch = mtls_channel(addr, &pki.agent("stays").unwrap())
         .await
         .unwrap();
-    let token = AuthenticationClient::new(ch.clone())
-        .authenticate(AuthRequest {
-            method: "mtls".into(),
-            mode: "managed".into(),
-            version: argocd_pull_agent_core::VERSION.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .access_token;
+    let token = login(ch.clone(), "managed").await.unwrap();
     let (_tx, rx) = tokio::sync::mpsc::channel::<eventstreamapi::Event>(8);
     let mut req = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
     req.metadata_mut()

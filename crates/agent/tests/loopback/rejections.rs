@@ -1,5 +1,3 @@
-use std::sync::Arc;
-
 use argocd_pull_agent::local::LocalPki;
 use argocd_pull_agent_core::event::{Event, EventType, Target};
 use argocd_pull_agent_core::pki::Ca;
@@ -9,34 +7,12 @@ use argocd_pull_agent_core::proto::authapi::{
 use argocd_pull_agent_core::proto::eventstreamapi::{self, event_stream_client::EventStreamClient};
 use argocd_pull_agent_core::proto::versionapi::{VersionRequest, version_client::VersionClient};
 use argocd_pull_agent_core::store::MemStore;
-use argocd_pull_agent_core::tls::{self, TlsMaterial};
+use argocd_pull_agent_core::tls::TlsMaterial;
 use futures::StreamExt;
 use serde_json::json;
 use tonic::Code;
-use tonic::transport::{Channel, Endpoint};
 
 use crate::harness::*;
-
-async fn channel(addr: std::net::SocketAddr, m: &TlsMaterial) -> Result<Channel, String> {
-    let cfg = Arc::new(tls::client_config(m, false).unwrap());
-    Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_with_connector(tls::connector(cfg, addr, "localhost".into()))
-        .await
-        .map_err(|e| format!("{e:?}"))
-}
-
-async fn auth(ch: Channel, mode: &str) -> Result<String, tonic::Status> {
-    AuthenticationClient::new(ch)
-        .authenticate(AuthRequest {
-            method: "mtls".into(),
-            mode: mode.into(),
-            version: argocd_pull_agent_core::VERSION.into(),
-            ..Default::default()
-        })
-        .await
-        .map(|r| r.into_inner().access_token)
-}
 
 #[tokio::test]
 async fn wrong_ca_and_expired_certificates_are_rejected() {
@@ -51,7 +27,7 @@ async fn wrong_ca_and_expired_certificates_are_rejected() {
         key_pem: c.key_pem.into(),
         ca_pem: pki.ca.cert_pem.clone().into(),
     };
-    let r = match channel(p.local_addr(), &m).await {
+    let r = match mtls_channel(p.local_addr(), &m).await {
         Err(e) => Err(e),
         Ok(ch) => VersionClient::new(ch)
             .version(VersionRequest {})
@@ -73,7 +49,7 @@ async fn wrong_ca_and_expired_certificates_are_rejected() {
         key_pem: c.key_pem.into(),
         ca_pem: pki.ca.cert_pem.clone().into(),
     };
-    let r = match channel(p.local_addr(), &m).await {
+    let r = match mtls_channel(p.local_addr(), &m).await {
         Err(e) => Err(e),
         Ok(ch) => VersionClient::new(ch)
             .version(VersionRequest {})
@@ -90,13 +66,13 @@ async fn identity_mismatch_and_unknown_mode_are_rejected() {
     let pki = LocalPki::new().unwrap();
     let hub = MemStore::new();
     let p = principal(&pki, &hub, "127.0.0.1:0").await;
-    let ch_a = channel(p.local_addr(), &pki.agent("agent-a").unwrap())
+    let ch_a = mtls_channel(p.local_addr(), &pki.agent("agent-a").unwrap())
         .await
         .unwrap();
-    let ch_b = channel(p.local_addr(), &pki.agent("agent-b").unwrap())
+    let ch_b = mtls_channel(p.local_addr(), &pki.agent("agent-b").unwrap())
         .await
         .unwrap();
-    let e = auth(ch_a.clone(), "bogus").await.unwrap_err();
+    let e = login(ch_a.clone(), "bogus").await.unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(
         e.message().contains("unknown agent mode \"bogus\""),
@@ -115,7 +91,7 @@ async fn identity_mismatch_and_unknown_mode_are_rejected() {
         .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
     // agent-a's token on agent-b's connection
-    let token = auth(ch_a, "managed").await.unwrap();
+    let token = login(ch_a, "managed").await.unwrap();
     let (_tx, rx) = tokio::sync::mpsc::channel::<eventstreamapi::Event>(1);
     let mut req = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
     req.metadata_mut()
@@ -146,10 +122,10 @@ async fn malformed_and_oversized_events_get_error_events_and_the_stream_survives
     let pki = LocalPki::new().unwrap();
     let hub = MemStore::new();
     let p = principal_with(&pki, &hub, "127.0.0.1:0", |c| c.max_event_size = 64 * 1024).await;
-    let ch = channel(p.local_addr(), &pki.agent("raw").unwrap())
+    let ch = mtls_channel(p.local_addr(), &pki.agent("raw").unwrap())
         .await
         .unwrap();
-    let token = auth(ch.clone(), "managed").await.unwrap();
+    let token = login(ch.clone(), "managed").await.unwrap();
     let (tx, rx) = tokio::sync::mpsc::channel::<eventstreamapi::Event>(8);
     let mut req = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
     req.metadata_mut()
