@@ -257,30 +257,6 @@ async fn uids(agents: &[(Agent, MemStore)], app: &str) -> Vec<String> {
     v
 }
 
-/// [`AGENTS`] managed agents through the Service, each with its hub Application `app`; returns
-/// once every one is connected and holds it.
-async fn managed_agents(hub: &MemStore, pki: &LocalPki, svc: SocketAddr) -> Vec<(Agent, MemStore)> {
-    let mut agents: Vec<(Agent, MemStore)> = Vec::new();
-    for i in 0..AGENTS {
-        let name = format!("agent-{i}");
-        put(hub, app(&name, "app", "v0")).await;
-        let store = MemStore::new();
-        let c = AgentConfig::new(svc, pki.agent(&name).unwrap(), Mode::Managed);
-        let a = Agent::start(c, Arc::new(store.clone()), Metrics::new("argocd_agent"))
-            .await
-            .unwrap();
-        agents.push((a, store));
-    }
-    for (i, (a, s)) in agents.iter().enumerate() {
-        tokio::time::timeout(T, a.wait_connected(0)).await.unwrap();
-        wait_for(s, "argocd", "app", &format!("agent-{i} app"), |o| {
-            o.is_some()
-        })
-        .await;
-    }
-    agents
-}
-
 /// The agents the `replicas` serve, together.
 fn served(replicas: &[Replica]) -> i64 {
     replicas
@@ -320,7 +296,7 @@ async fn every_replica_serves_its_share_and_agents_survive_a_stopped_and_a_kille
 
     // agents reach the replicas round robin: most land on one that does not serve them
     let t0 = Instant::now();
-    let agents = managed_agents(&hub, &pki, svc).await;
+    let agents = managed_agents(&hub, &pki, svc, AGENTS).await;
     let first = t0.elapsed();
     // each agent is served by exactly one replica: the connected agents add up to the fleet
     until("every agent served once", || {
@@ -484,7 +460,7 @@ async fn a_replica_added_later_takes_its_share_and_only_its_agents_move() {
     let hub = MemStore::new();
     let p = ports(false).await;
     let (mut replicas, svc) = replicas(&h, &hub, &pki, 2, p.clone()).await;
-    let agents = managed_agents(&hub, &pki, svc).await;
+    let agents = managed_agents(&hub, &pki, svc, AGENTS).await;
     until("every agent served once", || {
         served(&replicas) == AGENTS as i64
     })

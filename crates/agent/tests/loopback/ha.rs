@@ -9,13 +9,11 @@ use std::time::{Duration, Instant};
 
 use argocd_pull_agent::local::LocalPki;
 
-use argocd_pull_agent_core::Mode;
 use argocd_pull_agent_core::auth::throwaway_jwt_key;
 use argocd_pull_agent_core::metrics::Metrics;
 use argocd_pull_agent_core::store::{Kind, MemStore, Store, StoreEvent};
 use argocd_pull_principal::PrincipalConfig;
 use argocd_pull_principal::ha::{self, HaConfig, Role};
-use argocd_pull_spoke::{Agent, AgentConfig};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -179,24 +177,7 @@ async fn active_principal_crash_under_load_fails_over_with_nothing_lost() {
     }
 
     // 100 agents, one Application each
-    let mut agents: Vec<(Agent, MemStore)> = Vec::new();
-    for i in 0..AGENTS {
-        let name = format!("agent-{i}");
-        put(&hub, app(&name, "app", "v0")).await;
-        let store = MemStore::new();
-        let c = AgentConfig::new(svc, pki.agent(&name).unwrap(), Mode::Managed);
-        let a = Agent::start(c, Arc::new(store.clone()), Metrics::new("argocd_agent"))
-            .await
-            .unwrap();
-        agents.push((a, store));
-    }
-    for (i, (a, s)) in agents.iter().enumerate() {
-        tokio::time::timeout(T, a.wait_connected(0)).await.unwrap();
-        wait_for(s, "argocd", "app", &format!("agent-{i} app"), |o| {
-            o.is_some()
-        })
-        .await;
-    }
+    let agents = managed_agents(&hub, &pki, svc, AGENTS).await;
 
     // duplicate side effects on the agents: a write that changes nothing, or an older spec
     // applied after a newer one (a stale event from the dead replica)

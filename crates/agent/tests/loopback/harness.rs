@@ -233,3 +233,32 @@ pub async fn wait_idle(f: impl Fn() -> bool) {
     .await
     .expect("queue drained");
 }
+
+/// `n` managed agents `agent-<i>` through `svc`, each with its hub Application `app`; returns
+/// once every one is connected and holds it.
+pub async fn managed_agents(
+    hub: &MemStore,
+    pki: &LocalPki,
+    svc: std::net::SocketAddr,
+    n: usize,
+) -> Vec<(Agent, MemStore)> {
+    let mut agents: Vec<(Agent, MemStore)> = Vec::new();
+    for i in 0..n {
+        let name = format!("agent-{i}");
+        put(hub, app(&name, "app", "v0")).await;
+        let store = MemStore::new();
+        let c = AgentConfig::new(svc, pki.agent(&name).unwrap(), Mode::Managed);
+        let a = Agent::start(c, Arc::new(store.clone()), Metrics::new("argocd_agent"))
+            .await
+            .unwrap();
+        agents.push((a, store));
+    }
+    for (i, (a, s)) in agents.iter().enumerate() {
+        tokio::time::timeout(T, a.wait_connected(0)).await.unwrap();
+        wait_for(s, "argocd", "app", &format!("agent-{i} app"), |o| {
+            o.is_some()
+        })
+        .await;
+    }
+    agents
+}
